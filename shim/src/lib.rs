@@ -1,1 +1,49 @@
-//! placeholder
+//! libtandem.so: the CUDA driver API interposer.
+//!
+//! Loaded with `LD_PRELOAD` into unmodified CUDA programs. It sees driver calls
+//! through all three ways programs reach the driver:
+//! 1. exported driver symbols, for programs linked against libcuda;
+//! 2. an overridden `dlsym`, for programs that `dlopen("libcuda.so.1")`;
+//! 3. its own answers to `cuGetProcAddress{,_v2}`, how the CUDA runtime finds
+//!    every driver function.
+//!
+//! All three come from one table ([`hooks`]). Every hooked call is counted and
+//! forwarded, unchanged, to the same variant of the real driver. Nothing here
+//! needs a coordinator (fail-open), and the hook fast path is a relaxed load, a
+//! relaxed add and the forwarded call: no syscall, lock, allocation or getenv.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod log;
+
+mod counters;
+mod dlsym;
+mod driver;
+mod env;
+mod hooks;
+mod proc_address;
+mod table;
+mod types;
+
+/// The constructor runs in every process the preload reaches (shells, compilers,
+/// …), so it does almost nothing: read `TANDEM_LOG`, arrange for fork and exit.
+/// The driver is found lazily, on first use.
+#[ctor::ctor(unsafe)]
+fn init() {
+    log::init_from_env();
+    // SAFETY: registering plain extern "C" functions with no captured state.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        if log::enabled(log::Level::Debug) {
+            libc::atexit(at_exit);
+        }
+    }
+}
+
+extern "C" fn after_fork_in_child() {
+    counters::reset();
+}
+
+extern "C" fn at_exit() {
+    counters::dump();
+}

@@ -1,0 +1,193 @@
+//! The real driver: where it is, and the real function behind every hook.
+//!
+//! Resolution is lazy (first CUDA call, first `dlsym`/`cuGetProcAddress` answer)
+//! and lock-free: racing threads do the same idempotent work and publish the same
+//! pointers, so no thread ever waits on another — not even a child forked while
+//! its parent was half-way through (a lock held at `fork` would never be released).
+
+use crate::table::{Hook, HOOK_COUNT};
+use crate::types::CuResult;
+use core::ffi::{c_char, c_void, CStr};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// `dlsym` as glibc defines it. Ours is the exported override in `crate::dlsym`.
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's `dlsym`; read by the override's tail jump, so it must be a plain word.
+pub(crate) static TANDEM_REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// Real driver function per hook, or 0 while unknown.
+static SLOTS: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
+
+const UNRESOLVED: u8 = 0;
+const LOADED: u8 = 1;
+const FAILED: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNRESOLVED);
+
+/// The glibc symbol versions of `dlsym`, newest first: glibc 2.34 moved it into
+/// libc proper; older glibc (and binaries built against it) use the libdl one.
+#[cfg(target_arch = "x86_64")]
+const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.2.5"];
+#[cfg(target_arch = "aarch64")]
+const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.17"];
+
+/// glibc's own `dlsym`. Never `libc::dlsym` inside the shim: that name binds to
+/// our own override.
+pub fn real_dlsym() -> DlsymFn {
+    let p = TANDEM_REAL_DLSYM.load(Ordering::Acquire);
+    if p != 0 {
+        // SAFETY: only ever set to glibc's dlsym, whose signature is DlsymFn.
+        return unsafe { core::mem::transmute::<usize, DlsymFn>(p) };
+    }
+    for version in DLSYM_VERSIONS {
+        // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names has no other preconditions.
+        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !p.is_null() {
+            TANDEM_REAL_DLSYM.store(p as usize, Ordering::Release);
+            // SAFETY: glibc's dlsym has exactly this signature.
+            return unsafe { core::mem::transmute::<*mut c_void, DlsymFn>(p) };
+        }
+    }
+    crate::log::raw_line(format_args!(
+        "tandem: glibc's dlsym was not found (neither GLIBC_2.34 nor the older version); \
+         libtandem.so needs glibc. Remove it from LD_PRELOAD."
+    ));
+    // SAFETY: abort has no preconditions; continuing would jump to address 0.
+    unsafe { libc::abort() }
+}
+
+/// Looks `symbol` up in `handle` with glibc's dlsym.
+pub fn lookup(handle: *mut c_void, symbol: &CStr) -> *mut c_void {
+    // SAFETY: real_dlsym is glibc's dlsym; `symbol` is NUL-terminated.
+    unsafe { real_dlsym()(handle, symbol.as_ptr()) }
+}
+
+/// Loads the real driver and fills every slot it exports. `false` if it cannot
+/// be loaded (said once, on stderr).
+pub fn ensure_loaded() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        LOADED => true,
+        FAILED => false,
+        _ => load(),
+    }
+}
+
+fn load() -> bool {
+    let configured = crate::env::var(c"TANDEM_REAL_LIBCUDA");
+    let mut path_buf = [0u8; 4096];
+    let path: &CStr = match configured {
+        Some(p) if !p.is_empty() && p.len() < path_buf.len() => {
+            path_buf[..p.len()].copy_from_slice(p);
+            match CStr::from_bytes_until_nul(&path_buf) {
+                Ok(c) => c,
+                Err(_) => c"libcuda.so.1",
+            }
+        }
+        _ => c"libcuda.so.1",
+    };
+    // RTLD_LOCAL: never promote the driver into the global scope. When the
+    // program already loaded it, this returns that same object (matched by SONAME).
+    // SAFETY: `path` is NUL-terminated.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        if STATE
+            .compare_exchange(UNRESOLVED, FAILED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: dlerror returns NULL or a NUL-terminated message.
+            let err = unsafe { libc::dlerror() };
+            let err = if err.is_null() {
+                b"unknown error".as_slice()
+            } else {
+                // SAFETY: non-NULL dlerror results are NUL-terminated.
+                unsafe { CStr::from_ptr(err) }.to_bytes()
+            };
+            crate::log::raw_line(format_args!(
+                "tandem: cannot load the real CUDA driver {:?}: {:?}. CUDA calls will fail with \
+                 CUDA_ERROR_SHARED_OBJECT_INIT_FAILED; set TANDEM_REAL_LIBCUDA to the driver's path \
+                 or remove libtandem.so from LD_PRELOAD.",
+                crate::log::String8(path.to_bytes()),
+                crate::log::String8(err),
+            ));
+        }
+        return STATE.load(Ordering::Acquire) == LOADED;
+    }
+    for hook in Hook::ALL {
+        let p = lookup(handle, hook.info().symbol);
+        if !p.is_null() {
+            // Keep a pointer published by a racing thread (it is the same one).
+            let _ = SLOTS[hook as usize].compare_exchange(
+                0,
+                p as usize,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+    STATE.store(LOADED, Ordering::Release);
+    crate::log!(
+        Debug,
+        "real driver loaded from {:?}",
+        crate::log::String8(path.to_bytes())
+    );
+    true
+}
+
+/// The real function behind `hook`. One relaxed load on the fast path.
+#[inline(always)]
+pub fn real(hook: Hook) -> Option<usize> {
+    let p = SLOTS[hook as usize].load(Ordering::Relaxed);
+    if p != 0 {
+        Some(p)
+    } else {
+        real_slow(hook)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn real_slow(hook: Hook) -> Option<usize> {
+    if !ensure_loaded() {
+        return None;
+    }
+    match SLOTS[hook as usize].load(Ordering::Acquire) {
+        0 => None,
+        p => Some(p),
+    }
+}
+
+/// The real function behind `hook`, without loading anything.
+pub fn slot(hook: Hook) -> usize {
+    SLOTS[hook as usize].load(Ordering::Acquire)
+}
+
+/// Records `p` as the real function for `hook` if none is known yet (a variant
+/// the driver answers through `cuGetProcAddress` but does not export by name).
+pub fn adopt(hook: Hook, p: usize) {
+    let _ = SLOTS[hook as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// The hook whose real driver function is `p`, if any.
+pub fn hook_for_real(p: usize) -> Option<Hook> {
+    if p == 0 {
+        return None;
+    }
+    Hook::ALL.iter().copied().find(|&h| slot(h) == p)
+}
+
+/// What a hook returns when its real function is not there.
+#[cold]
+pub fn unavailable(hook: Hook) -> CuResult {
+    if !ensure_loaded() {
+        return CuResult::SHARED_OBJECT_INIT_FAILED;
+    }
+    static SAID: [AtomicBool; HOOK_COUNT] = [const { AtomicBool::new(false) }; HOOK_COUNT];
+    if !SAID[hook as usize].swap(true, Ordering::Relaxed) {
+        crate::log!(
+            Warn,
+            "the loaded CUDA driver does not export {:?}; returning CUDA_ERROR_NOT_SUPPORTED",
+            hook.info().symbol
+        );
+    }
+    CuResult::NOT_SUPPORTED
+}

@@ -1,0 +1,105 @@
+//! The one table of hooked CUDA driver functions.
+//!
+//! Each line is one exported driver symbol: its `cuGetProcAddress` name, the
+//! first CUDA version that answers it (from `cudaTypedefs.h`), whether it is the
+//! per-thread-default-stream form, what kind of call it is, and its C signature
+//! (from `cuda.h`). Everything else — exports, `dlsym` and `cuGetProcAddress`
+//! answers, real-pointer slots, counters — is generated from this list.
+//! Driver functions not listed here are never touched.
+
+use crate::types::*;
+use core::ffi::{c_char, c_int, c_uint, c_ushort, c_void};
+
+crate::hook_table! {
+    cuInit("cuInit", 2000, legacy) Init fn(flags: c_uint);
+
+    cuLaunchKernel("cuLaunchKernel", 4000, legacy) Launch fn(
+        f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernel_ptsz("cuLaunchKernel", 7000, per_thread) Launch fn(
+        f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernelEx("cuLaunchKernelEx", 11060, legacy) Launch fn(
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernelEx_ptsz("cuLaunchKernelEx", 11060, per_thread) Launch fn(
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchCooperativeKernel("cuLaunchCooperativeKernel", 9000, legacy) Launch fn(
+        f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void);
+    cuLaunchCooperativeKernel_ptsz("cuLaunchCooperativeKernel", 9000, per_thread) Launch fn(
+        f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void);
+    cuGraphLaunch("cuGraphLaunch", 10000, legacy) GraphLaunch fn(exec: CUgraphExec, stream: CUstream);
+    cuGraphLaunch_ptsz("cuGraphLaunch", 10000, per_thread) GraphLaunch fn(exec: CUgraphExec, stream: CUstream);
+
+    cuMemAlloc_v2("cuMemAlloc", 3020, legacy) Alloc fn(dptr: *mut CUdeviceptr, bytes: usize);
+    cuMemAllocPitch_v2("cuMemAllocPitch", 3020, legacy) Alloc fn(
+        dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint);
+    cuMemAllocAsync("cuMemAllocAsync", 11020, legacy) Alloc fn(
+        dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream);
+    cuMemAllocAsync_ptsz("cuMemAllocAsync", 11020, per_thread) Alloc fn(
+        dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream);
+    cuMemAllocFromPoolAsync("cuMemAllocFromPoolAsync", 11020, legacy) Alloc fn(
+        dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream);
+    cuMemAllocFromPoolAsync_ptsz("cuMemAllocFromPoolAsync", 11020, per_thread) Alloc fn(
+        dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream);
+    cuMemFree_v2("cuMemFree", 3020, legacy) Free fn(dptr: CUdeviceptr);
+    cuMemFreeAsync("cuMemFreeAsync", 11020, legacy) Free fn(dptr: CUdeviceptr, stream: CUstream);
+    cuMemFreeAsync_ptsz("cuMemFreeAsync", 11020, per_thread) Free fn(dptr: CUdeviceptr, stream: CUstream);
+    cuMemCreate("cuMemCreate", 10020, legacy) Vmm fn(
+        handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64);
+    cuMemRelease("cuMemRelease", 10020, legacy) Vmm fn(handle: CUmemGenericAllocationHandle);
+    cuMemMap("cuMemMap", 10020, legacy) Vmm fn(
+        ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64);
+    cuMemUnmap("cuMemUnmap", 10020, legacy) Vmm fn(ptr: CUdeviceptr, size: usize);
+    cuMemGetInfo_v2("cuMemGetInfo", 3020, legacy) MemInfo fn(free: *mut usize, total: *mut usize);
+
+    cuMemcpyHtoD_v2("cuMemcpyHtoD", 3020, legacy) CopyToDevice fn(
+        dst: CUdeviceptr, src: *const c_void, bytes: usize);
+    cuMemcpyHtoD_v2_ptds("cuMemcpyHtoD", 7000, per_thread) CopyToDevice fn(
+        dst: CUdeviceptr, src: *const c_void, bytes: usize);
+    cuMemcpyHtoDAsync_v2("cuMemcpyHtoDAsync", 3020, legacy) CopyToDevice fn(
+        dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
+    cuMemcpyHtoDAsync_v2_ptsz("cuMemcpyHtoDAsync", 7000, per_thread) CopyToDevice fn(
+        dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
+    cuMemsetD8_v2("cuMemsetD8", 3020, legacy) Memset fn(dst: CUdeviceptr, value: u8, n: usize);
+    cuMemsetD8_v2_ptds("cuMemsetD8", 7000, per_thread) Memset fn(dst: CUdeviceptr, value: u8, n: usize);
+    cuMemsetD16_v2("cuMemsetD16", 3020, legacy) Memset fn(dst: CUdeviceptr, value: c_ushort, n: usize);
+    cuMemsetD16_v2_ptds("cuMemsetD16", 7000, per_thread) Memset fn(
+        dst: CUdeviceptr, value: c_ushort, n: usize);
+    cuMemsetD32_v2("cuMemsetD32", 3020, legacy) Memset fn(dst: CUdeviceptr, value: c_uint, n: usize);
+    cuMemsetD32_v2_ptds("cuMemsetD32", 7000, per_thread) Memset fn(
+        dst: CUdeviceptr, value: c_uint, n: usize);
+    cuMemsetD8Async("cuMemsetD8Async", 3020, legacy) Memset fn(
+        dst: CUdeviceptr, value: u8, n: usize, stream: CUstream);
+    cuMemsetD8Async_ptsz("cuMemsetD8Async", 7000, per_thread) Memset fn(
+        dst: CUdeviceptr, value: u8, n: usize, stream: CUstream);
+    cuMemsetD16Async("cuMemsetD16Async", 3020, legacy) Memset fn(
+        dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream);
+    cuMemsetD16Async_ptsz("cuMemsetD16Async", 7000, per_thread) Memset fn(
+        dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream);
+    cuMemsetD32Async("cuMemsetD32Async", 3020, legacy) Memset fn(
+        dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream);
+    cuMemsetD32Async_ptsz("cuMemsetD32Async", 7000, per_thread) Memset fn(
+        dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream);
+
+    cuMemcpyDtoH_v2("cuMemcpyDtoH", 3020, legacy) CopyToHost fn(
+        dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    cuMemcpyDtoH_v2_ptds("cuMemcpyDtoH", 7000, per_thread) CopyToHost fn(
+        dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    cuStreamSynchronize("cuStreamSynchronize", 2000, legacy) Sync fn(stream: CUstream);
+    cuStreamSynchronize_ptsz("cuStreamSynchronize", 7000, per_thread) Sync fn(stream: CUstream);
+    cuCtxSynchronize("cuCtxSynchronize", 2000, legacy) Sync fn();
+    cuCtxSynchronize_v2("cuCtxSynchronize", 13000, legacy) Sync fn(ctx: CUcontext);
+    cuEventSynchronize("cuEventSynchronize", 2000, legacy) Sync fn(event: CUevent);
+    cuStreamQuery("cuStreamQuery", 2000, legacy) Query fn(stream: CUstream);
+    cuStreamQuery_ptsz("cuStreamQuery", 7000, per_thread) Query fn(stream: CUstream);
+    cuEventQuery("cuEventQuery", 2000, legacy) Query fn(event: CUevent);
+
+    cuGetProcAddress("cuGetProcAddress", 11030, legacy) ProcAddress fn(
+        symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64)
+        => crate::proc_address::answer_v1;
+    cuGetProcAddress_v2("cuGetProcAddress", 12000, legacy) ProcAddress fn(
+        symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_void)
+        => crate::proc_address::answer_v2;
+}

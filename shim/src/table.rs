@@ -1,0 +1,318 @@
+//! The machinery behind the one table of hooked driver functions.
+//!
+//! [`crate::hooks`] invokes [`hook_table!`] once. From that single list come:
+//! - the exported C symbols (path 1: programs linked against libcuda),
+//! - [`TABLE`]: per-variant metadata that answers `dlsym` (path 2) and
+//!   `cuGetProcAddress` (path 3),
+//! - the real-pointer slots (`crate::driver`) and the counters, both indexed by [`Hook`].
+
+use core::ffi::{c_void, CStr};
+
+pub use crate::hooks::{Hook, HOOK_COUNT, TABLE};
+
+/// What a hooked call does, for the scheduler, the accounting and the stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Kind {
+    Init,
+    Launch,
+    GraphLaunch,
+    Alloc,
+    Free,
+    Vmm,
+    MemInfo,
+    CopyToDevice,
+    Memset,
+    CopyToHost,
+    Sync,
+    Query,
+    ProcAddress,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 13] = [
+        Kind::Init,
+        Kind::Launch,
+        Kind::GraphLaunch,
+        Kind::Alloc,
+        Kind::Free,
+        Kind::Vmm,
+        Kind::MemInfo,
+        Kind::CopyToDevice,
+        Kind::Memset,
+        Kind::CopyToHost,
+        Kind::Sync,
+        Kind::Query,
+        Kind::ProcAddress,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Init => "init",
+            Kind::Launch => "launch",
+            Kind::GraphLaunch => "graph_launch",
+            Kind::Alloc => "alloc",
+            Kind::Free => "free",
+            Kind::Vmm => "vmm",
+            Kind::MemInfo => "mem_info",
+            Kind::CopyToDevice => "copy_to_device",
+            Kind::Memset => "memset",
+            Kind::CopyToHost => "copy_to_host",
+            Kind::Sync => "sync",
+            Kind::Query => "query",
+            Kind::ProcAddress => "proc_address",
+        }
+    }
+}
+
+/// The address of one of our exported hook functions.
+#[derive(Clone, Copy)]
+pub struct HookFn(pub *const c_void);
+
+// SAFETY: a code address is immutable and valid from every thread.
+unsafe impl Sync for HookFn {}
+
+/// Everything known about one hooked driver variant (one exported symbol).
+pub struct HookInfo {
+    /// The exact exported symbol, e.g. `cuMemcpyHtoDAsync_v2_ptsz`.
+    pub symbol: &'static CStr,
+    /// The name `cuGetProcAddress` is asked with, e.g. `cuMemcpyHtoDAsync`.
+    pub gpa_name: &'static str,
+    /// First CUDA version (as `cuGetProcAddress` counts, e.g. 3020) that returns this variant.
+    pub since: i32,
+    /// Whether this is the per-thread-default-stream form (`_ptsz` / `_ptds`).
+    pub per_thread: bool,
+    pub kind: Kind,
+    pub hook: HookFn,
+}
+
+impl Hook {
+    pub fn info(self) -> &'static HookInfo {
+        &TABLE[self as usize]
+    }
+
+    /// The hooked variant exported under exactly this symbol name.
+    pub fn by_symbol(symbol: &[u8]) -> Option<Hook> {
+        Hook::ALL
+            .iter()
+            .copied()
+            .find(|h| h.info().symbol.to_bytes() == symbol)
+    }
+
+    /// The variant the driver's `cuGetProcAddress` returns for this request, by the
+    /// rules of `cuda.h`/`cudaTypedefs.h`: the newest variant not newer than
+    /// `version`, in its per-thread form when `flags` ask for per-thread default
+    /// stream semantics and such a form exists by then.
+    pub fn select(gpa_name: &[u8], version: i32, flags: u64) -> Option<Hook> {
+        let want_per_thread = flags & crate::types::GPA_PER_THREAD_DEFAULT_STREAM != 0;
+        let newest = |per_thread: bool| {
+            Hook::ALL
+                .iter()
+                .copied()
+                .filter(|h| {
+                    let i = h.info();
+                    i.gpa_name.as_bytes() == gpa_name
+                        && i.since <= version
+                        && i.per_thread == per_thread
+                })
+                .max_by_key(|h| h.info().since)
+        };
+        let legacy = newest(false);
+        if want_per_thread {
+            // A per-thread form only replaces a legacy one at least as new.
+            if let Some(pt) = newest(true) {
+                if legacy.is_none_or(|l| pt.info().since >= l.info().since) {
+                    return Some(pt);
+                }
+            }
+        }
+        legacy
+    }
+
+    /// The hook whose exported function lives at `addr`, if any.
+    pub fn by_hook_address(addr: *const c_void) -> Option<Hook> {
+        Hook::ALL.iter().copied().find(|h| h.info().hook.0 == addr)
+    }
+}
+
+/// Declares every hooked driver function once. See `crate::hooks`.
+///
+/// Entry syntax:
+/// `symbol("gpaName", since, legacy|per_thread) Kind fn(arg: Type, ...) [=> custom_body];`
+///
+/// A plain entry counts the call and forwards it unchanged to the same variant of
+/// the real driver. An entry with `=> path` calls `path(real, args...)` instead.
+#[macro_export]
+macro_rules! hook_table {
+    ($(
+        $sym:ident ($gpa:literal, $since:literal, $stream:ident) $kind:ident
+            fn($($arg:ident : $ty:ty),* $(,)?) $(=> $custom:path)?;
+    )*) => {
+        /// One value per hooked driver variant, in table order.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Hook { $($sym,)* }
+
+        impl Hook {
+            pub const ALL: [Hook; HOOK_COUNT] = [$(Hook::$sym,)*];
+        }
+
+        pub const HOOK_COUNT: usize = [$(stringify!($sym),)*].len();
+
+        pub static TABLE: [$crate::table::HookInfo; HOOK_COUNT] = [$(
+            $crate::table::HookInfo {
+                symbol: match ::core::ffi::CStr::from_bytes_with_nul(
+                    concat!(stringify!($sym), "\0").as_bytes(),
+                ) {
+                    Ok(s) => s,
+                    Err(_) => panic!("symbol names are NUL-free"),
+                },
+                gpa_name: $gpa,
+                since: $since,
+                per_thread: $crate::hook_table!(@per_thread $stream),
+                kind: $crate::table::Kind::$kind,
+                hook: $crate::table::HookFn(exports::$sym as *const ::core::ffi::c_void),
+            },
+        )*];
+
+        /// The exported driver entry points.
+        pub mod exports {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[doc = concat!("Interposes `", stringify!($sym), "`.")]
+                ///
+                /// # Safety
+                /// Called by the host with the argument contract of the CUDA driver
+                /// function of the same name; the arguments are passed on unchanged.
+                #[no_mangle]
+                pub unsafe extern "C" fn $sym($($arg: $ty),*) -> $crate::types::CuResult {
+                    const ID: Hook = Hook::$sym;
+                    let Some(real) = $crate::driver::real(ID) else {
+                        return $crate::driver::unavailable(ID);
+                    };
+                    type Real = unsafe extern "C" fn($($ty),*) -> $crate::types::CuResult;
+                    // SAFETY: the slot for ID only ever holds the real driver's own
+                    // `$sym` (or what its cuGetProcAddress returned for that variant),
+                    // whose C signature is the one declared in this table.
+                    let real = unsafe { ::core::mem::transmute::<usize, Real>(real) };
+                    $crate::counters::hit(ID);
+                    $crate::hook_table!(@call real ($($arg),*) $($custom)?)
+                }
+            )*
+        }
+    };
+    (@per_thread legacy) => { false };
+    (@per_thread per_thread) => { true };
+    (@call $real:ident ($($arg:ident),*)) => {
+        // SAFETY: forwarding the caller's arguments, unchanged, to the same variant.
+        unsafe { $real($($arg),*) }
+    };
+    (@call $real:ident ($($arg:ident),*) $custom:path) => {
+        // SAFETY: the custom body receives the real function and the caller's arguments.
+        unsafe { $custom($real, $($arg),*) }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(h: Option<Hook>) -> Option<&'static str> {
+        h.map(|h| h.info().symbol.to_str().unwrap())
+    }
+
+    #[test]
+    fn every_symbol_is_unique_and_found_by_name() {
+        for h in Hook::ALL {
+            assert_eq!(Hook::by_symbol(h.info().symbol.to_bytes()), Some(h));
+            assert_eq!(Hook::by_hook_address(h.info().hook.0), Some(h));
+        }
+        assert_eq!(Hook::by_symbol(b"cuLaunchKernelX"), None);
+        assert_eq!(Hook::by_symbol(b"cuMemAlloc"), None, "v1 is not hooked");
+    }
+
+    #[test]
+    fn selection_honours_version() {
+        assert_eq!(
+            name(Hook::select(b"cuMemAlloc", 3020, 0)),
+            Some("cuMemAlloc_v2")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemAlloc", 13000, 0)),
+            Some("cuMemAlloc_v2")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemAlloc", 3010, 0)),
+            None,
+            "v1 is not ours"
+        );
+        assert_eq!(name(Hook::select(b"cuLaunchKernelEx", 11050, 0)), None);
+        assert_eq!(
+            name(Hook::select(b"cuLaunchKernelEx", 11060, 0)),
+            Some("cuLaunchKernelEx")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuGetProcAddress", 11030, 0)),
+            Some("cuGetProcAddress")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuGetProcAddress", 12000, 0)),
+            Some("cuGetProcAddress_v2")
+        );
+        assert_eq!(name(Hook::select(b"cuNotAFunction", 13000, 0)), None);
+    }
+
+    #[test]
+    fn selection_honours_the_per_thread_flag() {
+        let ptds = crate::types::GPA_PER_THREAD_DEFAULT_STREAM;
+        assert_eq!(
+            name(Hook::select(b"cuLaunchKernel", 12000, ptds)),
+            Some("cuLaunchKernel_ptsz")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuLaunchKernel", 12000, 0)),
+            Some("cuLaunchKernel")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuLaunchKernel", 12000, 1)),
+            Some("cuLaunchKernel")
+        );
+        // Per-thread forms of the copy functions arrived in 7000.
+        assert_eq!(
+            name(Hook::select(b"cuMemcpyHtoD", 6050, ptds)),
+            Some("cuMemcpyHtoD_v2")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemcpyHtoD", 7000, ptds)),
+            Some("cuMemcpyHtoD_v2_ptds")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemsetD32Async", 12000, ptds)),
+            Some("cuMemsetD32Async_ptsz")
+        );
+        // A function with no per-thread form answers its legacy form.
+        assert_eq!(
+            name(Hook::select(b"cuMemAlloc", 12000, ptds)),
+            Some("cuMemAlloc_v2")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuCtxSynchronize", 12000, ptds)),
+            Some("cuCtxSynchronize")
+        );
+    }
+
+    #[test]
+    fn every_per_thread_variant_has_a_legacy_twin_with_the_same_gpa_name() {
+        for h in Hook::ALL.iter().filter(|h| h.info().per_thread) {
+            let i = h.info();
+            let twin = Hook::ALL
+                .iter()
+                .find(|l| !l.info().per_thread && l.info().gpa_name == i.gpa_name);
+            assert!(twin.is_some(), "{:?} has no legacy twin", i.symbol);
+            let sym = i.symbol.to_str().unwrap();
+            assert!(sym.ends_with("_ptsz") || sym.ends_with("_ptds"), "{sym}");
+        }
+    }
+}
