@@ -14,6 +14,34 @@ struct Counter(AtomicU64);
 
 static COUNTS: [Counter; HOOK_COUNT] = [const { Counter(AtomicU64::new(0)) }; HOOK_COUNT];
 
+/// Launch calls that failed, and launches recorded into a graph by stream capture.
+static LAUNCH_FAILED: AtomicU64 = AtomicU64::new(0);
+static LAUNCH_CAPTURED: AtomicU64 = AtomicU64::new(0);
+
+#[cold]
+pub fn launch_failed() {
+    LAUNCH_FAILED.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cold]
+pub fn launch_captured() {
+    LAUNCH_CAPTURED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Kernels this process sent to the GPU: successful launches that were not
+/// captured, plus the kernel nodes of every graph launch.
+pub fn kernels_launched() -> u64 {
+    let calls: u64 = Hook::ALL
+        .iter()
+        .filter(|h| h.info().kind == Kind::Launch)
+        .map(|&h| get(h))
+        .sum();
+    calls
+        .saturating_sub(LAUNCH_FAILED.load(Ordering::Relaxed))
+        .saturating_sub(LAUNCH_CAPTURED.load(Ordering::Relaxed))
+        + crate::graphs::graph_kernels()
+}
+
 #[inline(always)]
 pub fn hit(hook: Hook) {
     COUNTS[hook as usize].0.fetch_add(1, Ordering::Relaxed);
@@ -28,6 +56,9 @@ pub fn reset() {
     for c in &COUNTS {
         c.0.store(0, Ordering::Relaxed);
     }
+    LAUNCH_FAILED.store(0, Ordering::Relaxed);
+    LAUNCH_CAPTURED.store(0, Ordering::Relaxed);
+    crate::graphs::reset_counts();
 }
 
 /// `tandem[<pid>]: counts sym=n sym=n ...` (nonzero only), if debug logging is on.
@@ -62,7 +93,14 @@ pub fn dump() {
                     .sum();
                 write!(f, " {}={n}", kind.name())?;
             }
-            Ok(())
+            write!(
+                f,
+                " kernels={} captured={} failed_launches={} unknown_graph_launches={}",
+                kernels_launched(),
+                LAUNCH_CAPTURED.load(Ordering::Relaxed),
+                LAUNCH_FAILED.load(Ordering::Relaxed),
+                crate::graphs::unknown_launches()
+            )
         }
     }
     crate::log!(Debug, "{}", Counts);
@@ -83,4 +121,12 @@ pub unsafe extern "C" fn tandem_hook_count(symbol: *const c_char) -> u64 {
     // SAFETY: non-null and NUL-terminated per this function's contract.
     let name = unsafe { CStr::from_ptr(symbol) };
     Hook::by_symbol(name.to_bytes()).map_or(u64::MAX, get)
+}
+
+/// Kernels this process sent to the GPU: successful, not stream-captured
+/// launches plus every kernel node of every graph launch. Declared in
+/// `include/tandem.h`; compare with an independent count (CUPTI).
+#[no_mangle]
+pub extern "C" fn tandem_kernels_launched() -> u64 {
+    kernels_launched()
 }

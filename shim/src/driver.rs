@@ -16,6 +16,45 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// glibc's `dlsym`; read by the override's tail jump, so it must be a plain word.
 pub(crate) static TANDEM_REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
+/// Driver functions the shim itself calls to do its work. They are not hooked
+/// and never handed to the program; they are resolved with the hooks.
+#[derive(Clone, Copy, Debug)]
+#[repr(usize)]
+pub enum Support {
+    StreamIsCapturing,
+    StreamIsCapturingPtsz,
+    GraphGetNodes,
+    GraphNodeGetType,
+    GraphChildGraphNodeGetGraph,
+}
+
+impl Support {
+    const ALL: [(Support, &'static CStr); 5] = [
+        (Support::StreamIsCapturing, c"cuStreamIsCapturing"),
+        (Support::StreamIsCapturingPtsz, c"cuStreamIsCapturing_ptsz"),
+        (Support::GraphGetNodes, c"cuGraphGetNodes"),
+        (Support::GraphNodeGetType, c"cuGraphNodeGetType"),
+        (
+            Support::GraphChildGraphNodeGetGraph,
+            c"cuGraphChildGraphNodeGetGraph",
+        ),
+    ];
+}
+
+static SUPPORT: [AtomicUsize; Support::ALL.len()] =
+    [const { AtomicUsize::new(0) }; Support::ALL.len()];
+
+/// The real driver function `which`, if the driver has it.
+pub fn support(which: Support) -> Option<usize> {
+    if !ensure_loaded() {
+        return None;
+    }
+    match SUPPORT[which as usize].load(Ordering::Acquire) {
+        0 => None,
+        p => Some(p),
+    }
+}
+
 /// Real driver function per hook, or 0 while unknown.
 static SLOTS: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
 
@@ -123,6 +162,10 @@ fn load() -> bool {
                 Ordering::Acquire,
             );
         }
+    }
+    for (which, name) in Support::ALL {
+        let p = lookup(handle, name);
+        SUPPORT[which as usize].store(p as usize, Ordering::Release);
     }
     STATE.store(LOADED, Ordering::Release);
     crate::log!(

@@ -15,22 +15,59 @@ crate::hook_table! {
 
     cuLaunchKernel("cuLaunchKernel", 4000, legacy) Launch fn(
         f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => crate::launch::kernel;
     cuLaunchKernel_ptsz("cuLaunchKernel", 7000, per_thread) Launch fn(
         f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => crate::launch::kernel;
     cuLaunchKernelEx("cuLaunchKernelEx", 11060, legacy) Launch fn(
-        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => crate::launch::kernel_ex;
     cuLaunchKernelEx_ptsz("cuLaunchKernelEx", 11060, per_thread) Launch fn(
-        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => crate::launch::kernel_ex;
     cuLaunchCooperativeKernel("cuLaunchCooperativeKernel", 9000, legacy) Launch fn(
         f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void);
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void)
+        => crate::launch::cooperative;
     cuLaunchCooperativeKernel_ptsz("cuLaunchCooperativeKernel", 9000, per_thread) Launch fn(
         f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void);
-    cuGraphLaunch("cuGraphLaunch", 10000, legacy) GraphLaunch fn(exec: CUgraphExec, stream: CUstream);
-    cuGraphLaunch_ptsz("cuGraphLaunch", 10000, per_thread) GraphLaunch fn(exec: CUgraphExec, stream: CUstream);
+        shared_mem: c_uint, stream: CUstream, params: *mut *mut c_void)
+        => crate::launch::cooperative;
+    cuGraphLaunch("cuGraphLaunch", 10000, legacy) GraphLaunch fn(exec: CUgraphExec, stream: CUstream)
+        => crate::graphs::launch;
+    cuGraphLaunch_ptsz("cuGraphLaunch", 10000, per_thread) GraphLaunch fn(exec: CUgraphExec, stream: CUstream)
+        => crate::graphs::launch;
+    cuGraphInstantiateWithFlags("cuGraphInstantiateWithFlags", 11040, legacy) Graph fn(
+        exec: *mut CUgraphExec, graph: CUgraph, flags: u64) => crate::graphs::instantiate_with_flags;
+    cuGraphInstantiateWithParams("cuGraphInstantiateWithParams", 12000, legacy) Graph fn(
+        exec: *mut CUgraphExec, graph: CUgraph, params: *mut c_void) => crate::graphs::instantiate_with_params;
+    cuGraphInstantiateWithParams_ptsz("cuGraphInstantiateWithParams", 12000, per_thread) Graph fn(
+        exec: *mut CUgraphExec, graph: CUgraph, params: *mut c_void) => crate::graphs::instantiate_with_params;
+    cuGraphInstantiate_v2("cuGraphInstantiate", 11000, legacy) Graph fn(
+        exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize)
+        => crate::graphs::instantiate_v2;
+    cuGraphExecDestroy("cuGraphExecDestroy", 10000, legacy) Graph fn(exec: CUgraphExec)
+        => crate::graphs::exec_destroy;
+    cuStreamBeginCapture("cuStreamBeginCapture", 10000, legacy) Capture fn(stream: CUstream)
+        => crate::capture::begin_v1;
+    cuStreamBeginCapture_ptsz("cuStreamBeginCapture", 10000, per_thread) Capture fn(stream: CUstream)
+        => crate::capture::begin_v1;
+    cuStreamBeginCapture_v2("cuStreamBeginCapture", 10010, legacy) Capture fn(stream: CUstream, mode: c_uint)
+        => crate::capture::begin_v2;
+    cuStreamBeginCapture_v2_ptsz("cuStreamBeginCapture", 10010, per_thread) Capture fn(
+        stream: CUstream, mode: c_uint) => crate::capture::begin_v2;
+    cuStreamBeginCaptureToGraph("cuStreamBeginCaptureToGraph", 12030, legacy) Capture fn(
+        stream: CUstream, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, mode: c_uint)
+        => crate::capture::begin_to_graph;
+    cuStreamBeginCaptureToGraph_ptsz("cuStreamBeginCaptureToGraph", 12030, per_thread) Capture fn(
+        stream: CUstream, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, mode: c_uint)
+        => crate::capture::begin_to_graph;
+    cuStreamEndCapture("cuStreamEndCapture", 10000, legacy) Capture fn(stream: CUstream, graph: *mut CUgraph)
+        => crate::capture::end;
+    cuStreamEndCapture_ptsz("cuStreamEndCapture", 10000, per_thread) Capture fn(
+        stream: CUstream, graph: *mut CUgraph) => crate::capture::end;
 
     cuMemAlloc_v2("cuMemAlloc", 3020, legacy) Alloc fn(dptr: *mut CUdeviceptr, bytes: usize);
     cuMemAllocPitch_v2("cuMemAllocPitch", 3020, legacy) Alloc fn(

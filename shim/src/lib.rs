@@ -16,11 +16,14 @@
 
 pub mod log;
 
+mod capture;
 mod counters;
 mod dlsym;
 mod driver;
 mod env;
+mod graphs;
 mod hooks;
+mod launch;
 mod proc_address;
 mod table;
 mod types;

@@ -27,6 +27,7 @@ type V2 =
 /// # Safety
 /// Arguments as `cuGetProcAddress` (CUDA 11.3) requires; `real` is the driver's.
 pub unsafe fn answer_v1(
+    _: Hook,
     real: V1,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -51,6 +52,7 @@ pub unsafe fn answer_v1(
 /// # Safety
 /// Arguments as `cuGetProcAddress_v2` (CUDA 12.0) requires; `real` is the driver's.
 pub unsafe fn answer_v2(
+    _: Hook,
     real: V2,
     symbol: *const c_char,
     pfn: *mut *mut c_void,

@@ -17,6 +17,8 @@ pub enum Kind {
     Init,
     Launch,
     GraphLaunch,
+    Graph,
+    Capture,
     Alloc,
     Free,
     Vmm,
@@ -30,10 +32,12 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Init,
         Kind::Launch,
         Kind::GraphLaunch,
+        Kind::Graph,
+        Kind::Capture,
         Kind::Alloc,
         Kind::Free,
         Kind::Vmm,
@@ -51,6 +55,8 @@ impl Kind {
             Kind::Init => "init",
             Kind::Launch => "launch",
             Kind::GraphLaunch => "graph_launch",
+            Kind::Graph => "graph",
+            Kind::Capture => "capture",
             Kind::Alloc => "alloc",
             Kind::Free => "free",
             Kind::Vmm => "vmm",
@@ -141,7 +147,8 @@ impl Hook {
 /// `symbol("gpaName", since, legacy|per_thread) Kind fn(arg: Type, ...) [=> custom_body];`
 ///
 /// A plain entry counts the call and forwards it unchanged to the same variant of
-/// the real driver. An entry with `=> path` calls `path(real, args...)` instead.
+/// the real driver. An entry with `=> path` counts it and calls
+/// `path(hook, real, args...)` instead.
 #[macro_export]
 macro_rules! hook_table {
     ($(
@@ -198,20 +205,20 @@ macro_rules! hook_table {
                     // whose C signature is the one declared in this table.
                     let real = unsafe { ::core::mem::transmute::<usize, Real>(real) };
                     $crate::counters::hit(ID);
-                    $crate::hook_table!(@call real ($($arg),*) $($custom)?)
+                    $crate::hook_table!(@call ID real ($($arg),*) $($custom)?)
                 }
             )*
         }
     };
     (@per_thread legacy) => { false };
     (@per_thread per_thread) => { true };
-    (@call $real:ident ($($arg:ident),*)) => {
+    (@call $id:ident $real:ident ($($arg:ident),*)) => {
         // SAFETY: forwarding the caller's arguments, unchanged, to the same variant.
         unsafe { $real($($arg),*) }
     };
-    (@call $real:ident ($($arg:ident),*) $custom:path) => {
+    (@call $id:ident $real:ident ($($arg:ident),*) $custom:path) => {
         // SAFETY: the custom body receives the real function and the caller's arguments.
-        unsafe { $custom($real, $($arg),*) }
+        unsafe { $custom($id, $real, $($arg),*) }
     };
 }
 

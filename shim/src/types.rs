@@ -6,8 +6,8 @@
 //! Rust enum knows, so results cross the boundary as a transparent `u32`.
 
 pub use cudarc::driver::sys::{
-    CUcontext, CUdeviceptr, CUevent, CUfunction, CUgraphExec, CUlaunchConfig, CUmemAllocationProp,
-    CUmemGenericAllocationHandle, CUmemoryPool, CUstream,
+    CUcontext, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUlaunchConfig,
+    CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUstream,
 };
 
 /// A `CUresult` as the driver returns it, whatever its value.
