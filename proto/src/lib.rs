@@ -1,1 +1,50 @@
-//! placeholder
+//! `tandem-proto`: the one definition of every layout shared between the
+//! `LD_PRELOAD`ed shim (`libtandem.so`) and the coordinator (`tandemd`).
+//!
+//! * [`record`]: the 64-byte [`Record`] and its [`EventKind`].
+//! * [`ring`]: the lock-free SPSC ring in a shared region ([`Producer`],
+//!   [`SyncProducer`], [`Consumer`], [`RingLayout`]).
+//! * [`control`]: the per-client [`ControlBlock`] (gate, heartbeat) and the
+//!   bounded futex wrappers.
+//! * [`shm`]: sealed memfd regions and the owned [`Mapping`].
+//! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
+//! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
+//!
+//! # Connection flow
+//!
+//! ```text
+//! shim                                   tandemd
+//! ----                                   -------
+//! connect($TANDEM_SOCKET, SEQPACKET)
+//! send Hello{pid, class, exe, cgroup} -> decode, check SO_PEERCRED and policy
+//!                                        layout = RingLayout::new(cap)
+//!                                        (fd, map) = shm::create(name, layout.region_len())
+//!                                        consumer = Consumer::init(&map, layout, id)
+//!                                     <- send Welcome{id, cap, region_len, ..} + fd
+//! map = shm::map_received(fd, region_len)        (or Reject{reason, message})
+//! producer = Producer::attach(&map, welcome.layout())
+//! control  = ring::control_block(&map, layout)
+//! per launch: control.gate_is_open() || control.wait_open(..); producer.push(&rec)
+//! ```
+//!
+//! Everything on the shim's launch path (`push`, `gate_is_open`) is
+//! allocation-free, lock-free and syscall-free; wire encoding and decoding
+//! work on caller buffers and never allocate.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod control;
+pub mod error;
+pub mod header;
+pub mod record;
+pub mod ring;
+pub mod shm;
+pub mod wire;
+
+pub use control::{ControlBlock, GateWait};
+pub use error::{Error, Result};
+pub use header::c_header;
+pub use record::{monotonic_ns, EventKind, Record};
+pub use ring::{region_size, Consumer, Producer, RingLayout, RingStats, SyncProducer};
+pub use shm::Mapping;
+pub use wire::{ClientClass, Hello, Message, Reject, RejectReason, Welcome, PROTOCOL_VERSION};

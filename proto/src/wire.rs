@@ -1,0 +1,1032 @@
+//! Messages on the coordinator's `SOCK_SEQPACKET` socket.
+//!
+//! Each datagram is one message: a fixed 12-byte header followed by a body,
+//! every integer little-endian.
+//!
+//! ```text
+//! header   0 magic u32 = "TNDM"   4 version u16   6 type u16   8 body_len u32
+//! Hello    0 pid u32   4 class u8   5 flags u8   6 exe_len u16   8 cgroup_len u16
+//!          10 exe[exe_len]   cgroup[cgroup_len]                  (shim -> tandemd)
+//! Welcome  0 client_id u64   8 region_len u64   16 ring_capacity u32
+//!          20 layout_version u32   24 heartbeat_interval_ms u32
+//!          28 class u8   29 flags u8   30 reserved u16 (0)      (tandemd -> shim,
+//!                                                   region memfd attached by SCM_RIGHTS)
+//! Reject   0 reason u16   2 message_len u16   4 message[message_len] (UTF-8)
+//! ```
+//!
+//! The header's `version` is the sender's [`PROTOCOL_VERSION`]. The header and
+//! the Reject message are frozen across versions: a receiver always decodes a
+//! Reject, whatever its version, so a peer can always say "wrong version" and
+//! be understood. Any other message of another version fails to decode with
+//! [`Error::VersionMismatch`], naming both versions.
+//!
+//! Decoding is zero-copy and allocation-free, checks every length against the
+//! datagram and against the protocol maxima, and rejects unknown values.
+//! Encoding writes into a caller-provided buffer.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use crate::error::{Error, Result};
+use crate::ring::{RingLayout, RING_LAYOUT_VERSION};
+
+/// Wire magic, the first four bytes of every message (`"TNDM"`).
+pub const WIRE_MAGIC: u32 = u32::from_le_bytes(*b"TNDM");
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes in the message header.
+pub const HEADER_LEN: usize = 12;
+/// Longest executable path a Hello may carry (Linux `PATH_MAX`).
+pub const MAX_EXE_LEN: usize = 4096;
+/// Longest cgroup path a Hello may carry.
+pub const MAX_CGROUP_LEN: usize = 4096;
+/// Longest Reject message text.
+pub const MAX_REJECT_MESSAGE_LEN: usize = 1024;
+/// Fixed part of a Hello body.
+pub const HELLO_FIXED_LEN: usize = 10;
+/// Welcome body length.
+pub const WELCOME_LEN: usize = 32;
+/// Fixed part of a Reject body.
+pub const REJECT_FIXED_LEN: usize = 4;
+/// Largest valid message: size receive buffers with this.
+pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + HELLO_FIXED_LEN + MAX_EXE_LEN + MAX_CGROUP_LEN;
+/// Largest heartbeat interval a Welcome may announce.
+pub const MAX_HEARTBEAT_INTERVAL_MS: u32 = 60_000;
+
+/// Hello flag: the job asked for weight sharing (`TANDEM_SHARE_WEIGHTS=on`).
+pub const HELLO_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
+/// Welcome flag: weight sharing is enabled for this client.
+pub const WELCOME_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
+
+const TYPE_HELLO: u16 = 1;
+const TYPE_WELCOME: u16 = 2;
+const TYPE_REJECT: u16 = 3;
+
+/// The scheduling class a client claims (Hello) or is granted (Welcome).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ClientClass {
+    /// Let the coordinator decide (the default).
+    Auto = 0,
+    /// Latency-sensitive inference.
+    Inference = 1,
+    /// Throughput training.
+    Training = 2,
+}
+
+impl ClientClass {
+    /// Checked decode of a wire byte.
+    #[must_use]
+    pub const fn from_u8(v: u8) -> Option<ClientClass> {
+        match v {
+            0 => Some(ClientClass::Auto),
+            1 => Some(ClientClass::Inference),
+            2 => Some(ClientClass::Training),
+            _ => None,
+        }
+    }
+
+    /// Parse a `TANDEM_CLASS` value (`auto`, `inference`, `training`; `off`
+    /// is handled by the shim before it ever connects, so it is `None` here).
+    #[must_use]
+    pub fn from_env_value(v: &[u8]) -> Option<ClientClass> {
+        match v {
+            b"auto" | b"" => Some(ClientClass::Auto),
+            b"inference" => Some(ClientClass::Inference),
+            b"training" => Some(ClientClass::Training),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            ClientClass::Auto => "auto",
+            ClientClass::Inference => "inference",
+            ClientClass::Training => "training",
+        }
+    }
+}
+
+/// Why the coordinator refused a client. A transparent `u16`: a newer
+/// coordinator may send reasons this build does not know, and they still decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct RejectReason(pub u16);
+
+impl RejectReason {
+    /// Protocol version mismatch.
+    pub const VERSION_MISMATCH: RejectReason = RejectReason(1);
+    /// The Hello was malformed.
+    pub const MALFORMED: RejectReason = RejectReason(2);
+    /// The claimed class is not allowed for this user/cgroup.
+    pub const NOT_PERMITTED: RejectReason = RejectReason(3);
+    /// The coordinator is at its client limit.
+    pub const TOO_MANY_CLIENTS: RejectReason = RejectReason(4);
+    /// The coordinator is shutting down.
+    pub const SHUTTING_DOWN: RejectReason = RejectReason(5);
+    /// Internal error in the coordinator (e.g. could not create the region).
+    pub const INTERNAL: RejectReason = RejectReason(6);
+
+    /// A short description, or `"unknown reason"`.
+    #[must_use]
+    pub const fn describe(self) -> &'static str {
+        match self.0 {
+            1 => "protocol version mismatch",
+            2 => "malformed hello",
+            3 => "class not permitted",
+            4 => "too many clients",
+            5 => "coordinator shutting down",
+            6 => "coordinator internal error",
+            _ => "unknown reason",
+        }
+    }
+}
+
+/// Shim -> coordinator: who I am.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello<'a> {
+    /// The client's pid (the coordinator trusts `SO_PEERCRED`, not this).
+    pub pid: u32,
+    /// The claimed class.
+    pub class: ClientClass,
+    /// `HELLO_FLAG_*` bits.
+    pub flags: u8,
+    /// Executable path bytes (`/proc/self/exe`), no NUL, at most [`MAX_EXE_LEN`].
+    pub exe: &'a [u8],
+    /// cgroup path bytes (from `/proc/self/cgroup`), no NUL, at most [`MAX_CGROUP_LEN`].
+    pub cgroup: &'a [u8],
+}
+
+/// Coordinator -> shim: accepted; the region memfd rides along (SCM_RIGHTS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    /// The id the coordinator assigned (also in the control block).
+    pub client_id: u64,
+    /// Region size in bytes; equals `RingLayout::new(ring_capacity).region_len()`.
+    pub region_len: u64,
+    /// Ring capacity in records.
+    pub ring_capacity: u32,
+    /// How often the coordinator beats; the shim's staleness bound derives from it.
+    pub heartbeat_interval_ms: u32,
+    /// The class granted (may differ from the claim).
+    pub class: ClientClass,
+    /// `WELCOME_FLAG_*` bits.
+    pub flags: u8,
+}
+
+impl Welcome {
+    /// The ring layout this Welcome announces (validated at decode).
+    pub fn layout(&self) -> Result<RingLayout> {
+        RingLayout::new(self.ring_capacity)
+    }
+}
+
+/// Coordinator -> shim: refused. Layout frozen across protocol versions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reject<'a> {
+    /// Why.
+    pub reason: RejectReason,
+    /// The sender's protocol version (from the header; set by decode, ignored by encode).
+    pub peer_version: u16,
+    /// Human-readable detail, UTF-8, at most [`MAX_REJECT_MESSAGE_LEN`] bytes.
+    pub message: &'a str,
+}
+
+impl core::fmt::Display for Reject<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "tandemd (protocol v{}) refused this client: {} ({})",
+            self.peer_version,
+            self.reason.describe(),
+            self.reason.0
+        )?;
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// One message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// Shim -> coordinator.
+    Hello(Hello<'a>),
+    /// Coordinator -> shim.
+    Welcome(Welcome),
+    /// Coordinator -> shim.
+    Reject(Reject<'a>),
+}
+
+// ---- little-endian cursor helpers (bounds already checked by callers) ----
+
+fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn need(what: &'static str, have: usize, need: usize) -> Result<()> {
+    if have < need {
+        Err(Error::Truncated { what, need, have })
+    } else {
+        Ok(())
+    }
+}
+
+fn exact(what: &'static str, declared: usize, actual: usize) -> Result<()> {
+    if declared != actual {
+        Err(Error::LengthMismatch {
+            what,
+            declared,
+            actual,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn bounded(field: &'static str, len: usize, max: usize) -> Result<()> {
+    if len > max {
+        Err(Error::FieldTooLong { field, len, max })
+    } else {
+        Ok(())
+    }
+}
+
+fn no_nul(field: &'static str, bytes: &[u8]) -> Result<()> {
+    if bytes.contains(&0) {
+        Err(Error::BadValue { field, value: 0 })
+    } else {
+        Ok(())
+    }
+}
+
+fn class(field: &'static str, v: u8) -> Result<ClientClass> {
+    ClientClass::from_u8(v).ok_or(Error::BadValue {
+        field,
+        value: u64::from(v),
+    })
+}
+
+fn flags(field: &'static str, v: u8, known: u8) -> Result<u8> {
+    if v & !known != 0 {
+        Err(Error::BadValue {
+            field,
+            value: u64::from(v),
+        })
+    } else {
+        Ok(v)
+    }
+}
+
+impl<'a> Message<'a> {
+    /// Name of the message type, for errors and logs.
+    #[must_use]
+    pub const fn type_name(&self) -> &'static str {
+        match self {
+            Message::Hello(_) => "Hello",
+            Message::Welcome(_) => "Welcome",
+            Message::Reject(_) => "Reject",
+        }
+    }
+
+    /// Decode one datagram, validating everything.
+    pub fn decode(buf: &'a [u8]) -> Result<Message<'a>> {
+        need("message header", buf.len(), HEADER_LEN)?;
+        let magic = get_u32(buf, 0);
+        if magic != WIRE_MAGIC {
+            return Err(Error::WireMagic { found: magic });
+        }
+        let version = get_u16(buf, 4);
+        let ty = get_u16(buf, 6);
+        let body_len = get_u32(buf, 8) as usize;
+        let body = &buf[HEADER_LEN..];
+        // Reject is decodable under any version (frozen layout).
+        if ty == TYPE_REJECT {
+            exact("Reject", body_len, body.len())?;
+            return Self::decode_reject(body, version);
+        }
+        if version != PROTOCOL_VERSION {
+            return Err(Error::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: version,
+            });
+        }
+        match ty {
+            TYPE_HELLO => {
+                exact("Hello", body_len, body.len())?;
+                Self::decode_hello(body)
+            }
+            TYPE_WELCOME => {
+                exact("Welcome", body_len, body.len())?;
+                Self::decode_welcome(body)
+            }
+            raw => Err(Error::UnknownMessage { raw }),
+        }
+    }
+
+    fn decode_hello(b: &'a [u8]) -> Result<Message<'a>> {
+        need("Hello", b.len(), HELLO_FIXED_LEN)?;
+        let pid = get_u32(b, 0);
+        let class = class("class", b[4])?;
+        let flags = flags("hello flags", b[5], HELLO_FLAG_SHARE_WEIGHTS)?;
+        let exe_len = usize::from(get_u16(b, 6));
+        let cgroup_len = usize::from(get_u16(b, 8));
+        bounded("executable path", exe_len, MAX_EXE_LEN)?;
+        bounded("cgroup path", cgroup_len, MAX_CGROUP_LEN)?;
+        exact("Hello", HELLO_FIXED_LEN + exe_len + cgroup_len, b.len())?;
+        let exe = &b[HELLO_FIXED_LEN..HELLO_FIXED_LEN + exe_len];
+        let cgroup = &b[HELLO_FIXED_LEN + exe_len..];
+        no_nul("executable path", exe)?;
+        no_nul("cgroup path", cgroup)?;
+        Ok(Message::Hello(Hello {
+            pid,
+            class,
+            flags,
+            exe,
+            cgroup,
+        }))
+    }
+
+    fn decode_welcome(b: &'a [u8]) -> Result<Message<'a>> {
+        exact("Welcome", WELCOME_LEN, b.len())?;
+        let client_id = get_u64(b, 0);
+        let region_len = get_u64(b, 8);
+        let ring_capacity = get_u32(b, 16);
+        let layout_version = get_u32(b, 20);
+        let heartbeat_interval_ms = get_u32(b, 24);
+        if layout_version != RING_LAYOUT_VERSION {
+            return Err(Error::LayoutVersion {
+                ours: RING_LAYOUT_VERSION,
+                theirs: layout_version,
+            });
+        }
+        let layout = RingLayout::new(ring_capacity)?;
+        if region_len != layout.region_len() as u64 {
+            return Err(Error::BadValue {
+                field: "region_len",
+                value: region_len,
+            });
+        }
+        if heartbeat_interval_ms == 0 || heartbeat_interval_ms > MAX_HEARTBEAT_INTERVAL_MS {
+            return Err(Error::BadValue {
+                field: "heartbeat_interval_ms",
+                value: u64::from(heartbeat_interval_ms),
+            });
+        }
+        let class = class("class", b[28])?;
+        let flags = flags("welcome flags", b[29], WELCOME_FLAG_SHARE_WEIGHTS)?;
+        Ok(Message::Welcome(Welcome {
+            client_id,
+            region_len,
+            ring_capacity,
+            heartbeat_interval_ms,
+            class,
+            flags,
+        }))
+    }
+
+    fn decode_reject(b: &'a [u8], version: u16) -> Result<Message<'a>> {
+        need("Reject", b.len(), REJECT_FIXED_LEN)?;
+        let reason = RejectReason(get_u16(b, 0));
+        let len = usize::from(get_u16(b, 2));
+        bounded("reject message", len, MAX_REJECT_MESSAGE_LEN)?;
+        exact("Reject", REJECT_FIXED_LEN + len, b.len())?;
+        let message =
+            core::str::from_utf8(&b[REJECT_FIXED_LEN..]).map_err(|e| Error::BadValue {
+                field: "reject message (not UTF-8)",
+                value: e.valid_up_to() as u64,
+            })?;
+        Ok(Message::Reject(Reject {
+            reason,
+            peer_version: version,
+            message,
+        }))
+    }
+
+    fn body_len(&self) -> usize {
+        match self {
+            Message::Hello(h) => HELLO_FIXED_LEN + h.exe.len() + h.cgroup.len(),
+            Message::Welcome(_) => WELCOME_LEN,
+            Message::Reject(r) => REJECT_FIXED_LEN + r.message.len(),
+        }
+    }
+
+    /// Bytes [`encode`](Self::encode) will write.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        HEADER_LEN + self.body_len()
+    }
+
+    /// Encode into `out`, returning the number of bytes written. Checks the
+    /// same limits the decoder does, so a message that encodes also decodes.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize> {
+        let ty = match self {
+            Message::Hello(h) => {
+                bounded("executable path", h.exe.len(), MAX_EXE_LEN)?;
+                bounded("cgroup path", h.cgroup.len(), MAX_CGROUP_LEN)?;
+                no_nul("executable path", h.exe)?;
+                no_nul("cgroup path", h.cgroup)?;
+                flags("hello flags", h.flags, HELLO_FLAG_SHARE_WEIGHTS)?;
+                TYPE_HELLO
+            }
+            Message::Welcome(w) => {
+                let layout = w.layout()?;
+                if w.region_len != layout.region_len() as u64 {
+                    return Err(Error::BadValue {
+                        field: "region_len",
+                        value: w.region_len,
+                    });
+                }
+                if w.heartbeat_interval_ms == 0
+                    || w.heartbeat_interval_ms > MAX_HEARTBEAT_INTERVAL_MS
+                {
+                    return Err(Error::BadValue {
+                        field: "heartbeat_interval_ms",
+                        value: u64::from(w.heartbeat_interval_ms),
+                    });
+                }
+                flags("welcome flags", w.flags, WELCOME_FLAG_SHARE_WEIGHTS)?;
+                TYPE_WELCOME
+            }
+            Message::Reject(r) => {
+                bounded("reject message", r.message.len(), MAX_REJECT_MESSAGE_LEN)?;
+                TYPE_REJECT
+            }
+        };
+        let total = self.encoded_len();
+        if out.len() < total {
+            return Err(Error::BufferTooSmall {
+                need: total,
+                have: out.len(),
+            });
+        }
+        let out = &mut out[..total];
+        out[0..4].copy_from_slice(&WIRE_MAGIC.to_le_bytes());
+        out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out[6..8].copy_from_slice(&ty.to_le_bytes());
+        out[8..12].copy_from_slice(&(self.body_len() as u32).to_le_bytes());
+        let b = &mut out[HEADER_LEN..];
+        match self {
+            Message::Hello(h) => {
+                b[0..4].copy_from_slice(&h.pid.to_le_bytes());
+                b[4] = h.class as u8;
+                b[5] = h.flags;
+                b[6..8].copy_from_slice(&(h.exe.len() as u16).to_le_bytes());
+                b[8..10].copy_from_slice(&(h.cgroup.len() as u16).to_le_bytes());
+                let e = HELLO_FIXED_LEN + h.exe.len();
+                b[HELLO_FIXED_LEN..e].copy_from_slice(h.exe);
+                b[e..].copy_from_slice(h.cgroup);
+            }
+            Message::Welcome(w) => {
+                b[0..8].copy_from_slice(&w.client_id.to_le_bytes());
+                b[8..16].copy_from_slice(&w.region_len.to_le_bytes());
+                b[16..20].copy_from_slice(&w.ring_capacity.to_le_bytes());
+                b[20..24].copy_from_slice(&RING_LAYOUT_VERSION.to_le_bytes());
+                b[24..28].copy_from_slice(&w.heartbeat_interval_ms.to_le_bytes());
+                b[28] = w.class as u8;
+                b[29] = w.flags;
+                b[30..32].copy_from_slice(&0u16.to_le_bytes());
+            }
+            Message::Reject(r) => {
+                b[0..2].copy_from_slice(&r.reason.0.to_le_bytes());
+                b[2..4].copy_from_slice(&(r.message.len() as u16).to_le_bytes());
+                b[REJECT_FIXED_LEN..].copy_from_slice(r.message.as_bytes());
+            }
+        }
+        Ok(total)
+    }
+}
+
+// ------------------------------------------------------------------------
+// SOCK_SEQPACKET transport with one optional SCM_RIGHTS fd
+// ------------------------------------------------------------------------
+
+/// What [`recv`] got.
+#[derive(Debug)]
+pub struct Received {
+    /// Datagram length; 0 means the peer closed the connection.
+    pub len: usize,
+    /// The fd that came with it, if any (close-on-exec).
+    pub fd: Option<OwnedFd>,
+}
+
+/// Control-message buffer for one fd, with the alignment `cmsghdr` needs.
+#[repr(C, align(8))]
+struct CmsgBuf([u8; 64]);
+
+/// Send one datagram, optionally with one fd (SCM_RIGHTS). Uses
+/// `MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, never a `SIGPIPE` that
+/// would kill the host job.
+pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<()> {
+    let iov = [IoSlice::new(msg)];
+    let mut cmsg = CmsgBuf([0; 64]);
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+    let mut hdr: libc::msghdr = unsafe { core::mem::zeroed() };
+    hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    hdr.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
+        let (space, len) = unsafe {
+            (
+                libc::CMSG_SPACE(size_of_fd()) as usize,
+                libc::CMSG_LEN(size_of_fd()) as usize,
+            )
+        };
+        debug_assert!(space <= cmsg.0.len());
+        hdr.msg_control = cmsg.0.as_mut_ptr().cast();
+        hdr.msg_controllen = space as _;
+        // SAFETY: msg_control points at `space` writable, aligned bytes, so
+        // CMSG_FIRSTHDR is non-null and its data has room for one c_int.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&hdr);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = len as _;
+            core::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd.as_raw_fd());
+        }
+    }
+    loop {
+        // SAFETY: `hdr` points at live iov and control buffers for the call.
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            if r as usize != msg.len() {
+                return Err(Error::BadAncillary {
+                    what: "datagram sent short",
+                });
+            }
+            return Ok(());
+        }
+        let e = Error::last_os("sendmsg");
+        if e.errno() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+fn size_of_fd() -> u32 {
+    core::mem::size_of::<libc::c_int>() as u32
+}
+
+/// Receive one datagram into `buf` (size it [`MAX_MESSAGE_LEN`]), with at most
+/// one fd. A datagram longer than `buf`, or more than one fd, is an error (any
+/// fds that arrived are closed). Set `SO_RCVTIMEO` on the socket to bound the wait.
+pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<Received> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut cmsg = CmsgBuf([0; 64]);
+    // SAFETY: an all-zero msghdr is valid.
+    let mut hdr: libc::msghdr = unsafe { core::mem::zeroed() };
+    hdr.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cmsg.0.as_mut_ptr().cast();
+    // SAFETY: pure arithmetic.
+    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(size_of_fd()) } as _;
+    let n = loop {
+        // SAFETY: `hdr` points at live, writable iov and control buffers.
+        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+        if r >= 0 {
+            break r as usize;
+        }
+        let e = Error::last_os("recvmsg");
+        if e.errno() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    };
+    // Collect every fd first so none leaks, whatever goes wrong next.
+    let mut fd: Option<OwnedFd> = None;
+    let mut extra = false;
+    // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay within msg_controllen and return null at the end.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&hdr) };
+    while !c.is_null() {
+        // SAFETY: `c` is a valid cmsghdr inside the control buffer.
+        let (level, ty, clen) =
+            unsafe { ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize) };
+        if level == libc::SOL_SOCKET && ty == libc::SCM_RIGHTS {
+            // SAFETY: pure arithmetic.
+            let base = unsafe { libc::CMSG_LEN(0) } as usize;
+            let count = clen.saturating_sub(base) / core::mem::size_of::<libc::c_int>();
+            for i in 0..count {
+                // SAFETY: `count` ints lie within this cmsg's data (cmsg_len
+                // was bounded by the kernel to the buffer).
+                let raw = unsafe {
+                    core::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>().add(i))
+                };
+                // SAFETY: SCM_RIGHTS installed `raw` as a new fd owned by us.
+                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                if fd.is_none() {
+                    fd = Some(owned);
+                } else {
+                    extra = true; // dropped (closed) here
+                }
+            }
+        }
+        // SAFETY: `hdr` and `c` are valid as above.
+        c = unsafe { libc::CMSG_NXTHDR(&hdr, c) };
+    }
+    if hdr.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(Error::BadAncillary {
+            what: "datagram longer than the receive buffer (truncated)",
+        });
+    }
+    if extra || hdr.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(Error::BadAncillary {
+            what: "more than one file descriptor attached",
+        });
+    }
+    Ok(Received { len: n, fd })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello<'static> {
+        Hello {
+            pid: 4242,
+            class: ClientClass::Inference,
+            flags: HELLO_FLAG_SHARE_WEIGHTS,
+            exe: b"/usr/bin/python3.12",
+            cgroup: b"/user.slice/user-1000.slice/session-3.scope",
+        }
+    }
+
+    fn welcome() -> Welcome {
+        Welcome {
+            client_id: 77,
+            region_len: RingLayout::new(1024).unwrap().region_len() as u64,
+            ring_capacity: 1024,
+            heartbeat_interval_ms: 50,
+            class: ClientClass::Training,
+            flags: 0,
+        }
+    }
+
+    fn enc(m: &Message<'_>) -> Vec<u8> {
+        let mut v = vec![0u8; MAX_MESSAGE_LEN];
+        let n = m.encode(&mut v).unwrap();
+        assert_eq!(n, m.encoded_len());
+        v.truncate(n);
+        v
+    }
+
+    #[test]
+    fn round_trips() {
+        for m in [
+            Message::Hello(hello()),
+            Message::Hello(Hello {
+                exe: &[b'x'; MAX_EXE_LEN],
+                cgroup: &[b'y'; MAX_CGROUP_LEN],
+                ..hello()
+            }),
+            Message::Hello(Hello {
+                exe: b"",
+                cgroup: b"",
+                class: ClientClass::Auto,
+                flags: 0,
+                ..hello()
+            }),
+            Message::Welcome(welcome()),
+            Message::Reject(Reject {
+                reason: RejectReason::NOT_PERMITTED,
+                peer_version: PROTOCOL_VERSION,
+                message: "user 1000 may not claim class inference; see /etc/tandem/tandemd.toml",
+            }),
+        ] {
+            let b = enc(&m);
+            assert_eq!(Message::decode(&b), Ok(m));
+        }
+        assert_eq!(
+            enc(&Message::Hello(hello())).len(),
+            MAX_MESSAGE_LEN - 8192 + 19 + 43
+        );
+    }
+
+    #[test]
+    fn header_errors() {
+        let good = enc(&Message::Hello(hello()));
+        for n in 0..HEADER_LEN {
+            assert_eq!(
+                Message::decode(&good[..n]),
+                Err(Error::Truncated {
+                    what: "message header",
+                    need: HEADER_LEN,
+                    have: n
+                })
+            );
+        }
+        let mut b = good.clone();
+        b[0] = b'X';
+        assert!(matches!(Message::decode(&b), Err(Error::WireMagic { .. })));
+        let mut b = good.clone();
+        b[4..6].copy_from_slice(&7u16.to_le_bytes());
+        let e = Message::decode(&b).unwrap_err();
+        assert_eq!(
+            e,
+            Error::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: 7
+            }
+        );
+        let text = e.to_string();
+        assert!(text.contains("v1") && text.contains("v7"), "{text}");
+        let mut b = good.clone();
+        b[6..8].copy_from_slice(&99u16.to_le_bytes());
+        assert_eq!(Message::decode(&b), Err(Error::UnknownMessage { raw: 99 }));
+        // body_len disagrees with the datagram
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&5u32.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&b),
+            Err(Error::LengthMismatch { .. })
+        ));
+        let mut b = good.clone();
+        b.push(0);
+        assert!(matches!(
+            Message::decode(&b),
+            Err(Error::LengthMismatch { .. })
+        ));
+    }
+
+    /// Re-frame a body with a correct header so only the body is at fault.
+    fn framed(ty: u16, version: u16, body: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
+        v.extend_from_slice(&version.to_le_bytes());
+        v.extend_from_slice(&ty.to_le_bytes());
+        v.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn hello_body_errors() {
+        let good = enc(&Message::Hello(hello()));
+        let body = good[HEADER_LEN..].to_vec();
+        // Every truncation of the body is an error, never a panic.
+        for n in 0..body.len() {
+            assert!(
+                Message::decode(&framed(TYPE_HELLO, 1, &body[..n])).is_err(),
+                "n={n}"
+            );
+        }
+        // oversize declared lengths
+        let mut b = body.clone();
+        b[6..8].copy_from_slice(&(MAX_EXE_LEN as u16 + 1).to_le_bytes());
+        assert_eq!(
+            Message::decode(&framed(TYPE_HELLO, 1, &b)),
+            Err(Error::FieldTooLong {
+                field: "executable path",
+                len: MAX_EXE_LEN + 1,
+                max: MAX_EXE_LEN
+            })
+        );
+        let mut b = body.clone();
+        b[8..10].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_HELLO, 1, &b)),
+            Err(Error::FieldTooLong {
+                field: "cgroup path",
+                ..
+            })
+        ));
+        // lengths that do not add up
+        let mut b = body.clone();
+        b[6..8].copy_from_slice(&3u16.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_HELLO, 1, &b)),
+            Err(Error::LengthMismatch { what: "Hello", .. })
+        ));
+        // bad class, unknown flag, NUL in a path
+        let mut b = body.clone();
+        b[4] = 9;
+        assert_eq!(
+            Message::decode(&framed(TYPE_HELLO, 1, &b)),
+            Err(Error::BadValue {
+                field: "class",
+                value: 9
+            })
+        );
+        let mut b = body.clone();
+        b[5] = 0x80;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_HELLO, 1, &b)),
+            Err(Error::BadValue {
+                field: "hello flags",
+                ..
+            })
+        ));
+        let mut b = body.clone();
+        b[HELLO_FIXED_LEN + 2] = 0;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_HELLO, 1, &b)),
+            Err(Error::BadValue {
+                field: "executable path",
+                ..
+            })
+        ));
+        // encode refuses what decode would refuse
+        let mut out = [0u8; MAX_MESSAGE_LEN + 16];
+        let long = [b'a'; MAX_EXE_LEN + 1];
+        assert!(matches!(
+            Message::Hello(Hello {
+                exe: &long,
+                ..hello()
+            })
+            .encode(&mut out),
+            Err(Error::FieldTooLong { .. })
+        ));
+        assert_eq!(
+            Message::Hello(hello()).encode(&mut out[..20]),
+            Err(Error::BufferTooSmall {
+                need: good.len(),
+                have: 20
+            })
+        );
+    }
+
+    #[test]
+    fn welcome_body_errors() {
+        let good = enc(&Message::Welcome(welcome()));
+        let body = good[HEADER_LEN..].to_vec();
+        for n in 0..body.len() {
+            assert!(Message::decode(&framed(TYPE_WELCOME, 1, &body[..n])).is_err());
+        }
+        let mut b = body.clone();
+        b[16..20].copy_from_slice(&1000u32.to_le_bytes());
+        assert_eq!(
+            Message::decode(&framed(TYPE_WELCOME, 1, &b)),
+            Err(Error::BadCapacity { capacity: 1000 })
+        );
+        let mut b = body.clone();
+        b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_WELCOME, 1, &b)),
+            Err(Error::BadValue {
+                field: "region_len",
+                ..
+            })
+        ));
+        let mut b = body.clone();
+        b[20..24].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(
+            Message::decode(&framed(TYPE_WELCOME, 1, &b)),
+            Err(Error::LayoutVersion {
+                ours: RING_LAYOUT_VERSION,
+                theirs: 2
+            })
+        );
+        let mut b = body.clone();
+        b[24..28].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_WELCOME, 1, &b)),
+            Err(Error::BadValue {
+                field: "heartbeat_interval_ms",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn reject_decodes_under_any_version() {
+        let msg = "speak v1";
+        let mut body = Vec::new();
+        body.extend_from_slice(&RejectReason::VERSION_MISMATCH.0.to_le_bytes());
+        body.extend_from_slice(&(msg.len() as u16).to_le_bytes());
+        body.extend_from_slice(msg.as_bytes());
+        let frame = framed(TYPE_REJECT, 9, &body);
+        let m = Message::decode(&frame).unwrap();
+        let Message::Reject(r) = m else {
+            panic!("not a reject: {m:?}")
+        };
+        assert_eq!(r.peer_version, 9);
+        assert_eq!(r.reason, RejectReason::VERSION_MISMATCH);
+        let shown = r.to_string();
+        assert!(
+            shown.contains("v9") && shown.contains("version mismatch") && shown.contains(msg),
+            "{shown}"
+        );
+        // unknown reasons still decode
+        let mut b = body.clone();
+        b[0..2].copy_from_slice(&500u16.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_REJECT, 1, &b)),
+            Ok(Message::Reject(Reject {
+                reason: RejectReason(500),
+                ..
+            }))
+        ));
+        // malformed rejects
+        for n in 0..body.len() {
+            assert!(Message::decode(&framed(TYPE_REJECT, 1, &body[..n])).is_err());
+        }
+        let mut b = body.clone();
+        b[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_REJECT, 1, &b)),
+            Err(Error::FieldTooLong { .. })
+        ));
+        let mut b = body.clone();
+        b[4] = 0xFF;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_REJECT, 1, &b)),
+            Err(Error::BadValue { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut x: u64 = 0xDEAD_BEEF_1234_5678;
+        let good = enc(&Message::Hello(hello()));
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut b = good.clone();
+            let i = (x as usize) % b.len();
+            b[i] = (x >> 32) as u8;
+            b.truncate(((x >> 40) as usize) % (b.len() + 1));
+            let _ = Message::decode(&b);
+        }
+    }
+
+    #[test]
+    fn seqpacket_with_fd() {
+        use std::os::fd::AsFd;
+        let mut sv = [0; 2];
+        // SAFETY: sv is a valid out-array of two ints.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: fresh fds from socketpair, owned by us.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+
+        // Hello without fd.
+        let hello_bytes = enc(&Message::Hello(hello()));
+        send(a.as_fd(), &hello_bytes, None).unwrap();
+        let mut buf = vec![0u8; MAX_MESSAGE_LEN];
+        let got = recv(b.as_fd(), &mut buf).unwrap();
+        assert!(got.fd.is_none());
+        assert_eq!(
+            Message::decode(&buf[..got.len]),
+            Ok(Message::Hello(hello()))
+        );
+
+        // Welcome with a region fd; the receiver maps it and sees the ring.
+        let layout = RingLayout::new(1024).unwrap();
+        let (memfd, map) = crate::shm::create(c"tandem-ring", layout.region_len()).unwrap();
+        let mut consumer = crate::ring::Consumer::init(&map, layout, 77).unwrap();
+        send(
+            b.as_fd(),
+            &enc(&Message::Welcome(welcome())),
+            Some(memfd.as_fd()),
+        )
+        .unwrap();
+        let got = recv(a.as_fd(), &mut buf).unwrap();
+        let Ok(Message::Welcome(w)) = Message::decode(&buf[..got.len]) else {
+            panic!("no welcome")
+        };
+        let fd = got.fd.expect("fd attached");
+        let client_map = crate::shm::map_received(fd.as_fd(), w.region_len as usize).unwrap();
+        let mut p = crate::ring::Producer::attach(&client_map, w.layout().unwrap()).unwrap();
+        assert!(p.push(&crate::record::Record::new(
+            crate::record::EventKind::ALLOC,
+            5
+        )));
+        let r = consumer.pop().unwrap().unwrap();
+        assert_eq!(r.kind(), Ok(crate::record::EventKind::ALLOC));
+        assert_eq!(
+            crate::ring::control_block(&client_map, layout)
+                .unwrap()
+                .client_id(),
+            77
+        );
+
+        // Too-small receive buffer: reported, not silently truncated.
+        send(a.as_fd(), &hello_bytes, None).unwrap();
+        assert!(matches!(
+            recv(b.as_fd(), &mut buf[..8]),
+            Err(Error::BadAncillary { .. })
+        ));
+
+        // Peer closes: len 0.
+        drop(a);
+        assert_eq!(recv(b.as_fd(), &mut buf).unwrap().len, 0);
+    }
+}
