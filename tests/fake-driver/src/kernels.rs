@@ -1,0 +1,582 @@
+//! Fake modules and kernels: the module image format, `cuModule*`/`cuFuncGetName`, argument
+//! decoding (`kernelParams` or `extra`), the kernel ops, and the launch entry points.
+//!
+//! Image (NUL-terminated text):
+//! ```text
+//! tandem-fake-module v1
+//! kernel <name> <duration_ns> <op>
+//! ```
+//! ops: `noop`; `add_u32` (params `CUdeviceptr ptr, unsigned n, unsigned value`: `ptr[i] += value`,
+//! wrapping); `fill_u32` (same params: `ptr[i] = value`). Blank lines and lines starting with `#`
+//! are ignored. A kernel's effects are applied at launch; its duration is simulated on the stream.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_uint, c_void, CStr, CString};
+
+use crate::introspect;
+use crate::memory::{check_range, device_ptr, Access, RangeFault};
+use crate::state::{lock, State};
+use crate::streams::{now_ns, StreamKey};
+use crate::types::*;
+
+pub const IMAGE_HEADER: &str = "tandem-fake-module v1";
+
+/// Dynamic shared memory a function may use without opting in (48 KiB).
+const MAX_DYNAMIC_SHARED: c_uint = 48 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Noop,
+    AddU32,
+    FillU32,
+}
+
+impl Op {
+    fn parse(s: &str) -> Option<Op> {
+        match s {
+            "noop" => Some(Op::Noop),
+            "add_u32" => Some(Op::AddU32),
+            "fill_u32" => Some(Op::FillU32),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDef {
+    pub name: String,
+    pub duration_ns: u64,
+    pub op: Op,
+}
+
+/// Parses a module image. Pure; the error names the offending line.
+pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
+    let mut lines = text.lines().enumerate();
+    match lines.next() {
+        Some((_, first)) if first.trim_end() == IMAGE_HEADER => {}
+        _ => return Err(format!("first line is not `{IMAGE_HEADER}`")),
+    }
+    let mut kernels: Vec<KernelDef> = Vec::new();
+    for (i, line) in lines {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let [kw, name, duration, op] = tokens[..] else {
+            return Err(format!(
+                "line {}: expected `kernel <name> <duration_ns> <op>`",
+                i + 1
+            ));
+        };
+        if kw != "kernel" {
+            return Err(format!("line {}: unknown directive `{kw}`", i + 1));
+        }
+        let duration_ns = duration
+            .parse::<u64>()
+            .map_err(|_| format!("line {}: bad duration `{duration}`", i + 1))?;
+        let op = Op::parse(op).ok_or_else(|| format!("line {}: unknown op `{op}`", i + 1))?;
+        if kernels.iter().any(|k| k.name == name) {
+            return Err(format!("line {}: kernel `{name}` defined twice", i + 1));
+        }
+        kernels.push(KernelDef {
+            name: name.to_owned(),
+            duration_ns,
+            op,
+        });
+    }
+    Ok(kernels)
+}
+
+/// Argument values of `add_u32`/`fill_u32`, copied out of the caller's storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelArgs {
+    pub ptr: CUdeviceptr,
+    pub n: u32,
+    pub value: u32,
+}
+
+/// A kernel ready to run: what it does, for how long, with which (copied) arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    pub op: Op,
+    pub duration_ns: u64,
+    pub args: Option<KernelArgs>,
+}
+
+struct Function {
+    module: usize,
+    name: CString,
+    duration_ns: u64,
+    op: Op,
+}
+
+pub struct Modules {
+    /// module -> its functions (name, handle).
+    modules: BTreeMap<usize, Vec<(String, usize)>>,
+    functions: BTreeMap<usize, Function>,
+}
+
+impl Modules {
+    pub const fn new() -> Self {
+        Self {
+            modules: BTreeMap::new(),
+            functions: BTreeMap::new(),
+        }
+    }
+
+    /// The op and duration of a live function.
+    pub fn function(&self, f: Handle) -> CuResult<(Op, u64)> {
+        self.functions
+            .get(&key(f))
+            .map(|f| (f.op, f.duration_ns))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// # Safety
+/// `out` must be NULL or valid for a write; `image` NULL or a NUL-terminated string.
+pub unsafe fn module_load_data(out: *mut Handle, image: *const c_void) -> CuResult<()> {
+    if out.is_null() || image.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-NULL and NUL-terminated (the image format's contract).
+    let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) };
+    let text = text.to_str().map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
+    let defs = parse_image(text).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
+    let mut st = lock();
+    st.require_ctx()?;
+    let m = st.new_handle();
+    let mut funcs = Vec::with_capacity(defs.len());
+    for d in defs {
+        let name = CString::new(d.name.clone()).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
+        let f = st.new_handle();
+        st.modules.functions.insert(
+            f,
+            Function {
+                module: m,
+                name,
+                duration_ns: d.duration_ns,
+                op: d.op,
+            },
+        );
+        funcs.push((d.name, f));
+    }
+    st.modules.modules.insert(m, funcs);
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, handle(m)) }
+}
+
+pub fn module_unload(module: Handle) -> CuResult<()> {
+    let mut st = lock();
+    st.contexts.require_current()?;
+    let funcs = st
+        .modules
+        .modules
+        .remove(&key(module))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    for (_, f) in funcs {
+        st.modules.functions.remove(&f);
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `out` must be NULL or valid for a write; `name` NULL or NUL-terminated.
+pub unsafe fn module_get_function(
+    out: *mut Handle,
+    module: Handle,
+    name: *const c_char,
+) -> CuResult<()> {
+    if out.is_null() || name.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-NULL and NUL-terminated (caller contract).
+    let name = unsafe { CStr::from_ptr(name) };
+    let st = lock();
+    st.contexts.require_current()?;
+    let funcs = st
+        .modules
+        .modules
+        .get(&key(module))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let f = funcs
+        .iter()
+        .find(|(n, _)| n.as_bytes() == name.to_bytes())
+        .map(|&(_, f)| f)
+        .ok_or(CUDA_ERROR_NOT_FOUND)?;
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, handle(f)) }
+}
+
+/// `cuFuncGetName`: the returned string lives as long as the function's module.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn func_get_name(out: *mut *const c_char, f: Handle) -> CuResult<()> {
+    if out.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let st = lock();
+    let func = st
+        .modules
+        .functions
+        .get(&key(f))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    debug_assert!(st.modules.modules.contains_key(&func.module));
+    // SAFETY: non-NULL, caller contract. The CString's heap buffer does not move while the
+    // function exists.
+    unsafe { write_out(out, func.name.as_ptr()) }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared: c_uint,
+}
+
+/// Validates launch dimensions against the fake device's limits (H100-like).
+pub fn check_dims(d: &Dims) -> CuResult<()> {
+    let [gx, gy, gz] = d.grid;
+    let [bx, by, bz] = d.block;
+    let grid_ok = (1..=i32::MAX as u32).contains(&gx)
+        && (1..=65535).contains(&gy)
+        && (1..=65535).contains(&gz);
+    let block_ok = (1..=1024).contains(&bx)
+        && (1..=1024).contains(&by)
+        && (1..=64).contains(&bz)
+        && u64::from(bx) * u64::from(by) * u64::from(bz) <= 1024;
+    if grid_ok && block_ok && d.shared <= MAX_DYNAMIC_SHARED {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    }
+}
+
+const CU_LAUNCH_PARAM_END: usize = 0x0;
+const CU_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x1;
+const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x2;
+/// How many (key, value) pairs of `extra` the fake reads before giving up on a missing END.
+const MAX_EXTRA_PAIRS: usize = 64;
+/// Packed argument buffer of `(CUdeviceptr, unsigned, unsigned)` with natural alignment.
+const PACKED_ARGS_SIZE: usize = 16;
+
+/// Copies the argument values of a kernel out of `kernelParams` or `extra`.
+///
+/// # Safety
+/// `params`, if non-NULL, must hold one valid pointer per kernel argument; `extra`, if
+/// non-NULL, must be a `CU_LAUNCH_PARAM_END`-terminated array as in cuda.h.
+pub unsafe fn decode_args(
+    op: Op,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<Option<KernelArgs>> {
+    if !params.is_null() && !extra.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if op == Op::Noop {
+        return Ok(None);
+    }
+    if !params.is_null() {
+        // SAFETY: `params` holds one pointer per argument (3 for these ops; caller contract);
+        // each pointed-to value is read only after its NULL check.
+        unsafe {
+            let ptr = read_in(params.add(0).read().cast::<CUdeviceptr>())?;
+            let n = read_in(params.add(1).read().cast::<u32>())?;
+            let value = read_in(params.add(2).read().cast::<u32>())?;
+            return Ok(Some(KernelArgs { ptr, n, value }));
+        }
+    }
+    if extra.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut buffer: *const u8 = std::ptr::null();
+    let mut size: Option<usize> = None;
+    for i in 0..MAX_EXTRA_PAIRS {
+        // SAFETY: `extra` is an END-terminated array of (key, value) pointers (caller
+        // contract); we stop at END, so every index read is inside it.
+        let k = unsafe { extra.add(2 * i).read() }.addr();
+        if k == CU_LAUNCH_PARAM_END {
+            break;
+        }
+        // SAFETY: as above: a non-END key is followed by its value.
+        let v = unsafe { extra.add(2 * i + 1).read() };
+        match k {
+            CU_LAUNCH_PARAM_BUFFER_POINTER => buffer = v.cast_const().cast(),
+            // SAFETY: the value of BUFFER_SIZE points at a size_t (cuda.h).
+            CU_LAUNCH_PARAM_BUFFER_SIZE => size = Some(unsafe { read_in(v.cast::<usize>()) }?),
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    match size {
+        Some(s) if !buffer.is_null() && s >= PACKED_ARGS_SIZE => {}
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    // SAFETY: `buffer` is non-NULL and the caller declared it at least 16 bytes long.
+    unsafe {
+        Ok(Some(KernelArgs {
+            ptr: buffer.cast::<u64>().read_unaligned(),
+            n: buffer.add(8).cast::<u32>().read_unaligned(),
+            value: buffer.add(12).cast::<u32>().read_unaligned(),
+        }))
+    }
+}
+
+/// The device range a kernel touches.
+fn footprint(w: &Work) -> Option<(CUdeviceptr, usize)> {
+    let a = w.args?;
+    Some((a.ptr, usize::try_from(u64::from(a.n) * 4).ok()?))
+}
+
+fn check_work(st: &State, w: &Work) -> Result<(), RangeFault> {
+    match footprint(w) {
+        Some((ptr, len)) => check_range(st, ptr, len, Access::Write),
+        None => Ok(()),
+    }
+}
+
+/// Applies a kernel's effect. Call only after `check_work` passed under the same lock.
+fn apply(w: &Work) {
+    let (Some(a), Some((_, len))) = (w.args, footprint(w)) else {
+        return;
+    };
+    if len == 0 {
+        return;
+    }
+    let base = device_ptr(a.ptr).cast::<u32>();
+    for i in 0..a.n as usize {
+        // SAFETY: `check_work` proved `[ptr, ptr + 4n)` lies in live, writable fake-device
+        // memory, and the state lock held by the caller keeps it so.
+        unsafe {
+            let p = base.add(i);
+            let v = match w.op {
+                Op::AddU32 => p.read_unaligned().wrapping_add(a.value),
+                Op::FillU32 => a.value,
+                Op::Noop => continue,
+            };
+            p.write_unaligned(v);
+        }
+    }
+}
+
+/// Runs kernels in order on `stream`: effects applied now, durations queued on the stream.
+///
+/// A kernel whose range lies outside every allocation fails the launch with
+/// `CUDA_ERROR_INVALID_VALUE` before anything runs. A kernel writing into memory mapped without
+/// write access behaves as on the real GPU: the launch itself succeeds, the faulting kernel does
+/// not write, and the context gets the sticky error `CUDA_ERROR_ILLEGAL_ADDRESS`, which every
+/// later context-bound call returns.
+pub fn execute(st: &mut State, works: &[Work], stream: StreamKey) -> CuResult<()> {
+    let mut faults = Vec::with_capacity(works.len());
+    for w in works {
+        match check_work(st, w) {
+            Err(RangeFault::Unmapped) => return Err(CUDA_ERROR_INVALID_VALUE),
+            r => faults.push(r.is_err()),
+        }
+    }
+    let now = now_ns();
+    for (w, faulted) in works.iter().zip(faults) {
+        if st.sticky_error.is_none() {
+            if faulted {
+                st.sticky_error = Some(CUDA_ERROR_ILLEGAL_ADDRESS);
+            } else {
+                apply(w);
+            }
+        }
+        st.streams.enqueue(stream, now, w.duration_ns);
+    }
+    introspect::kernels_executed_add(works.len() as u64);
+    Ok(())
+}
+
+/// `cuLaunchKernel` / `cuLaunchCooperativeKernel` (`extra` NULL) and their `_ptsz` forms.
+///
+/// # Safety
+/// `params`/`extra` as in `decode_args`.
+pub unsafe fn launch(
+    f: Handle,
+    dims: Dims,
+    stream: Handle,
+    per_thread_default: bool,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<()> {
+    let mut st = lock();
+    st.require_ctx()?;
+    let (op, duration_ns) = st.modules.function(f)?;
+    check_dims(&dims)?;
+    // SAFETY: forwarded caller contract.
+    let args = unsafe { decode_args(op, params, extra) }?;
+    let s = st.streams.resolve(stream, per_thread_default)?;
+    let work = Work {
+        op,
+        duration_ns,
+        args,
+    };
+    if let Some(graph) = st.graphs.capture_target(s) {
+        return crate::graphs::record_captured(&mut st, graph, work);
+    }
+    execute(&mut st, &[work], s)
+}
+
+/// `cuLaunchKernelEx` and its `_ptsz` form. Launch attributes are accepted and ignored.
+///
+/// # Safety
+/// `config` NULL or valid for a read; `params`/`extra` as in `decode_args`.
+pub unsafe fn launch_ex(
+    config: *const CUlaunchConfig,
+    f: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    per_thread_default: bool,
+) -> CuResult<()> {
+    // SAFETY: forwarded caller contract.
+    let c = unsafe { read_in(config) }?;
+    if c.num_attrs > 0 && c.attrs.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let dims = Dims {
+        grid: [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z],
+        block: [c.block_dim_x, c.block_dim_y, c.block_dim_z],
+        shared: c.shared_mem_bytes,
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { launch(f, dims, c.h_stream, per_thread_default, params, extra) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kernels() {
+        let img = "tandem-fake-module v1\n\
+                   kernel k_noop 1000 noop\n\
+                   \n\
+                   # a comment\n\
+                   kernel add 250000 add_u32\r\n\
+                   kernel fill 0 fill_u32\n";
+        let ks = parse_image(img).expect("valid image");
+        assert_eq!(
+            ks,
+            vec![
+                KernelDef {
+                    name: "k_noop".into(),
+                    duration_ns: 1000,
+                    op: Op::Noop
+                },
+                KernelDef {
+                    name: "add".into(),
+                    duration_ns: 250_000,
+                    op: Op::AddU32
+                },
+                KernelDef {
+                    name: "fill".into(),
+                    duration_ns: 0,
+                    op: Op::FillU32
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_images() {
+        assert!(parse_image("").is_err());
+        assert!(parse_image("tandem-fake-module v2\n").is_err());
+        assert!(parse_image("kernel a 1 noop\n").is_err());
+        let bad = [
+            "kernel a 1",
+            "kernel a x noop",
+            "kernel a -5 noop",
+            "kernel a 1 mul_u32",
+            "kernel a 1 noop extra",
+            "kernal a 1 noop",
+            "kernel a 1 noop\nkernel a 2 noop",
+        ];
+        for body in bad {
+            let img = format!("{IMAGE_HEADER}\n{body}\n");
+            assert!(parse_image(&img).is_err(), "accepted {body:?}");
+        }
+        assert_eq!(parse_image(&format!("{IMAGE_HEADER}\n")), Ok(vec![]));
+    }
+
+    #[test]
+    fn dims_limits() {
+        let ok = Dims {
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared: 0,
+        };
+        assert!(check_dims(&ok).is_ok());
+        assert!(check_dims(&Dims {
+            grid: [0, 1, 1],
+            ..ok
+        })
+        .is_err());
+        assert!(check_dims(&Dims {
+            block: [1024, 2, 1],
+            ..ok
+        })
+        .is_err());
+        assert!(check_dims(&Dims {
+            block: [1, 1, 65],
+            ..ok
+        })
+        .is_err());
+        assert!(check_dims(&Dims {
+            shared: 48 * 1024 + 1,
+            ..ok
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn decodes_params_and_extra() {
+        let mut ptr: u64 = 0xdead_0000;
+        let mut n: u32 = 7;
+        let mut value: u32 = 9;
+        let mut params: [*mut c_void; 3] = [
+            (&raw mut ptr).cast(),
+            (&raw mut n).cast(),
+            (&raw mut value).cast(),
+        ];
+        let want = Some(KernelArgs {
+            ptr: 0xdead_0000,
+            n: 7,
+            value: 9,
+        });
+        // SAFETY: `params` points at three live values.
+        let got = unsafe { decode_args(Op::AddU32, params.as_mut_ptr(), std::ptr::null_mut()) };
+        assert_eq!(got, Ok(want));
+
+        let mut buf = [0u8; 16];
+        buf[..8].copy_from_slice(&0xdead_0000u64.to_ne_bytes());
+        buf[8..12].copy_from_slice(&7u32.to_ne_bytes());
+        buf[12..].copy_from_slice(&9u32.to_ne_bytes());
+        let mut size: usize = 16;
+        let mut extra: [*mut c_void; 5] = [
+            std::ptr::without_provenance_mut(CU_LAUNCH_PARAM_BUFFER_POINTER),
+            buf.as_mut_ptr().cast(),
+            std::ptr::without_provenance_mut(CU_LAUNCH_PARAM_BUFFER_SIZE),
+            (&raw mut size).cast(),
+            std::ptr::null_mut(),
+        ];
+        // SAFETY: `extra` is END-terminated and points at live storage.
+        let got = unsafe { decode_args(Op::FillU32, std::ptr::null_mut(), extra.as_mut_ptr()) };
+        assert_eq!(got, Ok(want));
+
+        // Both, or neither (for an op with params), is invalid; noop needs nothing.
+        // SAFETY: as above.
+        let both = unsafe { decode_args(Op::AddU32, params.as_mut_ptr(), extra.as_mut_ptr()) };
+        assert_eq!(both, Err(CUDA_ERROR_INVALID_VALUE));
+        let null = std::ptr::null_mut();
+        // SAFETY: NULL pointers are never dereferenced.
+        let neither = unsafe { decode_args(Op::AddU32, null, null) };
+        assert_eq!(neither, Err(CUDA_ERROR_INVALID_VALUE));
+        // SAFETY: as above.
+        let noop = unsafe { decode_args(Op::Noop, null, null) };
+        assert_eq!(noop, Ok(None));
+    }
+}

@@ -1,0 +1,317 @@
+//! Simulated device time: every stream keeps `ready_at`, the monotonic time (ns) at which all the
+//! work queued on it so far is done. Work starts at `max(now, ready_at, implicit waits)` and ends
+//! its duration later; waiting (synchronize) sleeps on the real monotonic clock until then.
+//!
+//! Default streams follow CUDA: stream 0 in a legacy function is the legacy default stream,
+//! stream 0 in a `_ptsz`/`_ptds` function is the calling thread's per-thread default stream, and
+//! `CU_STREAM_LEGACY` / `CU_STREAM_PER_THREAD` name those explicitly. The legacy stream
+//! implicitly synchronises with every blocking stream (user streams created without
+//! `CU_STREAM_NON_BLOCKING`, and the per-thread default streams): work on it waits for all of
+//! them, and their later work waits for it.
+
+use std::collections::BTreeMap;
+use std::ffi::c_uint;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::state::lock;
+use crate::types::*;
+
+/// `CU_STREAM_NON_BLOCKING`.
+const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+
+/// Nanoseconds on the monotonic clock since the fake driver first looked at it.
+pub fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = BASE.get_or_init(Instant::now);
+    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Sleeps (without holding the state lock) until the monotonic clock reaches `t`.
+pub fn wait_until(t: u64) {
+    loop {
+        let now = now_ns();
+        if now >= t {
+            return;
+        }
+        std::thread::sleep(Duration::from_nanos(t - now));
+    }
+}
+
+/// Where a piece of work with `duration` runs: `(start, end)`. Pure stream-time arithmetic.
+pub fn schedule(now: u64, ready_at: u64, implicit_wait: u64, duration: u64) -> (u64, u64) {
+    let start = now.max(ready_at).max(implicit_wait);
+    (start, start.saturating_add(duration))
+}
+
+/// Which stream a handle names once default streams are resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamKey {
+    Legacy,
+    /// The per-thread default stream of the thread with this fake-internal id.
+    PerThread(u64),
+    User(usize),
+}
+
+thread_local! {
+    static THREAD_ID: u64 = {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
+}
+
+/// The calling thread's id for its per-thread default stream (0 during TLS teardown).
+fn this_thread() -> u64 {
+    THREAD_ID.try_with(|id| *id).unwrap_or(0)
+}
+
+struct UserStream {
+    ready_at: u64,
+    blocking: bool,
+}
+
+pub struct Streams {
+    legacy: u64,
+    per_thread: BTreeMap<u64, u64>,
+    user: BTreeMap<usize, UserStream>,
+}
+
+impl Streams {
+    pub const fn new() -> Self {
+        Self {
+            legacy: 0,
+            per_thread: BTreeMap::new(),
+            user: BTreeMap::new(),
+        }
+    }
+
+    /// Resolves a `CUstream` argument. `per_thread_default` is true in `_ptsz`/`_ptds` functions.
+    pub fn resolve(&self, stream: Handle, per_thread_default: bool) -> CuResult<StreamKey> {
+        match key(stream) {
+            0 if per_thread_default => Ok(StreamKey::PerThread(this_thread())),
+            0 | CU_STREAM_LEGACY => Ok(StreamKey::Legacy),
+            CU_STREAM_PER_THREAD => Ok(StreamKey::PerThread(this_thread())),
+            h if self.user.contains_key(&h) => Ok(StreamKey::User(h)),
+            _ => Err(CUDA_ERROR_INVALID_HANDLE),
+        }
+    }
+
+    pub fn ready_at(&self, stream: StreamKey) -> u64 {
+        match stream {
+            StreamKey::Legacy => self.legacy,
+            StreamKey::PerThread(t) => self.per_thread.get(&t).copied().unwrap_or(0),
+            StreamKey::User(h) => self.user.get(&h).map_or(0, |s| s.ready_at),
+        }
+    }
+
+    /// The time before which new work on `stream` cannot start because of the legacy stream's
+    /// implicit synchronisation.
+    pub fn implicit_wait(&self, stream: StreamKey) -> u64 {
+        match stream {
+            StreamKey::Legacy => {
+                let per_thread = self.per_thread.values().copied().max().unwrap_or(0);
+                let blocking = self
+                    .user
+                    .values()
+                    .filter(|s| s.blocking)
+                    .map(|s| s.ready_at)
+                    .max()
+                    .unwrap_or(0);
+                per_thread.max(blocking)
+            }
+            StreamKey::PerThread(_) => self.legacy,
+            StreamKey::User(h) => match self.user.get(&h) {
+                Some(s) if s.blocking => self.legacy,
+                _ => 0,
+            },
+        }
+    }
+
+    /// Queues work of `duration` ns on `stream` at time `now`; returns `(start, end)`.
+    pub fn enqueue(&mut self, stream: StreamKey, now: u64, duration: u64) -> (u64, u64) {
+        let (start, end) = schedule(
+            now,
+            self.ready_at(stream),
+            self.implicit_wait(stream),
+            duration,
+        );
+        match stream {
+            StreamKey::Legacy => self.legacy = end,
+            StreamKey::PerThread(t) => {
+                self.per_thread.insert(t, end);
+            }
+            StreamKey::User(h) => {
+                if let Some(s) = self.user.get_mut(&h) {
+                    s.ready_at = end;
+                }
+            }
+        }
+        (start, end)
+    }
+
+    /// When every stream is idle (`cuCtxSynchronize`).
+    pub fn all_ready_at(&self) -> u64 {
+        let per_thread = self.per_thread.values().copied().max().unwrap_or(0);
+        let user = self.user.values().map(|s| s.ready_at).max().unwrap_or(0);
+        self.legacy.max(per_thread).max(user)
+    }
+}
+
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn stream_create(out: *mut Handle, flags: c_uint) -> CuResult<()> {
+    if out.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut st = lock();
+    st.require_ctx()?;
+    let h = st.new_handle();
+    let blocking = flags & CU_STREAM_NON_BLOCKING == 0;
+    st.streams.user.insert(
+        h,
+        UserStream {
+            ready_at: 0,
+            blocking,
+        },
+    );
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, handle(h)) }
+}
+
+/// `cuStreamDestroy_v2`: returns at once; queued work still "completes" (effects were applied at
+/// launch).
+pub fn stream_destroy(stream: Handle) -> CuResult<()> {
+    let mut st = lock();
+    st.contexts.require_current()?;
+    match st.streams.user.remove(&key(stream)) {
+        Some(_) => Ok(()),
+        None => Err(CUDA_ERROR_INVALID_HANDLE),
+    }
+}
+
+pub fn stream_synchronize(stream: Handle, per_thread_default: bool) -> CuResult<()> {
+    let t = {
+        let st = lock();
+        st.require_ctx()?;
+        let s = st.streams.resolve(stream, per_thread_default)?;
+        st.streams.ready_at(s)
+    };
+    wait_until(t);
+    lock().check_sticky()
+}
+
+pub fn stream_query(stream: Handle, per_thread_default: bool) -> CuResult<()> {
+    let st = lock();
+    st.require_ctx()?;
+    let s = st.streams.resolve(stream, per_thread_default)?;
+    if now_ns() < st.streams.ready_at(s) {
+        Err(CUDA_ERROR_NOT_READY)
+    } else {
+        Ok(())
+    }
+}
+
+pub fn ctx_synchronize() -> CuResult<()> {
+    let t = {
+        let st = lock();
+        st.require_ctx()?;
+        st.streams.all_ready_at()
+    };
+    wait_until(t);
+    lock().check_sticky()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_stream_starts_now() {
+        assert_eq!(schedule(1_000, 0, 0, 500), (1_000, 1_500));
+    }
+
+    #[test]
+    fn busy_stream_queues_behind_its_work() {
+        assert_eq!(schedule(1_000, 5_000, 0, 500), (5_000, 5_500));
+    }
+
+    #[test]
+    fn implicit_wait_delays_start() {
+        assert_eq!(schedule(1_000, 2_000, 9_000, 10), (9_000, 9_010));
+    }
+
+    #[test]
+    fn end_saturates() {
+        assert_eq!(schedule(10, 0, 0, u64::MAX), (10, u64::MAX));
+    }
+
+    #[test]
+    fn default_stream_resolution() {
+        let s = Streams::new();
+        let me = StreamKey::PerThread(this_thread());
+        assert_eq!(s.resolve(handle(0), false), Ok(StreamKey::Legacy));
+        assert_eq!(s.resolve(handle(0), true), Ok(me));
+        assert_eq!(
+            s.resolve(handle(CU_STREAM_LEGACY), true),
+            Ok(StreamKey::Legacy)
+        );
+        assert_eq!(s.resolve(handle(CU_STREAM_PER_THREAD), false), Ok(me));
+        assert_eq!(
+            s.resolve(handle(0x1234_5670), false),
+            Err(CUDA_ERROR_INVALID_HANDLE)
+        );
+    }
+
+    #[test]
+    fn per_thread_streams_are_distinct_per_thread() {
+        let s = Streams::new();
+        let mine = s.resolve(handle(0), true);
+        let other = std::thread::spawn(|| Streams::new().resolve(handle(0), true))
+            .join()
+            .expect("thread");
+        assert_ne!(mine, other);
+    }
+
+    #[test]
+    fn legacy_stream_synchronises_with_blocking_streams_only() {
+        let mut s = Streams::new();
+        s.user.insert(
+            0x100,
+            UserStream {
+                ready_at: 0,
+                blocking: true,
+            },
+        );
+        s.user.insert(
+            0x200,
+            UserStream {
+                ready_at: 0,
+                blocking: false,
+            },
+        );
+        // A long kernel on the non-blocking stream does not hold up the legacy stream.
+        assert_eq!(
+            s.enqueue(StreamKey::User(0x200), 0, 1_000_000),
+            (0, 1_000_000)
+        );
+        assert_eq!(s.enqueue(StreamKey::Legacy, 10, 5), (10, 15));
+        // Work on the blocking stream makes the legacy stream wait for it ...
+        assert_eq!(s.enqueue(StreamKey::User(0x100), 20, 100), (20, 120));
+        assert_eq!(s.enqueue(StreamKey::Legacy, 30, 5), (120, 125));
+        // ... and later work on the blocking stream waits for the legacy stream.
+        assert_eq!(s.enqueue(StreamKey::User(0x100), 121, 1), (125, 126));
+        // The non-blocking stream is unaffected; ctx sync waits for everything.
+        assert_eq!(s.ready_at(StreamKey::User(0x200)), 1_000_000);
+        assert_eq!(s.all_ready_at(), 1_000_000);
+    }
+
+    #[test]
+    fn per_thread_default_stream_is_blocking_wrt_legacy() {
+        let mut s = Streams::new();
+        let pt = StreamKey::PerThread(this_thread());
+        assert_eq!(s.enqueue(pt, 0, 50), (0, 50));
+        assert_eq!(s.enqueue(StreamKey::Legacy, 10, 10), (50, 60));
+        assert_eq!(s.enqueue(pt, 20, 1), (60, 61));
+    }
+}

@@ -1,0 +1,656 @@
+//! Virtual memory management (`cuMemCreate` & co.) on real host VM primitives:
+//!
+//! - a physical allocation is a memfd (`memfd_create` + `ftruncate`), its size a multiple of the
+//!   2 MiB granularity;
+//! - `cuMemAddressReserve` is `mmap(PROT_NONE, MAP_NORESERVE)`, `cuMemAddressFree` is `munmap`;
+//! - `cuMemMap` maps the memfd `MAP_SHARED | MAP_FIXED` at the address, initially `PROT_NONE`;
+//!   `cuMemSetAccess` is `mprotect`; `cuMemUnmap` puts the reserved `PROT_NONE` pages back;
+//! - shareable handles are POSIX file descriptors (`dup` of the memfd).
+//!
+//! So a read-only mapping really is read-only, and an exported allocation imported in another
+//! process really shares its bytes.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::memory::{total_mem, Access, RangeFault};
+use crate::state::{lock, State};
+use crate::types::*;
+
+/// Allocation granularity (minimum and recommended), as measured on an H100.
+pub const GRANULARITY: usize = 2 << 20;
+
+const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
+const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_uint = 1;
+/// `CU_MEM_HANDLE_TYPE_WIN32 | _WIN32_KMT | _FABRIC`: known to CUDA, not supported here.
+const UNSUPPORTED_HANDLE_TYPES: c_uint = 0x2 | 0x4 | 0x8;
+const CU_MEM_ACCESS_FLAGS_PROT_NONE: c_uint = 0;
+const CU_MEM_ACCESS_FLAGS_PROT_READ: c_uint = 1;
+const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prot {
+    None,
+    Read,
+    ReadWrite,
+}
+
+impl Prot {
+    fn allows(self, access: Access) -> bool {
+        match (self, access) {
+            (Prot::None, _) => false,
+            (Prot::Read, Access::Read) => true,
+            (Prot::Read, Access::Write) => false,
+            (Prot::ReadWrite, _) => true,
+        }
+    }
+
+    fn to_mprotect(self) -> c_int {
+        match self {
+            Prot::None => libc::PROT_NONE,
+            Prot::Read => libc::PROT_READ,
+            Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        }
+    }
+}
+
+/// A physical allocation (`CUmemGenericAllocationHandle`).
+struct Phys {
+    fd: OwnedFd,
+    size: usize,
+    /// Imported from a shareable handle: costs this process no device memory.
+    imported: bool,
+    /// Whether it may be exported as a POSIX fd (requested at create; imports always may).
+    exportable: bool,
+    /// `cuMemRelease` was called; the memory goes when the last mapping is unmapped.
+    released: bool,
+    mappings: usize,
+}
+
+struct Mapping {
+    size: usize,
+    handle: u64,
+    prot: Prot,
+}
+
+pub struct Vmm {
+    handles: BTreeMap<u64, Phys>,
+    /// start -> size of every reserved virtual range.
+    reservations: BTreeMap<u64, usize>,
+    /// start -> mapping, for every mapped piece of a reserved range.
+    mappings: BTreeMap<u64, Mapping>,
+}
+
+impl Vmm {
+    pub const fn new() -> Self {
+        Self {
+            handles: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+        }
+    }
+
+    /// Checks `[addr, addr + len)` (len > 0) against the mapped ranges: it must be covered by
+    /// contiguous mappings (else `Unmapped`), each allowing `access` (else `Protected`).
+    pub fn check_range(&self, addr: u64, len: usize, access: Access) -> Result<(), RangeFault> {
+        let end = addr.checked_add(len as u64).ok_or(RangeFault::Unmapped)?;
+        let mut cur = addr;
+        let mut protected = false;
+        while cur < end {
+            let Some((&start, m)) = self.mappings.range(..=cur).next_back() else {
+                return Err(RangeFault::Unmapped);
+            };
+            let m_end = start.saturating_add(m.size as u64);
+            if cur >= m_end {
+                return Err(RangeFault::Unmapped);
+            }
+            protected |= !m.prot.allows(access);
+            cur = m_end;
+        }
+        if protected {
+            Err(RangeFault::Protected)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The starts of the mappings that exactly tile `[ptr, ptr + size)`, or `None`.
+    fn whole_mappings(&self, ptr: u64, size: usize) -> Option<Vec<u64>> {
+        let end = ptr.checked_add(size as u64)?;
+        let mut cur = ptr;
+        let mut starts = Vec::new();
+        while cur < end {
+            let m = self.mappings.get(&cur)?;
+            starts.push(cur);
+            cur = cur.checked_add(m.size as u64)?;
+        }
+        (size > 0 && cur == end).then_some(starts)
+    }
+
+    /// The reservation that contains `[ptr, ptr + size)`, if any.
+    fn reservation_containing(&self, ptr: u64, size: usize) -> Option<u64> {
+        let end = ptr.checked_add(size as u64)?;
+        let (&start, &rsize) = self.reservations.range(..=ptr).next_back()?;
+        (end <= start.saturating_add(rsize as u64)).then_some(start)
+    }
+
+    fn overlaps_mapping(&self, ptr: u64, size: usize) -> bool {
+        let end = ptr.saturating_add(size as u64);
+        if let Some((&start, m)) = self.mappings.range(..ptr).next_back() {
+            if start.saturating_add(m.size as u64) > ptr {
+                return true;
+            }
+        }
+        self.mappings.range(ptr..end).next().is_some()
+    }
+}
+
+/// Drops a physical allocation once it is released and unmapped (closing its memfd).
+fn reap(st: &mut State, handle: u64) {
+    let done = matches!(st.vmm.handles.get(&handle), Some(p) if p.released && p.mappings == 0);
+    if done {
+        if let Some(p) = st.vmm.handles.remove(&handle) {
+            if !p.imported {
+                st.bytes_allocated = st.bytes_allocated.saturating_sub(p.size as u64);
+            }
+        }
+    }
+}
+
+/// Puts reserved `PROT_NONE` pages back over `[start, start + size)` and forgets the mapping.
+fn unmap_one(st: &mut State, start: u64) -> CuResult<()> {
+    let Some(m) = st.vmm.mappings.get(&start) else {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    let (size, h) = (m.size, m.handle);
+    // SAFETY: `[start, start + size)` is one of our mappings inside one of our reservations;
+    // replacing it with fresh PROT_NONE anonymous pages touches no memory of anyone else.
+    let r = unsafe {
+        libc::mmap(
+            crate::memory::device_ptr(start).cast::<c_void>(),
+            size,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    st.vmm.mappings.remove(&start);
+    if let Some(p) = st.vmm.handles.get_mut(&h) {
+        p.mappings = p.mappings.saturating_sub(1);
+    }
+    reap(st, h);
+    Ok(())
+}
+
+/// Validates a `CUmemAllocationProp` (pinned device memory on device 0); returns whether POSIX
+/// fd export was requested.
+///
+/// # Safety
+/// `prop` must be NULL or valid for a read.
+unsafe fn check_prop(prop: *const CUmemAllocationProp) -> CuResult<bool> {
+    // SAFETY: forwarded caller contract.
+    let prop = unsafe { read_in(prop) }?;
+    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED
+        || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if prop.location.id != 0 {
+        return Err(CUDA_ERROR_INVALID_DEVICE);
+    }
+    let types = prop.requested_handle_types;
+    if types & UNSUPPORTED_HANDLE_TYPES != 0 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    if types & !(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | UNSUPPORTED_HANDLE_TYPES) != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR != 0)
+}
+
+/// # Safety
+/// `granularity` must be NULL or valid for a write; `prop` NULL or valid for a read.
+pub unsafe fn get_allocation_granularity(
+    granularity: *mut usize,
+    prop: *const CUmemAllocationProp,
+    option: c_uint,
+) -> CuResult<()> {
+    // SAFETY: forwarded caller contract.
+    unsafe { check_prop(prop) }?;
+    // CU_MEM_ALLOC_GRANULARITY_MINIMUM (0) or _RECOMMENDED (1).
+    if option > 1 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe { write_out(granularity, GRANULARITY) }
+}
+
+/// # Safety
+/// `out` must be NULL or valid for a write; `prop` NULL or valid for a read.
+pub unsafe fn mem_create(
+    out: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: c_ulonglong,
+) -> CuResult<()> {
+    if out.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: forwarded caller contract.
+    let exportable = unsafe { check_prop(prop) }?;
+    let mut st = lock();
+    st.check_sticky()?;
+    if st.bytes_allocated.saturating_add(size as u64) > total_mem() {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let len = libc::off_t::try_from(size).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    // SAFETY: a valid NUL-terminated name and valid flags.
+    let raw = unsafe { libc::memfd_create(c"fakecuda-vmm".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    // SAFETY: `raw` is a fresh fd we own; `OwnedFd` closes it exactly once.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: plain syscall on an fd we own.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let h = st.new_handle() as u64;
+    st.vmm.handles.insert(
+        h,
+        Phys {
+            fd,
+            size,
+            imported: false,
+            exportable,
+            released: false,
+            mappings: 0,
+        },
+    );
+    st.bytes_allocated = st.bytes_allocated.saturating_add(size as u64);
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, h) }
+}
+
+pub fn mem_release(h: CUmemGenericAllocationHandle) -> CuResult<()> {
+    let mut st = lock();
+    match st.vmm.handles.get_mut(&h) {
+        Some(p) if !p.released => p.released = true,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    reap(&mut st, h);
+    Ok(())
+}
+
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn address_reserve(
+    out: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: c_ulonglong,
+) -> CuResult<()> {
+    if out.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if alignment != 0 && !alignment.is_power_of_two() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let align = alignment.max(GRANULARITY);
+    let prot = libc::PROT_NONE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    let mut st = lock();
+    // First honour the caller's hint if the kernel gives exactly that address.
+    let mut start = None;
+    if addr != 0 && addr.is_multiple_of(align as u64) {
+        // SAFETY: no MAP_FIXED: the kernel picks a free range (the hint or elsewhere).
+        let p = unsafe {
+            libc::mmap(
+                crate::memory::device_ptr(addr).cast(),
+                size,
+                prot,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            if p.addr() as u64 == addr {
+                start = Some(p.expose_provenance() as u64);
+            } else {
+                // SAFETY: unmapping the range this call just mapped.
+                unsafe { libc::munmap(p, size) };
+            }
+        }
+    }
+    let start = match start {
+        Some(s) => s,
+        None => {
+            let total = size.checked_add(align).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+            // SAFETY: no MAP_FIXED: a fresh range chosen by the kernel.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), total, prot, flags, -1, 0) };
+            if p == libc::MAP_FAILED {
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+            let base = p.expose_provenance();
+            let aligned = base.next_multiple_of(align);
+            let head = aligned - base;
+            let tail = total - head - size;
+            // SAFETY: trimming the unaligned head and the tail of the range just mapped.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(p, head);
+                }
+                if tail > 0 {
+                    libc::munmap(p.cast::<u8>().add(head + size).cast(), tail);
+                }
+            }
+            aligned as u64
+        }
+    };
+    st.vmm.reservations.insert(start, size);
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, start) }
+}
+
+pub fn address_free(ptr: CUdeviceptr, size: usize) -> CuResult<()> {
+    let mut st = lock();
+    if st.vmm.reservations.get(&ptr) != Some(&size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // Mappings still inside the range are dropped with it (their handles lose a reference).
+    let end = ptr.saturating_add(size as u64);
+    let inside: Vec<(u64, u64)> = st
+        .vmm
+        .mappings
+        .range(ptr..end)
+        .map(|(&s, m)| (s, m.handle))
+        .collect();
+    for (s, h) in inside {
+        st.vmm.mappings.remove(&s);
+        if let Some(p) = st.vmm.handles.get_mut(&h) {
+            p.mappings = p.mappings.saturating_sub(1);
+        }
+        reap(&mut st, h);
+    }
+    st.vmm.reservations.remove(&ptr);
+    // SAFETY: `[ptr, ptr + size)` is exactly a reservation this fake mmapped.
+    unsafe { libc::munmap(crate::memory::device_ptr(ptr).cast(), size) };
+    Ok(())
+}
+
+pub fn mem_map(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    h: CUmemGenericAllocationHandle,
+    flags: c_ulonglong,
+) -> CuResult<()> {
+    // CUDA: offset "must be zero" and flags "must be zero".
+    if flags != 0 || offset != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if !ptr.is_multiple_of(GRANULARITY as u64) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut st = lock();
+    let (fd, phys_size) = match st.vmm.handles.get(&h) {
+        Some(p) if !p.released => (p.fd.as_raw_fd(), p.size),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    if size > phys_size {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if st.vmm.reservation_containing(ptr, size).is_none() || st.vmm.overlaps_mapping(ptr, size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `[ptr, ptr + size)` lies in one of our reservations and overlaps no mapping, so
+    // MAP_FIXED replaces only our own PROT_NONE placeholder pages; `fd` is a live memfd of at
+    // least `size` bytes.
+    let p = unsafe {
+        libc::mmap(
+            crate::memory::device_ptr(ptr).cast(),
+            size,
+            libc::PROT_NONE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    st.vmm.mappings.insert(
+        ptr,
+        Mapping {
+            size,
+            handle: h,
+            prot: Prot::None,
+        },
+    );
+    if let Some(p) = st.vmm.handles.get_mut(&h) {
+        p.mappings += 1;
+    }
+    Ok(())
+}
+
+/// `cuMemUnmap`: the range must consist of whole mappings.
+pub fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CuResult<()> {
+    let mut st = lock();
+    let starts = st
+        .vmm
+        .whole_mappings(ptr, size)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    for s in starts {
+        unmap_one(&mut st, s)?;
+    }
+    Ok(())
+}
+
+/// `cuMemSetAccess`: the range must consist of whole mappings; device 0 only.
+///
+/// # Safety
+/// `desc` must be NULL or valid for `count` reads.
+pub unsafe fn mem_set_access(
+    ptr: CUdeviceptr,
+    size: usize,
+    desc: *const CUmemAccessDesc,
+    count: usize,
+) -> CuResult<()> {
+    if desc.is_null() || count == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut prot = Prot::None;
+    for i in 0..count {
+        // SAFETY: `desc` is valid for `count` reads (caller contract) and `i < count`.
+        let d = unsafe { desc.add(i).read_unaligned() };
+        if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if d.location.id != 0 {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        prot = match d.flags {
+            CU_MEM_ACCESS_FLAGS_PROT_NONE => Prot::None,
+            CU_MEM_ACCESS_FLAGS_PROT_READ => Prot::Read,
+            CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Prot::ReadWrite,
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
+    }
+    let mut st = lock();
+    let starts = st
+        .vmm
+        .whole_mappings(ptr, size)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    for s in starts {
+        let Some(m) = st.vmm.mappings.get_mut(&s) else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        // SAFETY: `[s, s + m.size)` is one of our own mappings.
+        let r = unsafe {
+            libc::mprotect(
+                crate::memory::device_ptr(s).cast(),
+                m.size,
+                prot.to_mprotect(),
+            )
+        };
+        if r != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        m.prot = prot;
+    }
+    Ok(())
+}
+
+/// `cuMemExportToShareableHandle` for `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`: writes a new fd
+/// (a `dup` of the memfd, close-on-exec) as an `int` to `*shareable`; the caller owns it.
+///
+/// # Safety
+/// `shareable` must be NULL or valid for a write of `int`.
+pub unsafe fn export_to_shareable_handle(
+    shareable: *mut c_void,
+    h: CUmemGenericAllocationHandle,
+    handle_type: c_uint,
+    flags: c_ulonglong,
+) -> CuResult<()> {
+    if shareable.is_null() || flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let st = lock();
+    let fd = match st.vmm.handles.get(&h) {
+        Some(p) if !p.released && p.exportable => p.fd.as_raw_fd(),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    // SAFETY: plain syscall on a live fd we own.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    // SAFETY: non-NULL, caller contract (an `int` for this handle type).
+    unsafe { write_out(shareable.cast::<c_int>(), dup) }
+}
+
+/// `cuMemImportFromShareableHandle` for a POSIX fd (passed as `(void*)(uintptr_t)fd`). The
+/// caller keeps its fd; the fake holds its own `dup`. An import costs no device memory.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn import_from_shareable_handle(
+    out: *mut CUmemGenericAllocationHandle,
+    os_handle: *mut c_void,
+    handle_type: c_uint,
+) -> CuResult<()> {
+    if out.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let fd = c_int::try_from(os_handle.addr()).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    // SAFETY: `stat` is plain old data; fstat fills it or fails (then it is not read).
+    let mut sb: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `sb` is a valid out-buffer; a bad fd just makes fstat fail.
+    if unsafe { libc::fstat(fd, &mut sb) } != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let size = usize::try_from(sb.st_size).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    if size == 0 || !size.is_multiple_of(GRANULARITY) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: plain syscall; `fd` was just checked to be open.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `dup` is a fresh fd we own; `OwnedFd` closes it exactly once.
+    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
+    let mut st = lock();
+    let h = st.new_handle() as u64;
+    st.vmm.handles.insert(
+        h,
+        Phys {
+            fd: owned,
+            size,
+            imported: true,
+            exportable: true,
+            released: false,
+            mappings: 0,
+        },
+    );
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, h) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vmm_with(maps: &[(u64, usize, Prot)]) -> Vmm {
+        let mut v = Vmm::new();
+        for &(start, size, prot) in maps {
+            v.mappings.insert(
+                start,
+                Mapping {
+                    size,
+                    handle: 1,
+                    prot,
+                },
+            );
+        }
+        v
+    }
+
+    #[test]
+    fn range_across_contiguous_mappings() {
+        let g = GRANULARITY as u64;
+        let v = vmm_with(&[
+            (g, GRANULARITY, Prot::ReadWrite),
+            (2 * g, GRANULARITY, Prot::Read),
+        ]);
+        assert_eq!(v.check_range(g, GRANULARITY, Access::Write), Ok(()));
+        assert_eq!(v.check_range(g, 2 * GRANULARITY, Access::Read), Ok(()));
+        assert_eq!(
+            v.check_range(g, 2 * GRANULARITY, Access::Write),
+            Err(RangeFault::Protected)
+        );
+        assert_eq!(
+            v.check_range(2 * g, GRANULARITY + 1, Access::Read),
+            Err(RangeFault::Unmapped)
+        );
+        assert_eq!(v.check_range(0, 1, Access::Read), Err(RangeFault::Unmapped));
+    }
+
+    #[test]
+    fn unset_access_is_protected() {
+        let g = GRANULARITY as u64;
+        let v = vmm_with(&[(g, GRANULARITY, Prot::None)]);
+        assert_eq!(
+            v.check_range(g, 4, Access::Read),
+            Err(RangeFault::Protected)
+        );
+    }
+
+    #[test]
+    fn whole_mappings_must_tile_exactly() {
+        let g = GRANULARITY as u64;
+        let v = vmm_with(&[
+            (g, GRANULARITY, Prot::None),
+            (2 * g, GRANULARITY, Prot::None),
+        ]);
+        assert_eq!(v.whole_mappings(g, 2 * GRANULARITY), Some(vec![g, 2 * g]));
+        assert_eq!(v.whole_mappings(g, GRANULARITY), Some(vec![g]));
+        assert_eq!(v.whole_mappings(g, GRANULARITY / 2), None);
+        assert_eq!(v.whole_mappings(g + 4096, GRANULARITY), None);
+        assert_eq!(v.whole_mappings(g, 0), None);
+    }
+}
