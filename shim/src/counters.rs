@@ -14,6 +14,15 @@ struct Counter(AtomicU64);
 
 static COUNTS: [Counter; HOOK_COUNT] = [const { Counter(AtomicU64::new(0)) }; HOOK_COUNT];
 
+/// Calls the shim itself made to a hooked variant of the real driver (not on the
+/// program's behalf): the driver sees `COUNTS + OWN` calls.
+static OWN: [AtomicU64; HOOK_COUNT] = [const { AtomicU64::new(0) }; HOOK_COUNT];
+
+#[cold]
+pub fn own_call(hook: Hook) {
+    OWN[hook as usize].fetch_add(1, Ordering::Relaxed);
+}
+
 /// Launch calls that failed, and launches recorded into a graph by stream capture.
 static LAUNCH_FAILED: AtomicU64 = AtomicU64::new(0);
 static LAUNCH_CAPTURED: AtomicU64 = AtomicU64::new(0);
@@ -55,6 +64,9 @@ pub fn get(hook: Hook) -> u64 {
 pub fn reset() {
     for c in &COUNTS {
         c.0.store(0, Ordering::Relaxed);
+    }
+    for c in &OWN {
+        c.store(0, Ordering::Relaxed);
     }
     LAUNCH_FAILED.store(0, Ordering::Relaxed);
     LAUNCH_CAPTURED.store(0, Ordering::Relaxed);
@@ -121,6 +133,22 @@ pub unsafe extern "C" fn tandem_hook_count(symbol: *const c_char) -> u64 {
     // SAFETY: non-null and NUL-terminated per this function's contract.
     let name = unsafe { CStr::from_ptr(symbol) };
     Hook::by_symbol(name.to_bytes()).map_or(u64::MAX, get)
+}
+
+/// Calls libtandem.so itself made to the real driver's variant `symbol` (not on
+/// the program's behalf); `UINT64_MAX` if `symbol` is not hooked. The driver saw
+/// `tandem_hook_count(symbol) + tandem_driver_calls(symbol)` calls.
+///
+/// # Safety
+/// `symbol` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_driver_calls(symbol: *const c_char) -> u64 {
+    if symbol.is_null() {
+        return u64::MAX;
+    }
+    // SAFETY: non-null and NUL-terminated per this function's contract.
+    let name = unsafe { CStr::from_ptr(symbol) };
+    Hook::by_symbol(name.to_bytes()).map_or(u64::MAX, |h| OWN[h as usize].load(Ordering::Relaxed))
 }
 
 /// Kernels this process sent to the GPU: successful, not stream-captured

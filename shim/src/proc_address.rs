@@ -27,7 +27,7 @@ type V2 =
 /// # Safety
 /// Arguments as `cuGetProcAddress` (CUDA 11.3) requires; `real` is the driver's.
 pub unsafe fn answer_v1(
-    _: Hook,
+    hook: Hook,
     real: V1,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -38,6 +38,7 @@ pub unsafe fn answer_v1(
     let rc = unsafe { real(symbol, pfn, version, flags) };
     let ask = |v: c_int| {
         let mut p = core::ptr::null_mut();
+        crate::counters::own_call(hook);
         // SAFETY: same symbol and flags as the caller's call, our own out-pointer.
         let rc = unsafe { real(symbol, &mut p, v, flags) };
         (rc == CuResult::SUCCESS).then_some(p as usize)
@@ -52,7 +53,7 @@ pub unsafe fn answer_v1(
 /// # Safety
 /// Arguments as `cuGetProcAddress_v2` (CUDA 12.0) requires; `real` is the driver's.
 pub unsafe fn answer_v2(
-    _: Hook,
+    hook: Hook,
     real: V2,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -64,6 +65,7 @@ pub unsafe fn answer_v2(
     let rc = unsafe { real(symbol, pfn, version, flags, status) };
     let ask = |v: c_int| {
         let mut p = core::ptr::null_mut();
+        crate::counters::own_call(hook);
         // SAFETY: same symbol and flags as the caller's call; status may be NULL.
         let rc = unsafe { real(symbol, &mut p, v, flags, core::ptr::null_mut()) };
         (rc == CuResult::SUCCESS).then_some(p as usize)
