@@ -36,6 +36,7 @@
 pub mod control;
 pub mod error;
 pub mod header;
+pub mod paths;
 pub mod record;
 pub mod ring;
 pub mod shm;
@@ -44,7 +45,7 @@ pub mod wire;
 pub use control::{ControlBlock, GateWait};
 pub use error::{Error, Result};
 pub use header::c_header;
-pub use record::{monotonic_ns, EventKind, Record};
+pub use record::{func_id, monotonic_ns, EventKind, Record, FUNC_ID_UNNAMED};
 pub use ring::{region_size, Consumer, Producer, RingLayout, RingStats, SyncProducer};
 pub use shm::Mapping;
 pub use wire::{ClientClass, Hello, Message, Reject, RejectReason, Welcome, PROTOCOL_VERSION};

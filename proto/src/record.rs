@@ -395,3 +395,34 @@ mod tests {
         assert!(b >= a);
     }
 }
+
+/// The stable id of a kernel: FNV-1a 64 of its name (the same in every process
+/// and run). When the driver cannot name a function, the shim uses the
+/// `CUfunction` value with bit 63 set instead ([`FUNC_ID_UNNAMED`]).
+pub const fn func_id(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < name.len() {
+        h ^= name[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h & !FUNC_ID_UNNAMED
+}
+
+/// Set in a func_id that is a process-local `CUfunction` value, not a name hash.
+pub const FUNC_ID_UNNAMED: u64 = 1 << 63;
+
+#[cfg(test)]
+mod func_id_tests {
+    use super::*;
+
+    #[test]
+    fn func_id_is_fnv1a_of_the_name_without_bit_63() {
+        // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c; bit 63 cleared.
+        assert_eq!(func_id(b"a"), 0xaf63_dc4c_8601_ec8c & !FUNC_ID_UNNAMED);
+        assert_ne!(func_id(b"kernel_a"), func_id(b"kernel_b"));
+        assert_eq!(func_id(b"ampere_sgemm"), func_id(b"ampere_sgemm"));
+        assert_eq!(func_id(b"x") & FUNC_ID_UNNAMED, 0);
+    }
+}
