@@ -12,7 +12,17 @@
 //!          28 class u8   29 flags u8   30 reserved u16 (0)      (tandemd -> shim,
 //!                                                   region memfd attached by SCM_RIGHTS)
 //! Reject   0 reason u16   2 message_len u16   4 message[message_len] (UTF-8)
+//! FuncName 0 func_id u64   8 name_len u16   10 name[name_len]     (shim -> tandemd)
+//! Device   0 ordinal u32   4 uuid[16]   20 name_len u16   22 name[name_len]
+//!                                                                 (shim -> tandemd)
+//! Control  0 op u16   2 class u8   3 reserved u8 (0)   4 client_id u64
+//!                                        (tandemctl -> tandemd, first message)
+//! ControlReply 0 status u16   2 message_len u16   4 message[message_len] (UTF-8)
+//!                                                            (tandemd -> tandemctl)
 //! ```
+//!
+//! Type codes: Hello 1, Welcome 2, Reject 3, FuncName 4, Device 5, Control 6,
+//! ControlReply 7.
 //!
 //! The header's `version` is the sender's [`PROTOCOL_VERSION`]. The header and
 //! the Reject message are frozen across versions: a receiver always decodes a
@@ -48,6 +58,20 @@ pub const HELLO_FIXED_LEN: usize = 10;
 pub const WELCOME_LEN: usize = 32;
 /// Fixed part of a Reject body.
 pub const REJECT_FIXED_LEN: usize = 4;
+/// Longest kernel name a FuncName may carry (the shim truncates longer ones).
+pub const MAX_FUNC_NAME_LEN: usize = 1024;
+/// Longest device name a Device message may carry.
+pub const MAX_DEVICE_NAME_LEN: usize = 256;
+/// Longest ControlReply message text.
+pub const MAX_CONTROL_MESSAGE_LEN: usize = 1024;
+/// Fixed part of a FuncName body.
+pub const FUNC_NAME_FIXED_LEN: usize = 10;
+/// Fixed part of a Device body.
+pub const DEVICE_FIXED_LEN: usize = 22;
+/// Control body length.
+pub const CONTROL_LEN: usize = 12;
+/// Fixed part of a ControlReply body.
+pub const CONTROL_REPLY_FIXED_LEN: usize = 4;
 /// Largest valid message: size receive buffers with this.
 pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + HELLO_FIXED_LEN + MAX_EXE_LEN + MAX_CGROUP_LEN;
 /// Largest heartbeat interval a Welcome may announce.
@@ -61,6 +85,17 @@ pub const WELCOME_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
 const TYPE_HELLO: u16 = 1;
 const TYPE_WELCOME: u16 = 2;
 const TYPE_REJECT: u16 = 3;
+const TYPE_FUNC_NAME: u16 = 4;
+const TYPE_DEVICE: u16 = 5;
+const TYPE_CONTROL: u16 = 6;
+const TYPE_CONTROL_REPLY: u16 = 7;
+
+// Every message fits in a MAX_MESSAGE_LEN receive buffer.
+const _: () = {
+    assert!(HEADER_LEN + FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN <= MAX_MESSAGE_LEN);
+    assert!(HEADER_LEN + DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN <= MAX_MESSAGE_LEN);
+    assert!(HEADER_LEN + CONTROL_REPLY_FIXED_LEN + MAX_CONTROL_MESSAGE_LEN <= MAX_MESSAGE_LEN);
+};
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -210,6 +245,89 @@ impl core::fmt::Display for Reject<'_> {
     }
 }
 
+/// Shim -> coordinator: the name of a kernel, sent once per function id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncName<'a> {
+    /// [`func_id`](crate::record::func_id) of the full name.
+    pub func_id: u64,
+    /// Name bytes (mangled, as the driver reports it), no NUL, at most
+    /// [`MAX_FUNC_NAME_LEN`] (the shim truncates; `func_id` hashes the full name).
+    pub name: &'a [u8],
+}
+
+/// Shim -> coordinator: the device the client runs on, sent once per connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device<'a> {
+    /// The CUDA device ordinal in the client's numbering (`CUDA_VISIBLE_DEVICES` applies).
+    pub ordinal: u32,
+    /// The device UUID (`cuDeviceGetUuid`): the key that is the same in every process.
+    pub uuid: [u8; 16],
+    /// Device name bytes (`cuDeviceGetName`), no NUL, at most [`MAX_DEVICE_NAME_LEN`].
+    pub name: &'a [u8],
+}
+
+/// An operator's request (the first message of a tandemctl connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ControlOp {
+    /// Re-read the configuration file (same as SIGHUP).
+    Reload = 1,
+    /// Change the class of client `client_id` to `class`.
+    SetClass = 2,
+}
+
+impl ControlOp {
+    /// Checked decode of a wire value.
+    #[must_use]
+    pub const fn from_u16(v: u16) -> Option<ControlOp> {
+        match v {
+            1 => Some(ControlOp::Reload),
+            2 => Some(ControlOp::SetClass),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name, for logs.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            ControlOp::Reload => "reload",
+            ControlOp::SetClass => "set-class",
+        }
+    }
+}
+
+/// tandemctl -> coordinator: an operator request. Needs privilege (checked with `SO_PEERCRED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Control {
+    /// What to do.
+    pub op: ControlOp,
+    /// The client concerned ([`ControlOp::SetClass`]); 0 otherwise.
+    pub client_id: u64,
+    /// The class to set ([`ControlOp::SetClass`]); [`ClientClass::Auto`] otherwise.
+    pub class: ClientClass,
+}
+
+/// Coordinator -> tandemctl: the outcome of a [`Control`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlReply<'a> {
+    /// [`ControlReply::OK`], else a [`RejectReason`] value.
+    pub status: u16,
+    /// Human-readable detail, UTF-8, at most [`MAX_CONTROL_MESSAGE_LEN`] bytes.
+    pub message: &'a str,
+}
+
+impl ControlReply<'_> {
+    /// Status of a request that succeeded.
+    pub const OK: u16 = 0;
+
+    /// Whether the request succeeded.
+    #[must_use]
+    pub const fn is_ok(&self) -> bool {
+        self.status == Self::OK
+    }
+}
+
 /// One message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Message<'a> {
@@ -219,6 +337,14 @@ pub enum Message<'a> {
     Welcome(Welcome),
     /// Coordinator -> shim.
     Reject(Reject<'a>),
+    /// Shim -> coordinator.
+    FuncName(FuncName<'a>),
+    /// Shim -> coordinator.
+    Device(Device<'a>),
+    /// tandemctl -> coordinator.
+    Control(Control),
+    /// Coordinator -> tandemctl.
+    ControlReply(ControlReply<'a>),
 }
 
 // ---- little-endian cursor helpers (bounds already checked by callers) ----
@@ -297,6 +423,10 @@ impl<'a> Message<'a> {
             Message::Hello(_) => "Hello",
             Message::Welcome(_) => "Welcome",
             Message::Reject(_) => "Reject",
+            Message::FuncName(_) => "FuncName",
+            Message::Device(_) => "Device",
+            Message::Control(_) => "Control",
+            Message::ControlReply(_) => "ControlReply",
         }
     }
 
@@ -330,6 +460,22 @@ impl<'a> Message<'a> {
             TYPE_WELCOME => {
                 exact("Welcome", body_len, body.len())?;
                 Self::decode_welcome(body)
+            }
+            TYPE_FUNC_NAME => {
+                exact("FuncName", body_len, body.len())?;
+                Self::decode_func_name(body)
+            }
+            TYPE_DEVICE => {
+                exact("Device", body_len, body.len())?;
+                Self::decode_device(body)
+            }
+            TYPE_CONTROL => {
+                exact("Control", body_len, body.len())?;
+                Self::decode_control(body)
+            }
+            TYPE_CONTROL_REPLY => {
+                exact("ControlReply", body_len, body.len())?;
+                Self::decode_control_reply(body)
             }
             raw => Err(Error::UnknownMessage { raw }),
         }
@@ -414,11 +560,79 @@ impl<'a> Message<'a> {
         }))
     }
 
+    fn decode_func_name(b: &'a [u8]) -> Result<Message<'a>> {
+        need("FuncName", b.len(), FUNC_NAME_FIXED_LEN)?;
+        let func_id = get_u64(b, 0);
+        let len = usize::from(get_u16(b, 8));
+        bounded("kernel name", len, MAX_FUNC_NAME_LEN)?;
+        exact("FuncName", FUNC_NAME_FIXED_LEN + len, b.len())?;
+        let name = &b[FUNC_NAME_FIXED_LEN..];
+        no_nul("kernel name", name)?;
+        Ok(Message::FuncName(FuncName { func_id, name }))
+    }
+
+    fn decode_device(b: &'a [u8]) -> Result<Message<'a>> {
+        need("Device", b.len(), DEVICE_FIXED_LEN)?;
+        let ordinal = get_u32(b, 0);
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[4..20]);
+        let len = usize::from(get_u16(b, 20));
+        bounded("device name", len, MAX_DEVICE_NAME_LEN)?;
+        exact("Device", DEVICE_FIXED_LEN + len, b.len())?;
+        let name = &b[DEVICE_FIXED_LEN..];
+        no_nul("device name", name)?;
+        Ok(Message::Device(Device {
+            ordinal,
+            uuid,
+            name,
+        }))
+    }
+
+    fn decode_control(b: &'a [u8]) -> Result<Message<'a>> {
+        exact("Control", CONTROL_LEN, b.len())?;
+        let raw_op = get_u16(b, 0);
+        let op = ControlOp::from_u16(raw_op).ok_or(Error::BadValue {
+            field: "control op",
+            value: u64::from(raw_op),
+        })?;
+        let class = class("class", b[2])?;
+        if b[3] != 0 {
+            return Err(Error::BadValue {
+                field: "control reserved",
+                value: u64::from(b[3]),
+            });
+        }
+        let client_id = get_u64(b, 4);
+        Ok(Message::Control(Control {
+            op,
+            client_id,
+            class,
+        }))
+    }
+
+    fn decode_control_reply(b: &'a [u8]) -> Result<Message<'a>> {
+        need("ControlReply", b.len(), CONTROL_REPLY_FIXED_LEN)?;
+        let status = get_u16(b, 0);
+        let len = usize::from(get_u16(b, 2));
+        bounded("control reply message", len, MAX_CONTROL_MESSAGE_LEN)?;
+        exact("ControlReply", CONTROL_REPLY_FIXED_LEN + len, b.len())?;
+        let message =
+            core::str::from_utf8(&b[CONTROL_REPLY_FIXED_LEN..]).map_err(|e| Error::BadValue {
+                field: "control reply message (not UTF-8)",
+                value: e.valid_up_to() as u64,
+            })?;
+        Ok(Message::ControlReply(ControlReply { status, message }))
+    }
+
     fn body_len(&self) -> usize {
         match self {
             Message::Hello(h) => HELLO_FIXED_LEN + h.exe.len() + h.cgroup.len(),
             Message::Welcome(_) => WELCOME_LEN,
             Message::Reject(r) => REJECT_FIXED_LEN + r.message.len(),
+            Message::FuncName(f) => FUNC_NAME_FIXED_LEN + f.name.len(),
+            Message::Device(d) => DEVICE_FIXED_LEN + d.name.len(),
+            Message::Control(_) => CONTROL_LEN,
+            Message::ControlReply(r) => CONTROL_REPLY_FIXED_LEN + r.message.len(),
         }
     }
 
@@ -463,6 +677,25 @@ impl<'a> Message<'a> {
                 bounded("reject message", r.message.len(), MAX_REJECT_MESSAGE_LEN)?;
                 TYPE_REJECT
             }
+            Message::FuncName(f) => {
+                bounded("kernel name", f.name.len(), MAX_FUNC_NAME_LEN)?;
+                no_nul("kernel name", f.name)?;
+                TYPE_FUNC_NAME
+            }
+            Message::Device(d) => {
+                bounded("device name", d.name.len(), MAX_DEVICE_NAME_LEN)?;
+                no_nul("device name", d.name)?;
+                TYPE_DEVICE
+            }
+            Message::Control(_) => TYPE_CONTROL,
+            Message::ControlReply(r) => {
+                bounded(
+                    "control reply message",
+                    r.message.len(),
+                    MAX_CONTROL_MESSAGE_LEN,
+                )?;
+                TYPE_CONTROL_REPLY
+            }
         };
         let total = self.encoded_len();
         if out.len() < total {
@@ -502,6 +735,28 @@ impl<'a> Message<'a> {
                 b[0..2].copy_from_slice(&r.reason.0.to_le_bytes());
                 b[2..4].copy_from_slice(&(r.message.len() as u16).to_le_bytes());
                 b[REJECT_FIXED_LEN..].copy_from_slice(r.message.as_bytes());
+            }
+            Message::FuncName(f) => {
+                b[0..8].copy_from_slice(&f.func_id.to_le_bytes());
+                b[8..10].copy_from_slice(&(f.name.len() as u16).to_le_bytes());
+                b[FUNC_NAME_FIXED_LEN..].copy_from_slice(f.name);
+            }
+            Message::Device(d) => {
+                b[0..4].copy_from_slice(&d.ordinal.to_le_bytes());
+                b[4..20].copy_from_slice(&d.uuid);
+                b[20..22].copy_from_slice(&(d.name.len() as u16).to_le_bytes());
+                b[DEVICE_FIXED_LEN..].copy_from_slice(d.name);
+            }
+            Message::Control(c) => {
+                b[0..2].copy_from_slice(&(c.op as u16).to_le_bytes());
+                b[2] = c.class as u8;
+                b[3] = 0;
+                b[4..12].copy_from_slice(&c.client_id.to_le_bytes());
+            }
+            Message::ControlReply(r) => {
+                b[0..2].copy_from_slice(&r.status.to_le_bytes());
+                b[2..4].copy_from_slice(&(r.message.len() as u16).to_le_bytes());
+                b[CONTROL_REPLY_FIXED_LEN..].copy_from_slice(r.message.as_bytes());
             }
         }
         Ok(total)
@@ -878,12 +1133,13 @@ mod tests {
             })
         ));
         let mut b = body.clone();
-        b[20..24].copy_from_slice(&2u32.to_le_bytes());
+        let foreign = RING_LAYOUT_VERSION + 1;
+        b[20..24].copy_from_slice(&foreign.to_le_bytes());
         assert_eq!(
             Message::decode(&framed(TYPE_WELCOME, 1, &b)),
             Err(Error::LayoutVersion {
                 ours: RING_LAYOUT_VERSION,
-                theirs: 2
+                theirs: foreign
             })
         );
         let mut b = body.clone();
@@ -942,6 +1198,280 @@ mod tests {
             Message::decode(&framed(TYPE_REJECT, 1, &b)),
             Err(Error::BadValue { .. })
         ));
+    }
+
+    fn func_name() -> FuncName<'static> {
+        FuncName {
+            func_id: crate::record::func_id(b"_Z6matmulPfS_S_i"),
+            name: b"_Z6matmulPfS_S_i",
+        }
+    }
+
+    fn device() -> Device<'static> {
+        Device {
+            ordinal: 3,
+            uuid: *b"0123456789abcdef",
+            name: b"NVIDIA H100 80GB HBM3",
+        }
+    }
+
+    fn control() -> Control {
+        Control {
+            op: ControlOp::SetClass,
+            client_id: 0x0102_0304_0506_0708,
+            class: ClientClass::Inference,
+        }
+    }
+
+    #[test]
+    fn new_messages_round_trip() {
+        let long_name = [b'k'; MAX_FUNC_NAME_LEN];
+        let long_dev = [b'd'; MAX_DEVICE_NAME_LEN];
+        let long_msg = "m".repeat(MAX_CONTROL_MESSAGE_LEN);
+        for m in [
+            Message::FuncName(func_name()),
+            Message::FuncName(FuncName {
+                func_id: u64::MAX,
+                name: &long_name,
+            }),
+            Message::FuncName(FuncName {
+                func_id: 0,
+                name: b"",
+            }),
+            Message::Device(device()),
+            Message::Device(Device {
+                name: &long_dev,
+                ..device()
+            }),
+            Message::Device(Device {
+                ordinal: 0,
+                uuid: [0; 16],
+                name: b"",
+            }),
+            Message::Control(control()),
+            Message::Control(Control {
+                op: ControlOp::Reload,
+                client_id: 0,
+                class: ClientClass::Auto,
+            }),
+            Message::ControlReply(ControlReply {
+                status: ControlReply::OK,
+                message: "reloaded /etc/tandem/tandemd.toml",
+            }),
+            Message::ControlReply(ControlReply {
+                status: RejectReason::NOT_PERMITTED.0,
+                message: &long_msg,
+            }),
+        ] {
+            let b = enc(&m);
+            assert_eq!(Message::decode(&b), Ok(m), "{}", m.type_name());
+            assert!(b.len() <= MAX_MESSAGE_LEN);
+        }
+        // Pinned type codes and fixed offsets (the shim and tandemctl rely on them).
+        let b = enc(&Message::FuncName(func_name()));
+        assert_eq!(get_u16(&b, 6), 4);
+        assert_eq!(get_u64(&b, HEADER_LEN), func_name().func_id);
+        assert_eq!(get_u16(&b, HEADER_LEN + 8), 16);
+        let b = enc(&Message::Device(device()));
+        assert_eq!(get_u16(&b, 6), 5);
+        assert_eq!(get_u32(&b, HEADER_LEN), 3);
+        assert_eq!(&b[HEADER_LEN + 4..HEADER_LEN + 20], b"0123456789abcdef");
+        let b = enc(&Message::Control(control()));
+        assert_eq!(get_u16(&b, 6), 6);
+        assert_eq!(b.len(), HEADER_LEN + CONTROL_LEN);
+        assert_eq!(get_u16(&b, HEADER_LEN), 2);
+        assert_eq!(b[HEADER_LEN + 2], 1);
+        assert_eq!(get_u64(&b, HEADER_LEN + 4), 0x0102_0304_0506_0708);
+        let b = enc(&Message::ControlReply(ControlReply {
+            status: 3,
+            message: "no",
+        }));
+        assert_eq!(get_u16(&b, 6), 7);
+        assert!(ControlReply {
+            status: 0,
+            message: ""
+        }
+        .is_ok());
+    }
+
+    #[test]
+    fn new_messages_reject_malformed_bodies() {
+        for (ty, good) in [
+            (TYPE_FUNC_NAME, enc(&Message::FuncName(func_name()))),
+            (TYPE_DEVICE, enc(&Message::Device(device()))),
+            (TYPE_CONTROL, enc(&Message::Control(control()))),
+            (
+                TYPE_CONTROL_REPLY,
+                enc(&Message::ControlReply(ControlReply {
+                    status: 0,
+                    message: "ok",
+                })),
+            ),
+        ] {
+            let body = good[HEADER_LEN..].to_vec();
+            // every truncation is an error, never a panic
+            for n in 0..body.len() {
+                assert!(
+                    Message::decode(&framed(ty, 1, &body[..n])).is_err(),
+                    "type {ty} n={n}"
+                );
+            }
+            // one extra byte is an error
+            let mut long = body.clone();
+            long.push(b'x');
+            assert!(Message::decode(&framed(ty, 1, &long)).is_err(), "type {ty}");
+            // another version is a version mismatch
+            assert_eq!(
+                Message::decode(&framed(ty, 2, &body)),
+                Err(Error::VersionMismatch {
+                    ours: PROTOCOL_VERSION,
+                    theirs: 2
+                })
+            );
+        }
+
+        // FuncName: oversize declared name, NUL in the name
+        let mut b = enc(&Message::FuncName(func_name()))[HEADER_LEN..].to_vec();
+        b[8..10].copy_from_slice(&(MAX_FUNC_NAME_LEN as u16 + 1).to_le_bytes());
+        assert_eq!(
+            Message::decode(&framed(TYPE_FUNC_NAME, 1, &b)),
+            Err(Error::FieldTooLong {
+                field: "kernel name",
+                len: MAX_FUNC_NAME_LEN + 1,
+                max: MAX_FUNC_NAME_LEN
+            })
+        );
+        let mut b = enc(&Message::FuncName(func_name()))[HEADER_LEN..].to_vec();
+        b[FUNC_NAME_FIXED_LEN + 1] = 0;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_FUNC_NAME, 1, &b)),
+            Err(Error::BadValue {
+                field: "kernel name",
+                ..
+            })
+        ));
+
+        // Device: oversize name, NUL in the name
+        let mut b = enc(&Message::Device(device()))[HEADER_LEN..].to_vec();
+        b[20..22].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_DEVICE, 1, &b)),
+            Err(Error::FieldTooLong {
+                field: "device name",
+                ..
+            })
+        ));
+        let mut b = enc(&Message::Device(device()))[HEADER_LEN..].to_vec();
+        b[DEVICE_FIXED_LEN] = 0;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_DEVICE, 1, &b)),
+            Err(Error::BadValue {
+                field: "device name",
+                ..
+            })
+        ));
+
+        // Control: unknown op, bad class, non-zero reserved byte
+        let good = enc(&Message::Control(control()))[HEADER_LEN..].to_vec();
+        let mut b = good.clone();
+        b[0..2].copy_from_slice(&9u16.to_le_bytes());
+        assert_eq!(
+            Message::decode(&framed(TYPE_CONTROL, 1, &b)),
+            Err(Error::BadValue {
+                field: "control op",
+                value: 9
+            })
+        );
+        let mut b = good.clone();
+        b[2] = 7;
+        assert_eq!(
+            Message::decode(&framed(TYPE_CONTROL, 1, &b)),
+            Err(Error::BadValue {
+                field: "class",
+                value: 7
+            })
+        );
+        let mut b = good.clone();
+        b[3] = 1;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_CONTROL, 1, &b)),
+            Err(Error::BadValue {
+                field: "control reserved",
+                ..
+            })
+        ));
+
+        // ControlReply: oversize, not UTF-8
+        let good = enc(&Message::ControlReply(ControlReply {
+            status: 0,
+            message: "ok",
+        }))[HEADER_LEN..]
+            .to_vec();
+        let mut b = good.clone();
+        b[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(matches!(
+            Message::decode(&framed(TYPE_CONTROL_REPLY, 1, &b)),
+            Err(Error::FieldTooLong { .. })
+        ));
+        let mut b = good.clone();
+        b[4] = 0xFF;
+        assert!(matches!(
+            Message::decode(&framed(TYPE_CONTROL_REPLY, 1, &b)),
+            Err(Error::BadValue { .. })
+        ));
+
+        // encode refuses what decode refuses
+        let mut out = vec![0u8; MAX_MESSAGE_LEN];
+        let long = [b'a'; MAX_FUNC_NAME_LEN + 1];
+        assert!(matches!(
+            Message::FuncName(FuncName {
+                func_id: 1,
+                name: &long
+            })
+            .encode(&mut out),
+            Err(Error::FieldTooLong { .. })
+        ));
+        assert!(matches!(
+            Message::Device(Device {
+                name: b"a\0b",
+                ..device()
+            })
+            .encode(&mut out),
+            Err(Error::BadValue { .. })
+        ));
+        let long = "x".repeat(MAX_CONTROL_MESSAGE_LEN + 1);
+        assert!(matches!(
+            Message::ControlReply(ControlReply {
+                status: 0,
+                message: &long
+            })
+            .encode(&mut out),
+            Err(Error::FieldTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_never_panics_new_messages() {
+        let mut x: u64 = 0x0123_4567_89AB_CDEF;
+        let goods = [
+            enc(&Message::FuncName(func_name())),
+            enc(&Message::Device(device())),
+            enc(&Message::Control(control())),
+            enc(&Message::ControlReply(ControlReply {
+                status: 1,
+                message: "hello",
+            })),
+        ];
+        for i in 0..40_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut b = goods[i % goods.len()].clone();
+            let at = (x as usize) % b.len();
+            b[at] = (x >> 32) as u8;
+            b.truncate(((x >> 40) as usize) % (b.len() + 1));
+            let _ = Message::decode(&b);
+        }
     }
 
     #[test]
