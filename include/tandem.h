@@ -32,7 +32,7 @@ extern "C" {
 /* ---- versions and geometry ---- */
 #define TANDEM_PROTOCOL_VERSION 1u
 #define TANDEM_RING_MAGIC 0x47524d45444e4154ull /* "TANDEMRG" little-endian */
-#define TANDEM_RING_LAYOUT_VERSION 1u
+#define TANDEM_RING_LAYOUT_VERSION 2u
 #define TANDEM_RECORD_SIZE 64u
 #define TANDEM_RING_HEADER_SIZE 384u
 #define TANDEM_CONTROL_BLOCK_SIZE 256u
@@ -146,7 +146,8 @@ struct tandem_control_block {
     uint64_t gate_waits;             /* @128 shim: waits on a closed gate */
     uint64_t gate_timeouts;          /* @136 shim: waits that hit their bound */
     uint64_t stale_opens;            /* @144 shim: fail-opens on a stale coordinator */
-    uint64_t pad1[13];               /* @152 */
+    uint64_t gate_wait_ns;           /* @152 shim: ns launches waited at a closed gate */
+    uint64_t pad1[12];               /* @160 */
 };
 TANDEM_STATIC_ASSERT(sizeof(struct tandem_control_block) == 256, "struct tandem_control_block must be 256 bytes");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate) == 0, "tandem_control_block.gate offset");
@@ -157,7 +158,8 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 24, "tandem_
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_waits) == 128, "tandem_control_block.gate_waits offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_timeouts) == 136, "tandem_control_block.gate_timeouts offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, stale_opens) == 144, "tandem_control_block.stale_opens offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 152, "tandem_control_block.pad1 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_wait_ns) == 152, "tandem_control_block.gate_wait_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 160, "tandem_control_block.pad1 offset");
 
 /* ---- explicit API (exported by libtandem.so) ----
  * When a program may run without libtandem.so loaded, declare the functions
@@ -174,6 +176,18 @@ uint64_t tandem_driver_calls(const char *symbol);
  * capture, plus every kernel node of every graph launch. Compare with CUPTI.
  */
 uint64_t tandem_kernels_launched(void);
+/* Records this process pushed into its coordinator ring since it started (or forked),
+ * over every registration (a reconnect continues the count).
+ */
+uint64_t tandem_records_pushed(void);
+/* Records this process dropped since it started (or forked): ring full, or ring busy
+ * past the bounded spin. A push never blocks the job.
+ */
+uint64_t tandem_records_dropped(void);
+/* The coordinator's id for this process; 0 while it is not registered (no coordinator,
+ * refused, TANDEM_CLASS=off, between a coordinator's death and the reconnect).
+ */
+uint64_t tandem_client_id(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

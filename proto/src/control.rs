@@ -52,7 +52,8 @@ pub struct ControlBlock {
     pub(crate) gate_waits: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
     pub(crate) stale_opens: AtomicU64,
-    pub(crate) pad1: [AtomicU64; 13],
+    pub(crate) gate_wait_ns: AtomicU64,
+    pub(crate) pad1: [AtomicU64; 12],
 }
 
 const _: () = {
@@ -66,7 +67,8 @@ const _: () = {
     assert!(offset_of!(ControlBlock, gate_waits) == 128);
     assert!(offset_of!(ControlBlock, gate_timeouts) == 136);
     assert!(offset_of!(ControlBlock, stale_opens) == 144);
-    assert!(offset_of!(ControlBlock, pad1) == 152);
+    assert!(offset_of!(ControlBlock, gate_wait_ns) == 152);
+    assert!(offset_of!(ControlBlock, pad1) == 160);
 };
 
 /// Why [`ControlBlock::wait_open`] returned. In every case the caller proceeds.
@@ -91,6 +93,8 @@ pub struct ClientCounters {
     pub gate_timeouts: u64,
     /// Waits abandoned because the coordinator looked dead.
     pub stale_opens: u64,
+    /// Nanoseconds launches spent waiting at a closed gate, all waits together.
+    pub gate_wait_ns: u64,
 }
 
 impl ControlBlock {
@@ -103,6 +107,7 @@ impl ControlBlock {
         self.gate_waits.store(0, Ordering::Relaxed);
         self.gate_timeouts.store(0, Ordering::Relaxed);
         self.stale_opens.store(0, Ordering::Relaxed);
+        self.gate_wait_ns.store(0, Ordering::Relaxed);
     }
 
     // ---------------- shim side ----------------
@@ -128,6 +133,14 @@ impl ControlBlock {
         // Several launching threads may wait at once: fetch_add, Relaxed (a statistic).
         self.gate_waits.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
+        let outcome = self.wait_closed(start, max_wait, stale_after);
+        let waited = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.gate_wait_ns.fetch_add(waited, Ordering::Relaxed);
+        outcome
+    }
+
+    /// The body of [`Self::wait_open`] once the gate was found closed at `start`.
+    fn wait_closed(&self, start: Instant, max_wait: Duration, stale_after: Duration) -> GateWait {
         let mut beat = self.heartbeat.load(Ordering::Acquire);
         let mut beat_seen = start;
         loop {
@@ -204,6 +217,7 @@ impl ControlBlock {
             gate_waits: self.gate_waits.load(Ordering::Relaxed),
             gate_timeouts: self.gate_timeouts.load(Ordering::Relaxed),
             stale_opens: self.stale_opens.load(Ordering::Relaxed),
+            gate_wait_ns: self.gate_wait_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -323,6 +337,12 @@ mod tests {
         assert_eq!(r, GateWait::TimedOut);
         assert_eq!(cb.client_counters().gate_timeouts, 1);
         assert_eq!(cb.client_counters().gate_waits, 1);
+        // TimedOut is returned only once the wait reached its 50 ms bound.
+        assert!(
+            cb.client_counters().gate_wait_ns >= 50_000_000,
+            "{:?}",
+            cb.client_counters()
+        );
     }
 
     #[test]

@@ -44,6 +44,21 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
         "Kernels this process sent to the GPU: successful launches not recorded by stream\n\
          capture, plus every kernel node of every graph launch. Compare with CUPTI.",
     ),
+    (
+        "uint64_t tandem_records_pushed(void);",
+        "Records this process pushed into its coordinator ring since it started (or forked),\n\
+         over every registration (a reconnect continues the count).",
+    ),
+    (
+        "uint64_t tandem_records_dropped(void);",
+        "Records this process dropped since it started (or forked): ring full, or ring busy\n\
+         past the bounded spin. A push never blocks the job.",
+    ),
+    (
+        "uint64_t tandem_client_id(void);",
+        "The coordinator's id for this process; 0 while it is not registered (no coordinator,\n\
+         refused, TANDEM_CLASS=off, between a coordinator's death and the reconnect).",
+    ),
 ];
 
 /// One C struct member, with its Rust-derived offset and size.
@@ -294,7 +309,15 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "shim: fail-opens on a stale coordinator"
         ),
-        field!(ControlBlock, pad1, "uint64_t", "pad1[13]", 104, ""),
+        field!(
+            ControlBlock,
+            gate_wait_ns,
+            "uint64_t",
+            "gate_wait_ns",
+            8,
+            "shim: ns launches waited at a closed gate"
+        ),
+        field!(ControlBlock, pad1, "uint64_t", "pad1[12]", 96, ""),
     ]
 }
 
