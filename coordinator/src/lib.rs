@@ -1,1 +1,31 @@
-//! placeholder
+//! `tandemd`, the per-node tandem coordinator, as a library (the binaries in
+//! `src/bin/` are thin), and `tandemctl`'s implementation in [`ctl`].
+//!
+//! * [`config`] — `tandemd.toml`, defaults, validation, clear errors.
+//! * [`daemon`] — sockets, the accept/handshake loop, reload, lifecycle.
+//! * [`registry`] — registered clients, their rings, reclaim.
+//! * [`policy`] — who may claim which class.
+//! * [`reader`] — the ring-reader thread (adaptive polling, heartbeats).
+//! * [`state`] — per-client and per-GPU statistics; the stats snapshot.
+//! * [`stats_http`] and [`metrics`] — `GET /stats` (JSON) and `GET /metrics` (Prometheus).
+//! * [`control`] — who may run control operations.
+//! * [`client`] — the client side of both sockets (tandemctl, tests).
+//! * [`notify`] — `sd_notify`.
+//! * [`sock`] — unix sockets and epoll over libc.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod config;
+pub mod control;
+pub mod ctl;
+pub mod daemon;
+pub mod logging;
+pub mod metrics;
+pub mod notify;
+pub mod policy;
+pub mod reader;
+pub mod registry;
+pub mod sock;
+pub mod state;
+pub mod stats_http;

@@ -1,0 +1,503 @@
+//! `tandemd.toml`: the daemon's configuration, its documented defaults, and
+//! errors that name the file, the key and what is wrong.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tandem_proto::ring::{MAX_CAPACITY, MIN_CAPACITY};
+use tandem_proto::wire::{ClientClass, MAX_HEARTBEAT_INTERVAL_MS};
+
+/// Where tandemd looks for its configuration unless `--config` says otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/tandem/tandemd.toml";
+
+/// The documented defaults, printed by `tandemd --print-default-config` and
+/// committed as `scripts/tandemd.toml`. Parsing it gives [`Config::default`]
+/// (a unit test holds the two together).
+pub const DEFAULT_CONFIG_TOML: &str = r#"# tandemd configuration (/etc/tandem/tandemd.toml).
+#
+# Every key is optional: a missing key (or a missing file) takes the default
+# shown here. Unknown keys are errors, so a typo is reported, not ignored.
+# Reload with `systemctl reload tandemd`, `kill -HUP $(pidof tandemd)` or
+# `tandemctl reload`; a bad file is reported and the running configuration kept.
+
+# Log level: "error", "warn", "info", "debug" or "trace".
+# The environment variable TANDEM_LOG, when set, wins over this.
+log_level = "info"
+
+# Records per client ring (a power of two from 16 to 4194304; 64 bytes each).
+# Applies to clients that connect after a change.
+ring_capacity = 32768
+
+# How often tandemd advances each client's heartbeat, in milliseconds (1..=60000).
+# A client that sees no beat for 4 intervals stops waiting on its gate.
+heartbeat_interval_ms = 100
+
+# How long a new connection may take to send its first message, in milliseconds.
+handshake_timeout_ms = 1000
+
+# Most clients registered at once; more are refused with TOO_MANY_CLIENTS.
+max_clients = 1024
+
+# Users (numeric uids) who may run control operations (reload, set-class)
+# besides root and the user tandemd runs as.
+admins = []
+
+[stats]
+# Also serve GET /stats and GET /metrics over TCP, e.g. "127.0.0.1:9464".
+# Empty: only the unix socket stats.sock beside the main socket.
+tcp_listen = ""
+
+[policy]
+# The class a client that claims "auto" is granted: "inference" or "training".
+auto_class = "training"
+
+# Who may claim the inference class. root and the user tandemd runs as always
+# may; anyone else needs to match one of these (uid, gid including supplementary
+# groups, cgroup path prefix, or exact executable path, as the kernel reports
+# them, never as the client says). A disallowed claim is granted "training"
+# and the reason is shown in the stats.
+[policy.inference]
+anyone = false
+uids = []
+gids = []
+cgroups = []
+exes = []
+
+# Operator overrides, first match wins, whatever the job claims. Each entry
+# names exactly one of exe (exact path), uid, or cgroup (path prefix), and a class:
+#
+# [[policy.override]]
+# exe = "/opt/serving/bin/server"
+# class = "inference"
+#
+# [[policy.override]]
+# cgroup = "/system.slice/batch.slice"
+# class = "training"
+"#;
+
+/// A class the operator may grant ("auto" is a claim, not a grant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GrantClass {
+    /// Latency-sensitive.
+    Inference,
+    /// Throughput.
+    Training,
+}
+
+impl From<GrantClass> for ClientClass {
+    fn from(c: GrantClass) -> ClientClass {
+        match c {
+            GrantClass::Inference => ClientClass::Inference,
+            GrantClass::Training => ClientClass::Training,
+        }
+    }
+}
+
+/// The whole file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// error | warn | info | debug | trace.
+    pub log_level: String,
+    /// Records per ring.
+    pub ring_capacity: u32,
+    /// Heartbeat period.
+    pub heartbeat_interval_ms: u32,
+    /// First-message deadline.
+    pub handshake_timeout_ms: u32,
+    /// Client limit.
+    pub max_clients: u32,
+    /// Extra uids allowed to run control operations.
+    pub admins: Vec<u32>,
+    /// Stats serving.
+    pub stats: StatsConfig,
+    /// Class policy.
+    pub policy: PolicyConfig,
+}
+
+/// `[stats]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsConfig {
+    /// Optional TCP address for the stats HTTP server ("" = off).
+    pub tcp_listen: String,
+}
+
+/// `[policy]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// What "auto" gets.
+    pub auto_class: GrantClass,
+    /// Who may claim inference.
+    pub inference: InferenceAllow,
+    /// Operator overrides (first match wins).
+    #[serde(rename = "override")]
+    pub overrides: Vec<Override>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            auto_class: GrantClass::Training,
+            inference: InferenceAllow::default(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// `[policy.inference]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InferenceAllow {
+    /// Everyone may claim inference.
+    pub anyone: bool,
+    /// These uids may.
+    pub uids: Vec<u32>,
+    /// Members of these gids may.
+    pub gids: Vec<u32>,
+    /// Processes in cgroups under these prefixes may.
+    pub cgroups: Vec<String>,
+    /// These executables may.
+    pub exes: Vec<String>,
+}
+
+/// `[[policy.override]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    /// Exact executable path.
+    #[serde(default)]
+    pub exe: Option<String>,
+    /// uid.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// cgroup path prefix.
+    #[serde(default)]
+    pub cgroup: Option<String>,
+    /// The class to grant.
+    pub class: GrantClass,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            log_level: "info".into(),
+            ring_capacity: tandem_proto::ring::DEFAULT_CAPACITY,
+            heartbeat_interval_ms: 100,
+            handshake_timeout_ms: 1000,
+            max_clients: 1024,
+            admins: Vec::new(),
+            stats: StatsConfig::default(),
+            policy: PolicyConfig::default(),
+        }
+    }
+}
+
+/// A configuration that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// `line:column`, when known.
+    pub location: Option<(usize, usize)>,
+    /// The dotted key, when known.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad configuration {}", self.path.display())?;
+        if let Some((l, c)) = self.location {
+            write!(f, " (line {l}, column {c})")?;
+        }
+        if let Some(k) = &self.key {
+            write!(f, ": key `{k}`")?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How a configuration was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Read from the file.
+    File,
+    /// The file does not exist: defaults.
+    MissingFile,
+}
+
+impl Config {
+    /// Read `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<(Config, Source), ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Ok((Config::parse(&text, path)?, Source::File)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok((Config::default(), Source::MissingFile))
+            }
+            Err(e) => Err(ConfigError {
+                path: path.to_path_buf(),
+                location: None,
+                key: None,
+                problem: format!("cannot read it: {e}"),
+            }),
+        }
+    }
+
+    /// Parse and validate `text` (from `path`, named in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let span = e.span();
+            let (location, key) = match &span {
+                Some(s) => (Some(line_col(text, s.start)), key_at(text, s.start)),
+                None => (None, None),
+            };
+            ConfigError {
+                path: path.to_path_buf(),
+                location,
+                key,
+                problem: e.message().trim().to_string(),
+            }
+        })?;
+        cfg.validate().map_err(|(key, problem)| ConfigError {
+            path: path.to_path_buf(),
+            location: None,
+            key: Some(key),
+            problem,
+        })?;
+        Ok(cfg)
+    }
+
+    /// Checks serde cannot express. Returns (key, problem).
+    fn validate(&self) -> Result<(), (String, String)> {
+        if parse_level(&self.log_level).is_none() {
+            return Err((
+                "log_level".into(),
+                format!(
+                    "{:?} is not a log level; use one of \"error\", \"warn\", \"info\", \"debug\", \"trace\"",
+                    self.log_level
+                ),
+            ));
+        }
+        if tandem_proto::RingLayout::new(self.ring_capacity).is_err() {
+            return Err((
+                "ring_capacity".into(),
+                format!(
+                    "{} is not a power of two between {MIN_CAPACITY} and {MAX_CAPACITY}",
+                    self.ring_capacity
+                ),
+            ));
+        }
+        if self.heartbeat_interval_ms == 0 || self.heartbeat_interval_ms > MAX_HEARTBEAT_INTERVAL_MS
+        {
+            return Err((
+                "heartbeat_interval_ms".into(),
+                format!(
+                    "{} is out of range: use 1 to {MAX_HEARTBEAT_INTERVAL_MS}",
+                    self.heartbeat_interval_ms
+                ),
+            ));
+        }
+        if self.handshake_timeout_ms == 0 || self.handshake_timeout_ms > 60_000 {
+            return Err((
+                "handshake_timeout_ms".into(),
+                format!(
+                    "{} is out of range: use 1 to 60000",
+                    self.handshake_timeout_ms
+                ),
+            ));
+        }
+        if self.max_clients == 0 {
+            return Err(("max_clients".into(), "must be at least 1".into()));
+        }
+        if !self.stats.tcp_listen.is_empty() && self.stats.tcp_listen.parse::<SocketAddr>().is_err()
+        {
+            return Err((
+                "stats.tcp_listen".into(),
+                format!(
+                    "{:?} is not an address:port such as \"127.0.0.1:9464\" (or \"\" for none)",
+                    self.stats.tcp_listen
+                ),
+            ));
+        }
+        for (i, o) in self.policy.overrides.iter().enumerate() {
+            let n = usize::from(o.exe.is_some())
+                + usize::from(o.uid.is_some())
+                + usize::from(o.cgroup.is_some());
+            if n != 1 {
+                return Err((
+                    format!("policy.override[{i}]"),
+                    format!("names {n} of exe, uid, cgroup; an override must name exactly one"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The TCP stats address, if configured (validated at parse).
+    #[must_use]
+    pub fn stats_tcp(&self) -> Option<SocketAddr> {
+        self.stats.tcp_listen.parse().ok()
+    }
+
+    /// The log level (validated at parse; `info` if somehow invalid).
+    #[must_use]
+    pub fn level(&self) -> tracing::Level {
+        parse_level(&self.log_level).unwrap_or(tracing::Level::INFO)
+    }
+}
+
+/// Parse a level name (also used for `TANDEM_LOG`).
+#[must_use]
+pub fn parse_level(s: &str) -> Option<tracing::Level> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "error" => Some(tracing::Level::ERROR),
+        "warn" | "warning" => Some(tracing::Level::WARN),
+        "info" => Some(tracing::Level::INFO),
+        "debug" => Some(tracing::Level::DEBUG),
+        "trace" => Some(tracing::Level::TRACE),
+        _ => None,
+    }
+}
+
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let at = at.min(text.len());
+    let before = &text.as_bytes()[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = at
+        - before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1)
+        + 1;
+    (line, col)
+}
+
+/// The dotted key whose line holds byte `at`: `[table]` headers above it plus
+/// the bare key before `=` on its line (a heuristic good for this file's shape).
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let at = at.min(text.len());
+    let start = text[..at].rfind('\n').map_or(0, |p| p + 1);
+    let line = text[start..].lines().next().unwrap_or("").trim();
+    let mut table = String::new();
+    for l in text[..start].lines() {
+        let l = l.trim();
+        if let Some(h) = l.strip_prefix("[[").and_then(|h| h.strip_suffix("]]")) {
+            table = h.trim().to_string();
+        } else if let Some(h) = l.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            table = h.trim().to_string();
+        }
+    }
+    let key = if line.starts_with('[') {
+        line.trim_matches(|c| c == '[' || c == ']')
+            .trim()
+            .to_string()
+    } else {
+        let k = line.split('=').next().unwrap_or("").trim();
+        if k.is_empty() {
+            return if table.is_empty() { None } else { Some(table) };
+        }
+        if table.is_empty() {
+            k.to_string()
+        } else {
+            format!("{table}.{k}")
+        }
+    };
+    Some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config, ConfigError> {
+        Config::parse(s, Path::new("/etc/tandem/tandemd.toml"))
+    }
+
+    #[test]
+    fn documented_defaults_are_the_defaults() {
+        assert_eq!(parse(DEFAULT_CONFIG_TOML).unwrap(), Config::default());
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn missing_file_gives_defaults() {
+        let (c, src) = Config::load(Path::new("/nonexistent/tandem/x.toml")).unwrap();
+        assert_eq!(src, Source::MissingFile);
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_file_and_line() {
+        let e = parse("log_level = \"info\"\nring_capacty = 64\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("/etc/tandem/tandemd.toml"), "{s}");
+        assert!(s.contains("ring_capacty"), "{s}");
+        assert_eq!(e.location.map(|l| l.0), Some(2), "{s}");
+        let e = parse("[policy.inference]\nanyone = true\nuid = [1]\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("policy.inference.uid"), "{s}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let e = parse("[policy]\nauto_class = \"fast\"\n").unwrap_err();
+        let s = e.to_string();
+        assert_eq!(e.key.as_deref(), Some("policy.auto_class"), "{s}");
+        assert!(s.contains("fast"), "{s}");
+        let e = parse("heartbeat_interval_ms = \"often\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("heartbeat_interval_ms"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        for (text, key) in [
+            ("ring_capacity = 1000", "ring_capacity"),
+            ("heartbeat_interval_ms = 0", "heartbeat_interval_ms"),
+            ("log_level = \"loud\"", "log_level"),
+            ("[stats]\ntcp_listen = \"localhost\"", "stats.tcp_listen"),
+            ("max_clients = 0", "max_clients"),
+            (
+                "[[policy.override]]\nexe = \"/a\"\nuid = 3\nclass = \"inference\"",
+                "policy.override[0]",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let c = parse(
+            r#"
+            log_level = "debug"
+            ring_capacity = 64
+            admins = [1000]
+            [stats]
+            tcp_listen = "127.0.0.1:9464"
+            [policy]
+            auto_class = "inference"
+            [policy.inference]
+            uids = [5]
+            cgroups = ["/serving.slice"]
+            [[policy.override]]
+            uid = 7
+            class = "training"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.ring_capacity, 64);
+        assert_eq!(c.policy.overrides.len(), 1);
+        assert_eq!(c.policy.auto_class, GrantClass::Inference);
+        assert!(c.stats_tcp().is_some());
+        assert_eq!(c.level(), tracing::Level::DEBUG);
+    }
+}

@@ -1,0 +1,207 @@
+//! `tandemctl`: status, top, reload, set-class, run.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tandem_proto::wire::{ClientClass, ControlOp};
+
+use crate::client;
+use crate::state::{ClientSnapshot, Snapshot};
+
+pub mod run;
+pub mod top;
+
+/// How long tandemctl waits for tandemd.
+pub const TIMEOUT: Duration = Duration::from_secs(3);
+
+const USAGE: &str = "usage: tandemctl [--socket PATH] COMMAND
+  status [--json]            registered clients (a table, or the raw JSON snapshot)
+  top                        the table, refreshed every second (q or Ctrl-C quits)
+  reload                     make tandemd re-read its configuration (privileged)
+  set-class ID CLASS         set a client's class: inference, training, or auto
+                             (auto = back to the configured policy) (privileged)
+  run [--class C] -- CMD...  run CMD under libtandem.so, starting a private tandemd
+                             if none answers on the socket
+The socket is --socket, else $TANDEM_SOCKET, else the default tandemd uses.";
+
+/// Run tandemctl with `args` (without the program name); returns the exit code.
+pub fn main(args: &[OsString]) -> u8 {
+    let mut socket: Option<PathBuf> = None;
+    let mut rest: Vec<OsString> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if rest.is_empty() && a == "--socket" {
+            match it.next() {
+                Some(p) => socket = Some(PathBuf::from(p)),
+                None => return usage("--socket needs a PATH"),
+            }
+        } else if rest.is_empty() && (a == "--help" || a == "-h") {
+            println!("{USAGE}");
+            return 0;
+        } else {
+            rest.push(a.clone());
+            rest.extend(it.by_ref().cloned());
+        }
+    }
+    let socket = socket.unwrap_or_else(tandem_proto::paths::default_socket);
+    let Some(cmd) = rest.first().and_then(|c| c.to_str()) else {
+        return usage("no command given");
+    };
+    let sub: Vec<OsString> = rest[1..].to_vec();
+    let result = match cmd {
+        "status" => status(&socket, &sub),
+        "top" => top::run(&socket),
+        "reload" => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
+        "set-class" => set_class(&socket, &sub),
+        "run" => return run::run(&socket, &sub),
+        "help" => {
+            println!("{USAGE}");
+            return 0;
+        }
+        other => return usage(&format!("unknown command {other:?}")),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tandemctl: {e}");
+            1
+        }
+    }
+}
+
+fn usage(msg: &str) -> u8 {
+    eprintln!("tandemctl: {msg}\n{USAGE}");
+    2
+}
+
+fn status(socket: &Path, args: &[OsString]) -> Result<(), String> {
+    let json = match args {
+        [] => false,
+        [a] if a == "--json" => true,
+        _ => return Err("usage: tandemctl status [--json]".into()),
+    };
+    let stats = tandem_proto::paths::stats_socket(socket);
+    if json {
+        let r = client::http_get(&stats, "/stats", TIMEOUT)?;
+        if r.status != 200 {
+            return Err(format!("GET /stats answered {}", r.status));
+        }
+        print!("{}", r.body);
+        return Ok(());
+    }
+    let snap = client::snapshot(&stats, TIMEOUT)?;
+    print!("{}", table(&snap));
+    Ok(())
+}
+
+fn set_class(socket: &Path, args: &[OsString]) -> Result<(), String> {
+    let [id, class] = args else {
+        return Err(
+            "usage: tandemctl set-class ID CLASS (CLASS: inference, training, auto)".into(),
+        );
+    };
+    let id: u64 = id
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{id:?} is not a client id (a number from tandemctl status)"))?;
+    let class = class
+        .to_str()
+        .and_then(|s| ClientClass::from_env_value(s.as_bytes()))
+        .filter(|_| !class.is_empty())
+        .ok_or_else(|| format!("{class:?} is not a class: use inference, training or auto"))?;
+    control(socket, ControlOp::SetClass, id, class)
+}
+
+fn control(socket: &Path, op: ControlOp, id: u64, class: ClientClass) -> Result<(), String> {
+    let (status, msg) = client::control(socket, op, id, class, TIMEOUT)?;
+    if status == 0 {
+        println!("{msg}");
+        Ok(())
+    } else {
+        Err(format!(
+            "{} refused: {msg} ({})",
+            op.name(),
+            tandem_proto::RejectReason(status).describe()
+        ))
+    }
+}
+
+/// Human-readable bytes.
+#[must_use]
+pub fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", U[i])
+    }
+}
+
+/// One table row.
+#[must_use]
+pub fn row(c: &ClientSnapshot) -> String {
+    let gpu = c.gpu.as_deref().map_or("-".to_string(), |g| {
+        g.strip_prefix("GPU-")
+            .unwrap_or(g)
+            .chars()
+            .take(8)
+            .collect()
+    });
+    format!(
+        "{:>5} {:>8} {:<9} {:<8} {:>10} {:>8.1} {:>8} {:>9} {:>8} {}",
+        c.id,
+        c.pid,
+        c.class,
+        gpu,
+        c.launches,
+        c.launch_rate_hz,
+        c.dropped,
+        human_bytes(c.bytes_allocated),
+        format!("{:.3}s", c.gate_wait_ns as f64 / 1e9),
+        c.exe
+    )
+}
+
+/// The header line of [`table`].
+pub const HEADER: &str =
+    "   ID      PID CLASS     GPU        LAUNCHES   RATE/s  DROPPED       MEM     WAIT EXE";
+
+/// The status table.
+#[must_use]
+pub fn table(s: &Snapshot) -> String {
+    let mut out = format!("{HEADER}\n");
+    for c in &s.clients {
+        out.push_str(&row(c));
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{} clients, {} launches, {} dropped, {} reclaimed, {} rejected; tandemd pid {}, up {:.0}s\n",
+        s.totals.clients,
+        s.totals.launches,
+        s.totals.dropped,
+        s.totals.clients_reclaimed,
+        s.totals.rejected,
+        s.pid,
+        s.uptime_s
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes() {
+        assert_eq!(human_bytes(10), "10B");
+        assert_eq!(human_bytes(2048), "2.0KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0GiB");
+    }
+}

@@ -1,0 +1,257 @@
+//! `tandemctl run [--class C] -- CMD...`: run a job under libtandem.so with a
+//! coordinator, starting a private tandemd when none answers (and stopping
+//! only that one afterwards).
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client;
+use crate::sock::{self, Probe};
+
+/// How long a started tandemd may take to listen.
+pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The directory of the running executable (where cargo also puts tandemd and libtandem.so).
+fn exe_dir() -> Result<PathBuf, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find tandemctl's own path: {e}"))?;
+    exe.parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| "tandemctl's path has no directory".into())
+}
+
+/// Where the shim is: `$TANDEM_SHIM`, else `libtandem.so` beside tandemctl.
+pub fn find_shim(dir: &Path, env: Option<OsString>) -> Result<PathBuf, String> {
+    let (p, from_env) = match env.filter(|v| !v.is_empty()) {
+        Some(v) => (PathBuf::from(v), true),
+        None => (dir.join("libtandem.so"), false),
+    };
+    if p.is_file() {
+        Ok(p)
+    } else if from_env {
+        Err(format!(
+            "TANDEM_SHIM={} does not name a file; point it at libtandem.so",
+            p.display()
+        ))
+    } else {
+        Err(format!(
+            "libtandem.so not found next to tandemctl ({}); build it (cargo build -p tandem-shim) or set TANDEM_SHIM=/path/to/libtandem.so",
+            p.display()
+        ))
+    }
+}
+
+/// Parse `[--class C] -- CMD...`.
+pub fn parse(args: &[OsString]) -> Result<(String, Vec<OsString>), String> {
+    let mut class = "auto".to_string();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            i += 1;
+            break;
+        } else if a == "--class" {
+            let v = args
+                .get(i + 1)
+                .and_then(|v| v.to_str())
+                .ok_or("--class needs a value: inference, training, auto or off")?;
+            if !matches!(v, "inference" | "training" | "auto" | "off") {
+                return Err(format!(
+                    "--class {v:?} is not a class: use inference, training, auto or off"
+                ));
+            }
+            class = v.to_string();
+            i += 2;
+        } else {
+            // First non-option word starts the command (-- is optional).
+            break;
+        }
+    }
+    let cmd = args[i..].to_vec();
+    if cmd.is_empty() {
+        return Err("usage: tandemctl run [--class C] -- CMD [ARGS...]".into());
+    }
+    Ok((class, cmd))
+}
+
+/// Start tandemd on `socket` with the built-in defaults; wait until it listens.
+fn start_tandemd(dir: &Path, socket: &Path) -> Result<Child, String> {
+    let bin = dir.join("tandemd");
+    if !bin.is_file() {
+        return Err(format!(
+            "no coordinator answers on {} and tandemd is not next to tandemctl ({}); start tandemd yourself or build it (cargo build -p tandem-coordinator)",
+            socket.display(),
+            bin.display()
+        ));
+    }
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--no-config").arg("--socket").arg(socket);
+    if std::env::var_os("TANDEM_LOG").is_none() {
+        cmd.env("TANDEM_LOG", "warn");
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!(
+                "tandemd exited before it listened ({st}); see its message above"
+            ));
+        }
+        if matches!(sock::probe(socket), Ok(Probe::Live))
+            && tandem_proto::paths::stats_socket(socket).exists()
+        {
+            return Ok(child);
+        }
+        if Instant::now() >= deadline {
+            stop(&mut child);
+            return Err(format!(
+                "tandemd did not listen on {} within {} s",
+                socket.display(),
+                START_TIMEOUT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stop(child: &mut Child) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn preload(shim: &Path) -> OsString {
+    let mut v = shim.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        v.push(OsStr::new(" "));
+        v.push(old);
+    }
+    v
+}
+
+/// `tandemctl run`; returns the exit code (the job's, or 1/2 for our errors).
+pub fn run(socket: &Path, args: &[OsString]) -> u8 {
+    match run_inner(socket, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tandemctl run: {e}");
+            1
+        }
+    }
+}
+
+fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
+    let (class, cmd) = parse(args)?;
+    let dir = exe_dir()?;
+    let shim = find_shim(&dir, std::env::var_os("TANDEM_SHIM"))?;
+    sock::sockaddr(socket).map_err(|e| e.to_string())?;
+    let mut started = match sock::probe(socket) {
+        Ok(Probe::Live) => None,
+        Ok(_) => Some(start_tandemd(&dir, socket)?),
+        Err(e) => return Err(format!("bad socket path {}: {e}", socket.display())),
+    };
+    // The job gets Ctrl-C; we stay to clean up.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted));
+    let stats = tandem_proto::paths::stats_socket(socket);
+    let spawned = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env("LD_PRELOAD", preload(&shim))
+        .env("TANDEM_CLASS", &class)
+        .env("TANDEM_SOCKET", socket)
+        .spawn();
+    let mut job = match spawned {
+        Ok(j) => j,
+        Err(e) => {
+            if let Some(d) = started.as_mut() {
+                stop(d);
+            }
+            return Err(format!("cannot run {:?}: {e}", cmd[0]));
+        }
+    };
+    let pid = job.id();
+    let status = job.wait().map_err(|e| format!("waiting for the job: {e}"));
+    // The job's final line: it has left, so look among departed clients too.
+    match client::snapshot(&stats, super::TIMEOUT) {
+        Ok(s) => {
+            let lines: Vec<String> = s
+                .clients
+                .iter()
+                .chain(s.departed.iter())
+                .filter(|c| c.pid == pid)
+                .map(super::row)
+                .collect();
+            if lines.is_empty() {
+                eprintln!("tandemctl run: the job (pid {pid}) never registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
+            } else {
+                eprintln!("{}", super::HEADER);
+                for l in lines {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        Err(e) => eprintln!("tandemctl run: could not read the job's stats: {e}"),
+    }
+    if let Some(d) = started.as_mut() {
+        stop(d);
+    }
+    let status = status?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_class_and_command() {
+        let (c, cmd) = parse(&os(&["--class", "inference", "--", "python", "-c", "x"])).unwrap();
+        assert_eq!(c, "inference");
+        assert_eq!(cmd, os(&["python", "-c", "x"]));
+        let (c, cmd) = parse(&os(&["true"])).unwrap();
+        assert_eq!((c.as_str(), cmd.len()), ("auto", 1));
+        assert!(parse(&os(&["--class", "fast", "--", "x"])).is_err());
+        assert!(parse(&os(&["--"])).is_err());
+    }
+
+    #[test]
+    fn shim_lookup_names_what_to_do() {
+        let e = find_shim(Path::new("/nonexistent-dir"), None).unwrap_err();
+        assert!(
+            e.contains("TANDEM_SHIM") && e.contains("libtandem.so"),
+            "{e}"
+        );
+        let e = find_shim(Path::new("/"), Some("/nonexistent.so".into())).unwrap_err();
+        assert!(e.contains("TANDEM_SHIM=/nonexistent.so"), "{e}");
+        assert_eq!(
+            find_shim(Path::new("/"), Some("/bin/sh".into())).unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! Who gets which class: operator overrides, then the claim checked against
+//! `[policy.inference]`. Identity comes from the kernel (SO_PEERCRED, /proc),
+//! never from what the client says about itself.
+
+use tandem_proto::wire::ClientClass;
+
+use crate::config::{Config, GrantClass};
+use crate::sock::PeerCred;
+
+/// What the kernel says about a peer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Who {
+    /// pid (SO_PEERCRED).
+    pub pid: u32,
+    /// uid (SO_PEERCRED).
+    pub uid: u32,
+    /// Primary gid (SO_PEERCRED).
+    pub gid: u32,
+    /// Supplementary groups (/proc/PID/status), if readable.
+    pub groups: Vec<u32>,
+    /// `/proc/PID/exe`, if readable.
+    pub exe: Option<String>,
+    /// The cgroup v2 path (`0::` line of /proc/PID/cgroup), if readable.
+    pub cgroup: Option<String>,
+}
+
+impl Who {
+    /// Read what /proc says about `cred.pid`; unreadable parts stay `None`.
+    #[must_use]
+    pub fn from_proc(cred: PeerCred) -> Who {
+        let base = format!("/proc/{}", cred.pid);
+        let exe = std::fs::read_link(format!("{base}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+        let cgroup = std::fs::read_to_string(format!("{base}/cgroup"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+            });
+        let groups = std::fs::read_to_string(format!("{base}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("Groups:").map(|g| {
+                        g.split_whitespace()
+                            .filter_map(|x| x.parse().ok())
+                            .collect()
+                    })
+                })
+            })
+            .unwrap_or_default();
+        Who {
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
+            groups,
+            exe,
+            cgroup,
+        }
+    }
+}
+
+/// `prefix` is `path` or a parent of it (path components, not bytes).
+#[must_use]
+pub fn cgroup_under(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    if prefix.is_empty() {
+        return true;
+    }
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+/// The class to grant and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Granted.
+    pub class: ClientClass,
+    /// Shown in the stats.
+    pub reason: String,
+}
+
+/// Decide the class of `who` claiming `claimed`, under `cfg`, for a daemon
+/// running as `daemon_euid`.
+#[must_use]
+pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -> Decision {
+    let p = &cfg.policy;
+    for (i, o) in p.overrides.iter().enumerate() {
+        let hit = if let Some(exe) = &o.exe {
+            who.exe.as_deref() == Some(exe.as_str())
+        } else if let Some(uid) = o.uid {
+            who.uid == uid
+        } else if let Some(cg) = &o.cgroup {
+            who.cgroup.as_deref().is_some_and(|c| cgroup_under(c, cg))
+        } else {
+            false
+        };
+        if hit {
+            let what = if let Some(e) = &o.exe {
+                format!("exe {e}")
+            } else if let Some(u) = o.uid {
+                format!("uid {u}")
+            } else {
+                format!("cgroup {}", o.cgroup.as_deref().unwrap_or(""))
+            };
+            return Decision {
+                class: o.class.into(),
+                reason: format!("operator override #{i} ({what})"),
+            };
+        }
+    }
+    match claimed {
+        ClientClass::Training => Decision {
+            class: ClientClass::Training,
+            reason: "claimed training".into(),
+        },
+        ClientClass::Auto => Decision {
+            class: p.auto_class.into(),
+            reason: format!(
+                "claimed auto: policy.auto_class = {}",
+                ClientClass::from(p.auto_class).name()
+            ),
+        },
+        ClientClass::Inference => match inference_allowed(cfg, daemon_euid, who) {
+            Some(why) => Decision {
+                class: ClientClass::Inference,
+                reason: format!("claimed inference, allowed ({why})"),
+            },
+            None => Decision {
+                class: GrantClass::Training.into(),
+                reason: format!(
+                    "claimed inference, not allowed for uid {} (see [policy.inference] in tandemd.toml): granted training",
+                    who.uid
+                ),
+            },
+        },
+    }
+}
+
+fn inference_allowed(cfg: &Config, daemon_euid: u32, who: &Who) -> Option<String> {
+    let a = &cfg.policy.inference;
+    if who.uid == 0 {
+        return Some("root".into());
+    }
+    if who.uid == daemon_euid {
+        return Some("same user as tandemd".into());
+    }
+    if a.anyone {
+        return Some("policy.inference.anyone".into());
+    }
+    if a.uids.contains(&who.uid) {
+        return Some(format!("uid {} listed", who.uid));
+    }
+    if let Some(g) = std::iter::once(&who.gid)
+        .chain(who.groups.iter())
+        .find(|g| a.gids.contains(g))
+    {
+        return Some(format!("gid {g} listed"));
+    }
+    if let Some(c) = &who.cgroup {
+        if let Some(p) = a.cgroups.iter().find(|p| cgroup_under(c, p)) {
+            return Some(format!("cgroup under {p}"));
+        }
+    }
+    if let Some(e) = &who.exe {
+        if a.exes.iter().any(|x| x == e) {
+            return Some(format!("exe {e} listed"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Override;
+
+    fn who(uid: u32) -> Who {
+        Who {
+            pid: 10,
+            uid,
+            gid: 100,
+            groups: vec![100, 44],
+            exe: Some("/usr/bin/python3".into()),
+            cgroup: Some("/serving.slice/a.service".into()),
+        }
+    }
+
+    #[test]
+    fn inference_needs_permission() {
+        let mut cfg = Config::default();
+        let d = decide(&cfg, 0, &who(1000), ClientClass::Inference);
+        assert_eq!(d.class, ClientClass::Training);
+        assert!(d.reason.contains("not allowed"), "{}", d.reason);
+        assert_eq!(
+            decide(&cfg, 0, &who(0), ClientClass::Inference).class,
+            ClientClass::Inference
+        );
+        assert_eq!(
+            decide(&cfg, 1000, &who(1000), ClientClass::Inference).class,
+            ClientClass::Inference
+        );
+        cfg.policy.inference.gids = vec![44];
+        assert_eq!(
+            decide(&cfg, 0, &who(1000), ClientClass::Inference).class,
+            ClientClass::Inference
+        );
+        cfg.policy.inference.gids.clear();
+        cfg.policy.inference.cgroups = vec!["/serving.slice".into()];
+        assert_eq!(
+            decide(&cfg, 0, &who(1000), ClientClass::Inference).class,
+            ClientClass::Inference
+        );
+        cfg.policy.inference.cgroups = vec!["/serving.sl".into()];
+        assert_eq!(
+            decide(&cfg, 0, &who(1000), ClientClass::Inference).class,
+            ClientClass::Training
+        );
+    }
+
+    #[test]
+    fn overrides_win_and_auto_follows_config() {
+        let mut cfg = Config::default();
+        assert_eq!(
+            decide(&cfg, 0, &who(5), ClientClass::Auto).class,
+            ClientClass::Training
+        );
+        cfg.policy.overrides.push(Override {
+            exe: Some("/usr/bin/python3".into()),
+            uid: None,
+            cgroup: None,
+            class: GrantClass::Inference,
+        });
+        let d = decide(&cfg, 0, &who(5), ClientClass::Training);
+        assert_eq!(d.class, ClientClass::Inference);
+        assert!(d.reason.contains("override"), "{}", d.reason);
+        // an unreadable exe never matches an exe rule
+        let mut w = who(5);
+        w.exe = None;
+        assert_eq!(
+            decide(&cfg, 0, &w, ClientClass::Training).class,
+            ClientClass::Training
+        );
+    }
+
+    #[test]
+    fn cgroup_prefix_is_by_component() {
+        assert!(cgroup_under("/a/b", "/a"));
+        assert!(cgroup_under("/a", "/a/"));
+        assert!(!cgroup_under("/ab", "/a"));
+        assert!(cgroup_under("/x", "/"));
+    }
+}

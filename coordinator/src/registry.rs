@@ -1,0 +1,439 @@
+//! Registered clients: registration (region + Welcome), their rings, the
+//! messages they send after registering, class changes, and reclaim.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use tandem_proto::ring::{self, Consumer, RingLayout};
+use tandem_proto::shm::{self, Mapping};
+use tandem_proto::wire::{ClientClass, Device, Hello, RejectReason, Welcome};
+use tandem_proto::ControlBlock;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::policy::{decide, Decision, Who};
+use crate::state::{format_uuid, ClientSnapshot, ClientStats, GpuSnapshot, Totals, TOP_KERNELS};
+
+/// One client's shared region and our consumer of its ring.
+pub struct Ring {
+    // Field order matters: `consumer` points into `map` and is dropped first.
+    consumer: Consumer<'static>,
+    map: Mapping,
+    layout: RingLayout,
+}
+
+impl Ring {
+    /// Create a sealed region for client `id` with `capacity` records.
+    pub fn create(id: u64, capacity: u32) -> tandem_proto::Result<(OwnedFd, Ring)> {
+        let layout = RingLayout::new(capacity)?;
+        let name = CString::new(format!("tandem-client-{id}")).unwrap_or_default();
+        let (fd, map) = shm::create(&name, layout.region_len())?;
+        // SAFETY: `map` is a live shared mapping of `map.len()` bytes whose
+        // address never changes while it exists; it is stored in the same Ring
+        // and declared after `consumer`, so it outlives every use of the
+        // consumer and is unmapped only after the consumer is dropped. This is
+        // the only consumer of the region.
+        let consumer = unsafe { Consumer::init_raw(map.as_ptr(), map.len(), layout, id)? };
+        Ok((
+            fd,
+            Ring {
+                consumer,
+                map,
+                layout,
+            },
+        ))
+    }
+
+    /// The control block (gate, heartbeat).
+    pub fn control(&self) -> Option<&ControlBlock> {
+        ring::control_block(&self.map, self.layout).ok()
+    }
+}
+
+/// A registered client.
+pub struct Client {
+    /// Id (also in the control block).
+    pub id: u64,
+    /// Kernel-reported identity.
+    pub who: Who,
+    /// Executable shown in stats (/proc, else the Hello's claim marked as such).
+    pub exe: String,
+    /// cgroup shown in stats.
+    pub cgroup: String,
+    /// Claimed class.
+    pub claimed: ClientClass,
+    /// Granted class and why.
+    pub decision: Decision,
+    /// An operator set the class (policy reloads leave it alone).
+    pub operator_set: bool,
+    /// GPU from the Device message.
+    pub gpu: Option<[u8; 16]>,
+    /// Registration time.
+    pub connected: Instant,
+    /// Heartbeat period announced in the Welcome.
+    pub heartbeat: Duration,
+    last_beat: Instant,
+    /// Counters.
+    pub stats: ClientStats,
+    /// The ring; `None` once detached after garbage.
+    pub ring: Option<Ring>,
+    /// Records the client says it dropped (last value read from its ring).
+    pub dropped: u64,
+    /// Gate counters last read from the control block.
+    pub gate_waits: u64,
+    /// Gate counters last read from the control block.
+    pub gate_timeouts: u64,
+    /// Nanoseconds the client's launches waited at a closed gate (control block).
+    pub gate_wait_ns: u64,
+    warned_kind: bool,
+}
+
+/// A GPU seen in Device messages.
+#[derive(Debug, Default)]
+pub struct Gpu {
+    /// Device name.
+    pub name: String,
+    /// Launches of clients that have left, while on this GPU.
+    pub retired_launches: u64,
+}
+
+/// Every client, GPU and counter. Lives behind one mutex in [`crate::daemon::Shared`].
+#[derive(Default)]
+pub struct Registry {
+    /// By id.
+    pub clients: BTreeMap<u64, Client>,
+    /// By UUID.
+    pub gpus: BTreeMap<[u8; 16], Gpu>,
+    /// Counters (`clients`, `launches`, `dropped` are filled at snapshot).
+    pub totals: Totals,
+    retired_launches: u64,
+    retired_dropped: u64,
+    next_id: u64,
+    /// Final snapshots of the last clients that left, newest last.
+    pub departed: std::collections::VecDeque<ClientSnapshot>,
+}
+
+/// Departed clients kept for `tandemctl run` and post-mortems.
+pub const MAX_DEPARTED: usize = 64;
+
+/// Why a registration failed: the Reject to send.
+pub type Refusal = (RejectReason, String);
+
+impl Registry {
+    /// Register a client: decide its class, create its region, and return the
+    /// Welcome to send with the region fd.
+    pub fn register(
+        &mut self,
+        cfg: &Config,
+        daemon_euid: u32,
+        who: Who,
+        hello: &Hello<'_>,
+    ) -> Result<(Welcome, OwnedFd), Refusal> {
+        if self.clients.len() >= cfg.max_clients as usize {
+            return Err((
+                RejectReason::TOO_MANY_CLIENTS,
+                format!(
+                    "tandemd serves at most {} clients (max_clients); this job runs unscheduled",
+                    cfg.max_clients
+                ),
+            ));
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let (fd, ring) = Ring::create(id, cfg.ring_capacity).map_err(|e| {
+            warn!(
+                pid = who.pid,
+                "cannot create a ring region for a new client: {e}"
+            );
+            (
+                RejectReason::INTERNAL,
+                format!("tandemd could not create the shared ring: {e}"),
+            )
+        })?;
+        let decision = decide(cfg, daemon_euid, &who, hello.class);
+        let exe = who
+            .exe
+            .clone()
+            .unwrap_or_else(|| format!("{} (claimed)", String::from_utf8_lossy(hello.exe)));
+        let cgroup = who
+            .cgroup
+            .clone()
+            .unwrap_or_else(|| String::from_utf8_lossy(hello.cgroup).into_owned());
+        let welcome = Welcome {
+            client_id: id,
+            region_len: ring.layout.region_len() as u64,
+            ring_capacity: ring.layout.capacity(),
+            heartbeat_interval_ms: cfg.heartbeat_interval_ms,
+            class: decision.class,
+            flags: 0,
+        };
+        info!(
+            client = id,
+            pid = who.pid,
+            uid = who.uid,
+            exe = %exe,
+            class = decision.class.name(),
+            reason = %decision.reason,
+            "client registered"
+        );
+        let now = Instant::now();
+        self.clients.insert(
+            id,
+            Client {
+                id,
+                exe,
+                cgroup,
+                claimed: hello.class,
+                decision,
+                operator_set: false,
+                gpu: None,
+                connected: now,
+                heartbeat: Duration::from_millis(u64::from(cfg.heartbeat_interval_ms)),
+                last_beat: now,
+                stats: ClientStats::default(),
+                ring: Some(ring),
+                dropped: 0,
+                gate_waits: 0,
+                gate_timeouts: 0,
+                gate_wait_ns: 0,
+                warned_kind: false,
+                who,
+            },
+        );
+        self.totals.clients_registered += 1;
+        Ok((welcome, fd))
+    }
+
+    /// A FuncName from client `id`.
+    pub fn func_name(&mut self, id: u64, func_id: u64, name: &[u8]) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            if !c.stats.set_name(func_id, name) {
+                debug!(client = id, "kernel name table full; name ignored");
+            }
+        }
+    }
+
+    /// A Device from client `id`.
+    pub fn device(&mut self, id: u64, d: &Device<'_>) {
+        let name = String::from_utf8_lossy(d.name).into_owned();
+        if let Some(c) = self.clients.get_mut(&id) {
+            if c.gpu.is_none() || c.gpu != Some(d.uuid) {
+                info!(client = id, gpu = %format_uuid(&d.uuid), name = %name, ordinal = d.ordinal, "client device");
+            }
+            // Launches counted so far stay with the old GPU, if any.
+            if let Some(old) = c.gpu.filter(|u| *u != d.uuid) {
+                self.gpus.entry(old).or_default().retired_launches += c.stats.launches;
+            }
+            c.gpu = Some(d.uuid);
+            let g = self.gpus.entry(d.uuid).or_default();
+            if g.name.is_empty() || !name.is_empty() {
+                g.name = name;
+            }
+        }
+    }
+
+    /// Drain every attached ring, beat heartbeats, update rates. Returns the
+    /// number of records consumed.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        for c in self.clients.values_mut() {
+            total += drain_client(c, &mut self.totals);
+            if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
+                if now.duration_since(c.last_beat) >= c.heartbeat {
+                    cb.beat();
+                    c.last_beat = now;
+                }
+            }
+            c.stats.tick_rate(now);
+        }
+        total
+    }
+
+    /// Remove client `id` (it hung up or misbehaved): final drain, account,
+    /// unmap its region. Returns whether it existed.
+    pub fn reclaim(&mut self, id: u64, why: &str) -> bool {
+        let Some(mut c) = self.clients.remove(&id) else {
+            return false;
+        };
+        drain_client(&mut c, &mut self.totals);
+        if self.departed.len() >= MAX_DEPARTED {
+            self.departed.pop_front();
+        }
+        self.departed.push_back(client_snapshot(&c, Instant::now()));
+        self.retired_launches += c.stats.launches;
+        self.retired_dropped += c.dropped;
+        if let Some(g) = c.gpu {
+            self.gpus.entry(g).or_default().retired_launches += c.stats.launches;
+        }
+        self.totals.clients_reclaimed += 1;
+        info!(
+            client = id,
+            pid = c.who.pid,
+            launches = c.stats.launches,
+            dropped = c.dropped,
+            "client gone ({why}); ring reclaimed"
+        );
+        drop(c); // munmap
+        true
+    }
+
+    /// Operator: set the class of `id` (`Auto` = back to the policy's decision).
+    pub fn set_class(
+        &mut self,
+        cfg: &Config,
+        daemon_euid: u32,
+        id: u64,
+        class: ClientClass,
+        by_uid: u32,
+    ) -> Result<String, String> {
+        let c = self
+            .clients
+            .get_mut(&id)
+            .ok_or_else(|| format!("no client with id {id} (see tandemctl status)"))?;
+        if class == ClientClass::Auto {
+            c.decision = decide(cfg, daemon_euid, &c.who, c.claimed);
+            c.operator_set = false;
+        } else {
+            c.decision = Decision {
+                class,
+                reason: format!("set by operator (uid {by_uid})"),
+            };
+            c.operator_set = true;
+        }
+        info!(client = id, class = c.decision.class.name(), reason = %c.decision.reason, "class changed");
+        Ok(format!(
+            "client {id} is now {} ({})",
+            c.decision.class.name(),
+            c.decision.reason
+        ))
+    }
+
+    /// A new configuration: re-decide every class the operator did not set.
+    pub fn reapply_policy(&mut self, cfg: &Config, daemon_euid: u32) {
+        for c in self.clients.values_mut().filter(|c| !c.operator_set) {
+            let d = decide(cfg, daemon_euid, &c.who, c.claimed);
+            if d != c.decision {
+                info!(client = c.id, class = d.class.name(), reason = %d.reason, "class changed by new configuration");
+                c.decision = d;
+            }
+        }
+    }
+
+    /// Client and GPU snapshots plus totals.
+    #[must_use]
+    pub fn snapshot(&self, now: Instant) -> (Vec<GpuSnapshot>, Vec<ClientSnapshot>, Totals) {
+        let clients: Vec<ClientSnapshot> = self
+            .clients
+            .values()
+            .map(|c| client_snapshot(c, now))
+            .collect();
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|(uuid, g)| {
+                let on: Vec<&Client> = self
+                    .clients
+                    .values()
+                    .filter(|c| c.gpu == Some(*uuid))
+                    .collect();
+                GpuSnapshot {
+                    uuid: format_uuid(uuid),
+                    name: g.name.clone(),
+                    clients: on.iter().map(|c| c.id).collect(),
+                    launches: g.retired_launches + on.iter().map(|c| c.stats.launches).sum::<u64>(),
+                }
+            })
+            .collect();
+        let mut totals = self.totals.clone();
+        totals.clients = self.clients.len() as u64;
+        totals.launches = self.retired_launches + clients.iter().map(|c| c.launches).sum::<u64>();
+        totals.dropped = self.retired_dropped + clients.iter().map(|c| c.dropped).sum::<u64>();
+        (gpus, clients, totals)
+    }
+}
+
+/// Drain one client's ring; on garbage, warn once, count, and detach the ring.
+fn drain_client(c: &mut Client, totals: &mut Totals) -> usize {
+    let Some(ring) = c.ring.as_mut() else {
+        return 0;
+    };
+    let stats = &mut c.stats;
+    let mut unknown: Option<u16> = None;
+    let mut bad = 0u64;
+    let res = ring.consumer.drain(|r| {
+        if let Err(raw) = stats.apply(r) {
+            bad += 1;
+            unknown.get_or_insert(raw);
+        }
+    });
+    totals.bad_records += bad;
+    if let (Some(raw), false) = (unknown, c.warned_kind) {
+        c.warned_kind = true;
+        warn!(
+            client = c.id,
+            pid = c.who.pid,
+            "client wrote a record of unknown kind {raw} into its ring; such records are counted in bad_records and skipped (warned once)"
+        );
+    }
+    match res {
+        Ok(n) => {
+            let s = ring.consumer.stats();
+            c.dropped = s.dropped_full.saturating_add(s.dropped_busy);
+            if let Some(cb) = ring.control() {
+                let k = cb.client_counters();
+                c.gate_waits = k.gate_waits;
+                c.gate_timeouts = k.gate_timeouts;
+                c.gate_wait_ns = k.gate_wait_ns;
+            }
+            n
+        }
+        Err(e) => {
+            c.stats.bad_records += 1;
+            totals.bad_records += 1;
+            warn!(
+                client = c.id,
+                pid = c.who.pid,
+                exe = %c.exe,
+                "garbage in the client's ring: {e}; ring detached, the client keeps running unscheduled"
+            );
+            c.ring = None;
+            0
+        }
+    }
+}
+
+fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
+    ClientSnapshot {
+        id: c.id,
+        pid: c.who.pid,
+        uid: c.who.uid,
+        exe: c.exe.clone(),
+        cgroup: c.cgroup.clone(),
+        class: c.decision.class.name().into(),
+        class_claimed: c.claimed.name().into(),
+        class_reason: c.decision.reason.clone(),
+        gpu: c.gpu.as_ref().map(format_uuid),
+        connected_s: now.duration_since(c.connected).as_secs_f64(),
+        launches: c.stats.launches,
+        launches_ex: c.stats.launches_ex,
+        graph_launches: c.stats.graph_launches,
+        graph_kernels: c.stats.graph_kernels,
+        launch_rate_hz: c.stats.rate_hz(),
+        records: c.stats.records,
+        dropped: c.dropped,
+        bad_records: c.stats.bad_records,
+        ring_detached: c.ring.is_none(),
+        bytes_allocated: c.stats.bytes_allocated,
+        allocs: c.stats.allocs,
+        frees: c.stats.frees,
+        copies: c.stats.copies,
+        h2d_bytes: c.stats.h2d_bytes,
+        syncs: c.stats.syncs,
+        gate_wait_ns: c.gate_wait_ns,
+        gate_waits: c.gate_waits,
+        gate_timeouts: c.gate_timeouts,
+        top_kernels: c.stats.top_kernels(TOP_KERNELS),
+    }
+}
