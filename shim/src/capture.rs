@@ -62,6 +62,7 @@ fn begun(rc: CuResult) -> CuResult {
 /// Arguments as the driver function requires.
 pub unsafe fn begin_v1(
     _: Hook,
+    _: crate::client::Client,
     real: unsafe extern "C" fn(CUstream) -> CuResult,
     stream: CUstream,
 ) -> CuResult {
@@ -75,6 +76,7 @@ pub unsafe fn begin_v1(
 /// Arguments as the driver function requires.
 pub unsafe fn begin_v2(
     _: Hook,
+    _: crate::client::Client,
     real: unsafe extern "C" fn(CUstream, c_uint) -> CuResult,
     stream: CUstream,
     mode: c_uint,
@@ -98,6 +100,7 @@ type BeginToGraph = unsafe extern "C" fn(
 /// Arguments as the driver function requires.
 pub unsafe fn begin_to_graph(
     _: Hook,
+    _: crate::client::Client,
     real: BeginToGraph,
     stream: CUstream,
     graph: CUgraph,
@@ -117,6 +120,7 @@ pub unsafe fn begin_to_graph(
 /// Arguments as the driver function requires.
 pub unsafe fn end(
     hook: Hook,
+    _: crate::client::Client,
     real: unsafe extern "C" fn(CUstream, *mut CUgraph) -> CuResult,
     stream: CUstream,
     graph: *mut CUgraph,

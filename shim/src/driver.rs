@@ -26,10 +26,15 @@ pub enum Support {
     GraphGetNodes,
     GraphNodeGetType,
     GraphChildGraphNodeGetGraph,
+    FuncGetName,
+    CtxGetDevice,
+    DeviceGetUuidV2,
+    DeviceGetUuid,
+    DeviceGetName,
 }
 
 impl Support {
-    const ALL: [(Support, &'static CStr); 5] = [
+    const ALL: [(Support, &'static CStr); 10] = [
         (Support::StreamIsCapturing, c"cuStreamIsCapturing"),
         (Support::StreamIsCapturingPtsz, c"cuStreamIsCapturing_ptsz"),
         (Support::GraphGetNodes, c"cuGraphGetNodes"),
@@ -38,6 +43,11 @@ impl Support {
             Support::GraphChildGraphNodeGetGraph,
             c"cuGraphChildGraphNodeGetGraph",
         ),
+        (Support::FuncGetName, c"cuFuncGetName"),
+        (Support::CtxGetDevice, c"cuCtxGetDevice"),
+        (Support::DeviceGetUuidV2, c"cuDeviceGetUuid_v2"),
+        (Support::DeviceGetUuid, c"cuDeviceGetUuid"),
+        (Support::DeviceGetName, c"cuDeviceGetName"),
     ];
 }
 

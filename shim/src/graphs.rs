@@ -176,6 +176,7 @@ fn instantiated(rc: CuResult, exec: *mut CUgraphExec, graph: CUgraph) -> CuResul
 /// Arguments as the driver function requires.
 pub unsafe fn instantiate_with_flags(
     _: Hook,
+    _: crate::client::Client,
     real: unsafe extern "C" fn(*mut CUgraphExec, CUgraph, u64) -> CuResult,
     exec: *mut CUgraphExec,
     graph: CUgraph,
@@ -191,6 +192,7 @@ pub unsafe fn instantiate_with_flags(
 /// Arguments as the driver function requires.
 pub unsafe fn instantiate_with_params(
     _: Hook,
+    _: crate::client::Client,
     real: unsafe extern "C" fn(*mut CUgraphExec, CUgraph, *mut c_void) -> CuResult,
     exec: *mut CUgraphExec,
     graph: CUgraph,
@@ -214,6 +216,7 @@ type InstantiateV2 = unsafe extern "C" fn(
 /// Arguments as the driver function requires.
 pub unsafe fn instantiate_v2(
     _: Hook,
+    _: crate::client::Client,
     real: InstantiateV2,
     exec: *mut CUgraphExec,
     graph: CUgraph,
@@ -232,6 +235,7 @@ pub unsafe fn instantiate_v2(
 /// Arguments as the driver function requires.
 pub unsafe fn exec_destroy(
     _: Hook,
+    _: crate::client::Client,
     real: unsafe extern "C" fn(CUgraphExec) -> CuResult,
     exec: CUgraphExec,
 ) -> CuResult {
@@ -245,26 +249,35 @@ pub unsafe fn exec_destroy(
     rc
 }
 
-/// `cuGraphLaunch` and its `_ptsz` form: counts the graph's kernels.
+/// `cuGraphLaunch` and its `_ptsz` form: counts the graph's kernels and, with a
+/// coordinator, obeys its gate and reports the launch.
 ///
 /// # Safety
 /// Arguments as the driver function requires.
 pub unsafe fn launch(
     hook: Hook,
+    client: crate::client::Client,
     real: unsafe extern "C" fn(CUgraphExec, CUstream) -> CuResult,
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CuResult {
+    if let Some(s) = client {
+        s.gate();
+    }
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(exec, stream) };
     if rc == CuResult::SUCCESS && !crate::capture::is_capturing(stream, hook.info().per_thread) {
-        match kernels_of(exec) {
+        let kernels = kernels_of(exec);
+        match kernels {
             Some(k) => {
                 GRAPH_KERNELS.fetch_add(u64::from(k), Ordering::Relaxed);
             }
             None => {
                 UNKNOWN_LAUNCHES.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if let Some(s) = client {
+            crate::client::emit::graph_launch(s, hook, exec, kernels, stream);
         }
     }
     rc

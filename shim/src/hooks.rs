@@ -69,20 +69,29 @@ crate::hook_table! {
     cuStreamEndCapture_ptsz("cuStreamEndCapture", 10000, per_thread) Capture fn(
         stream: CUstream, graph: *mut CUgraph) => crate::capture::end;
 
-    cuMemAlloc_v2("cuMemAlloc", 3020, legacy) Alloc fn(dptr: *mut CUdeviceptr, bytes: usize);
+    cuMemAlloc_v2("cuMemAlloc", 3020, legacy) Alloc fn(dptr: *mut CUdeviceptr, bytes: usize)
+        => crate::memops::alloc;
     cuMemAllocPitch_v2("cuMemAllocPitch", 3020, legacy) Alloc fn(
-        dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint);
+        dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint)
+        => crate::memops::alloc_pitch;
     cuMemAllocAsync("cuMemAllocAsync", 11020, legacy) Alloc fn(
-        dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream);
+        dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream)
+        => crate::memops::alloc_async;
     cuMemAllocAsync_ptsz("cuMemAllocAsync", 11020, per_thread) Alloc fn(
-        dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream);
+        dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream)
+        => crate::memops::alloc_async;
     cuMemAllocFromPoolAsync("cuMemAllocFromPoolAsync", 11020, legacy) Alloc fn(
-        dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream);
+        dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream)
+        => crate::memops::alloc_from_pool;
     cuMemAllocFromPoolAsync_ptsz("cuMemAllocFromPoolAsync", 11020, per_thread) Alloc fn(
-        dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream);
-    cuMemFree_v2("cuMemFree", 3020, legacy) Free fn(dptr: CUdeviceptr);
-    cuMemFreeAsync("cuMemFreeAsync", 11020, legacy) Free fn(dptr: CUdeviceptr, stream: CUstream);
-    cuMemFreeAsync_ptsz("cuMemFreeAsync", 11020, per_thread) Free fn(dptr: CUdeviceptr, stream: CUstream);
+        dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream)
+        => crate::memops::alloc_from_pool;
+    cuMemFree_v2("cuMemFree", 3020, legacy) Free fn(dptr: CUdeviceptr)
+        => crate::memops::free;
+    cuMemFreeAsync("cuMemFreeAsync", 11020, legacy) Free fn(dptr: CUdeviceptr, stream: CUstream)
+        => crate::memops::free_async;
+    cuMemFreeAsync_ptsz("cuMemFreeAsync", 11020, per_thread) Free fn(dptr: CUdeviceptr, stream: CUstream)
+        => crate::memops::free_async;
     cuMemCreate("cuMemCreate", 10020, legacy) Vmm fn(
         handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64);
     cuMemRelease("cuMemRelease", 10020, legacy) Vmm fn(handle: CUmemGenericAllocationHandle);
@@ -92,13 +101,17 @@ crate::hook_table! {
     cuMemGetInfo_v2("cuMemGetInfo", 3020, legacy) MemInfo fn(free: *mut usize, total: *mut usize);
 
     cuMemcpyHtoD_v2("cuMemcpyHtoD", 3020, legacy) CopyToDevice fn(
-        dst: CUdeviceptr, src: *const c_void, bytes: usize);
+        dst: CUdeviceptr, src: *const c_void, bytes: usize)
+        => crate::memops::copy_h2d;
     cuMemcpyHtoD_v2_ptds("cuMemcpyHtoD", 7000, per_thread) CopyToDevice fn(
-        dst: CUdeviceptr, src: *const c_void, bytes: usize);
+        dst: CUdeviceptr, src: *const c_void, bytes: usize)
+        => crate::memops::copy_h2d;
     cuMemcpyHtoDAsync_v2("cuMemcpyHtoDAsync", 3020, legacy) CopyToDevice fn(
-        dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
+        dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream)
+        => crate::memops::copy_h2d_async;
     cuMemcpyHtoDAsync_v2_ptsz("cuMemcpyHtoDAsync", 7000, per_thread) CopyToDevice fn(
-        dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
+        dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream)
+        => crate::memops::copy_h2d_async;
     cuMemsetD8_v2("cuMemsetD8", 3020, legacy) Memset fn(dst: CUdeviceptr, value: u8, n: usize);
     cuMemsetD8_v2_ptds("cuMemsetD8", 7000, per_thread) Memset fn(dst: CUdeviceptr, value: u8, n: usize);
     cuMemsetD16_v2("cuMemsetD16", 3020, legacy) Memset fn(dst: CUdeviceptr, value: c_ushort, n: usize);
@@ -121,14 +134,21 @@ crate::hook_table! {
         dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream);
 
     cuMemcpyDtoH_v2("cuMemcpyDtoH", 3020, legacy) CopyToHost fn(
-        dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+        dst: *mut c_void, src: CUdeviceptr, bytes: usize)
+        => crate::memops::copy_d2h;
     cuMemcpyDtoH_v2_ptds("cuMemcpyDtoH", 7000, per_thread) CopyToHost fn(
-        dst: *mut c_void, src: CUdeviceptr, bytes: usize);
-    cuStreamSynchronize("cuStreamSynchronize", 2000, legacy) Sync fn(stream: CUstream);
-    cuStreamSynchronize_ptsz("cuStreamSynchronize", 7000, per_thread) Sync fn(stream: CUstream);
-    cuCtxSynchronize("cuCtxSynchronize", 2000, legacy) Sync fn();
-    cuCtxSynchronize_v2("cuCtxSynchronize", 13000, legacy) Sync fn(ctx: CUcontext);
-    cuEventSynchronize("cuEventSynchronize", 2000, legacy) Sync fn(event: CUevent);
+        dst: *mut c_void, src: CUdeviceptr, bytes: usize)
+        => crate::memops::copy_d2h;
+    cuStreamSynchronize("cuStreamSynchronize", 2000, legacy) Sync fn(stream: CUstream)
+        => crate::memops::stream_sync;
+    cuStreamSynchronize_ptsz("cuStreamSynchronize", 7000, per_thread) Sync fn(stream: CUstream)
+        => crate::memops::stream_sync;
+    cuCtxSynchronize("cuCtxSynchronize", 2000, legacy) Sync fn()
+        => crate::memops::ctx_sync;
+    cuCtxSynchronize_v2("cuCtxSynchronize", 13000, legacy) Sync fn(ctx: CUcontext)
+        => crate::memops::ctx_sync_v2;
+    cuEventSynchronize("cuEventSynchronize", 2000, legacy) Sync fn(event: CUevent)
+        => crate::memops::event_sync;
     cuStreamQuery("cuStreamQuery", 2000, legacy) Query fn(stream: CUstream);
     cuStreamQuery_ptsz("cuStreamQuery", 7000, per_thread) Query fn(stream: CUstream);
     cuEventQuery("cuEventQuery", 2000, legacy) Query fn(event: CUevent);

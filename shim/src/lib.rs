@@ -9,14 +9,17 @@
 //!
 //! All three come from one table ([`hooks`]). Every hooked call is counted and
 //! forwarded, unchanged, to the same variant of the real driver. Nothing here
-//! needs a coordinator (fail-open), and the hook fast path is a relaxed load, a
-//! relaxed add and the forwarded call: no syscall, lock, allocation or getenv.
+//! needs a coordinator (fail-open): without one the hook fast path is a relaxed
+//! load, a relaxed add, one load of the session word and the forwarded call.
+//! With one ([`client`]), launches also load the gate and every reported call
+//! writes one ring record: still no syscall, lock, allocation or getenv.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod log;
 
 mod capture;
+mod client;
 mod counters;
 mod dlsym;
 mod driver;
@@ -24,6 +27,7 @@ mod env;
 mod graphs;
 mod hooks;
 mod launch;
+mod memops;
 mod proc_address;
 mod table;
 mod types;
@@ -45,6 +49,7 @@ fn init() {
 
 extern "C" fn after_fork_in_child() {
     counters::reset();
+    client::after_fork_in_child();
 }
 
 extern "C" fn at_exit() {

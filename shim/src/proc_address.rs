@@ -28,6 +28,7 @@ type V2 =
 /// Arguments as `cuGetProcAddress` (CUDA 11.3) requires; `real` is the driver's.
 pub unsafe fn answer_v1(
     hook: Hook,
+    _: crate::client::Client,
     real: V1,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -54,6 +55,7 @@ pub unsafe fn answer_v1(
 /// Arguments as `cuGetProcAddress_v2` (CUDA 12.0) requires; `real` is the driver's.
 pub unsafe fn answer_v2(
     hook: Hook,
+    _: crate::client::Client,
     real: V2,
     symbol: *const c_char,
     pfn: *mut *mut c_void,

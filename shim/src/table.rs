@@ -148,7 +148,8 @@ impl Hook {
 ///
 /// A plain entry counts the call and forwards it unchanged to the same variant of
 /// the real driver. An entry with `=> path` counts it and calls
-/// `path(hook, real, args...)` instead.
+/// `path(hook, client, real, args...)` instead, where `client` is the
+/// coordinator session ([`crate::client::Client`]: `None` without one).
 #[macro_export]
 macro_rules! hook_table {
     ($(
@@ -205,20 +206,25 @@ macro_rules! hook_table {
                     // whose C signature is the one declared in this table.
                     let real = unsafe { ::core::mem::transmute::<usize, Real>(real) };
                     $crate::counters::hit(ID);
-                    $crate::hook_table!(@call ID real ($($arg),*) $($custom)?)
+                    // One load: the coordinator session, or None (fail-open). The
+                    // first hooked call of a process connects (cold, bounded).
+                    let client = $crate::client::current();
+                    $crate::hook_table!(@call ID client real ($($arg),*) $($custom)?)
                 }
             )*
         }
     };
     (@per_thread legacy) => { false };
     (@per_thread per_thread) => { true };
-    (@call $id:ident $real:ident ($($arg:ident),*)) => {
+    (@call $id:ident $client:ident $real:ident ($($arg:ident),*)) => {{
+        let _ = $client;
         // SAFETY: forwarding the caller's arguments, unchanged, to the same variant.
         unsafe { $real($($arg),*) }
-    };
-    (@call $id:ident $real:ident ($($arg:ident),*) $custom:path) => {
-        // SAFETY: the custom body receives the real function and the caller's arguments.
-        unsafe { $custom($id, $real, $($arg),*) }
+    }};
+    (@call $id:ident $client:ident $real:ident ($($arg:ident),*) $custom:path) => {
+        // SAFETY: the custom body receives the session, the real function and the
+        // caller's arguments.
+        unsafe { $custom($id, $client, $real, $($arg),*) }
     };
 }
 

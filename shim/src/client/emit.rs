@@ -1,0 +1,141 @@
+//! Ring records built on the hooks' fast path: no syscall (the clock is the
+//! vDSO's), no lock, no allocation, no formatting. One record per event, pushed
+//! through the session's `SyncProducer` (never blocks; a full ring drops).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use tandem_proto::record::FLAG_PER_THREAD_STREAM;
+use tandem_proto::{monotonic_ns, EventKind, Record};
+
+use super::session::Session;
+use crate::table::Hook;
+use crate::types::{CUfunction, CUgraphExec, CUstream};
+
+/// Records this process dropped since start (or fork). Bumped only when a push
+/// fails, so the fast path has no shared read-modify-write for counting:
+/// records pushed are read from the rings' own `head` words instead.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Records pushed into the rings of sessions already retired (this process).
+static RETIRED_PUSHED: AtomicU64 = AtomicU64::new(0);
+
+#[cold]
+#[inline(never)]
+pub(super) fn count_drop() {
+    DROPPED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Notes the final count of a session being retired.
+pub(super) fn retired(pushed: u64) {
+    RETIRED_PUSHED.fetch_add(pushed, Ordering::Relaxed);
+}
+
+/// Records pushed: retired sessions' plus the live session's ring head.
+pub fn pushed() -> u64 {
+    RETIRED_PUSHED.load(Ordering::Relaxed) + super::published().map_or(0, |s| s.ring_head())
+}
+
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// In a child after fork.
+pub(super) fn reset() {
+    DROPPED.store(0, Ordering::Relaxed);
+    RETIRED_PUSHED.store(0, Ordering::Relaxed);
+}
+
+/// `FLAG_PER_THREAD_STREAM` for `_ptsz`/`_ptds` variants (folds to a constant:
+/// `hook` is a constant in every hook body).
+#[inline(always)]
+fn thread_flag(hook: Hook) -> u16 {
+    if hook.info().per_thread {
+        FLAG_PER_THREAD_STREAM
+    } else {
+        0
+    }
+}
+
+/// Launch geometry.
+#[derive(Clone, Copy)]
+pub struct Dims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+}
+
+/// First launch on a session: the Device message (cold, once).
+#[inline(always)]
+fn device_once(s: &Session) {
+    if !s.device_sent.load(Ordering::Relaxed) {
+        super::funcs::send_device(s);
+    }
+}
+
+/// A kernel launch that reached the GPU (LAUNCH or LAUNCH_EX).
+#[inline(always)]
+pub fn launch(
+    s: &Session,
+    hook: Hook,
+    kind: EventKind,
+    flags: u16,
+    f: CUfunction,
+    dims: Dims,
+    stream: CUstream,
+) {
+    let func_id = super::funcs::id(s, f);
+    device_once(s);
+    let mut r = Record::new(kind, monotonic_ns());
+    r.flags = flags | thread_flag(hook);
+    r.shared_mem_bytes = dims.shared_mem;
+    r.stream = stream as u64;
+    r.func_id = func_id;
+    r.set_dims(dims.grid, dims.block);
+    s.push(&r);
+}
+
+/// A graph launch: `func_id` = the executable graph's handle, `bytes` = its
+/// kernel nodes (0 when unknown).
+#[inline(always)]
+pub fn graph_launch(
+    s: &Session,
+    hook: Hook,
+    exec: CUgraphExec,
+    kernels: Option<u32>,
+    stream: CUstream,
+) {
+    device_once(s);
+    let mut r = Record::new(EventKind::GRAPH_LAUNCH, monotonic_ns());
+    r.flags = thread_flag(hook);
+    r.stream = stream as u64;
+    r.func_id = exec as u64;
+    r.bytes = u64::from(kernels.unwrap_or(0));
+    s.push(&r);
+}
+
+/// ALLOC (bytes, addr), FREE (addr), COPY_H2D (bytes, destination).
+#[inline(always)]
+pub fn memory(
+    s: &Session,
+    hook: Hook,
+    kind: EventKind,
+    flags: u16,
+    bytes: u64,
+    addr: u64,
+    stream: u64,
+) {
+    let mut r = Record::new(kind, monotonic_ns());
+    r.flags = flags | thread_flag(hook);
+    r.bytes = bytes;
+    r.addr = addr;
+    r.stream = stream;
+    s.push(&r);
+}
+
+/// SYNC_BEGIN / SYNC_END.
+#[inline(always)]
+pub fn sync(s: &Session, hook: Hook, kind: EventKind, flags: u16, stream: u64) {
+    let mut r = Record::new(kind, monotonic_ns());
+    r.flags = flags | thread_flag(hook);
+    r.stream = stream;
+    s.push(&r);
+}

@@ -1,0 +1,268 @@
+//! Kernel ids and the once-per-session FuncName / Device messages.
+//!
+//! A fixed-size, lock-free, open-addressing table maps `CUfunction` to its
+//! stable id (`tandem_proto::func_id` of the name the driver reports, or the
+//! handle with bit 63 set when it cannot name it). The first launch of a
+//! function asks the real `cuFuncGetName` and sends a FuncName; a later launch
+//! is a few loads: the slot's key, id and the session generation its name was
+//! sent in. After a reconnect the generation differs, so each name is sent once
+//! more, to the new coordinator, on the function's next launch.
+
+use core::ffi::{c_char, c_int, CStr};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use tandem_proto::wire::{self, Message, MAX_DEVICE_NAME_LEN, MAX_FUNC_NAME_LEN};
+use tandem_proto::FUNC_ID_UNNAMED;
+
+use super::session::Session;
+use crate::driver::{self, Support};
+use crate::types::{CUfunction, CuResult};
+
+const CAPACITY: usize = 8192;
+const MASK: usize = CAPACITY - 1;
+/// Slots probed from a function's home before it is treated as unnamed.
+const PROBES: usize = 64;
+
+#[repr(C, align(32))]
+struct Slot {
+    /// The `CUfunction` (0 = empty).
+    key: AtomicUsize,
+    /// Its id (0 = being filled in).
+    id: AtomicU64,
+    /// The session generation its FuncName was sent in (0 = none).
+    sent: AtomicU32,
+}
+
+static TABLE: [Slot; CAPACITY] = [const {
+    Slot {
+        key: AtomicUsize::new(0),
+        id: AtomicU64::new(0),
+        sent: AtomicU32::new(0),
+    }
+}; CAPACITY];
+
+#[inline(always)]
+fn home(key: usize) -> usize {
+    // Fibonacci hashing; handles are pointers, so drop the alignment bits.
+    ((key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) & MASK
+}
+
+/// The id a function is known by when it has no name.
+#[inline(always)]
+fn unnamed(key: usize) -> u64 {
+    key as u64 | FUNC_ID_UNNAMED
+}
+
+/// The stable id of `f`, sending its FuncName first if this session has not
+/// had it. Fast path: loads only.
+#[inline(always)]
+pub fn id(s: &Session, f: CUfunction) -> u64 {
+    let key = f as usize;
+    if key == 0 {
+        return unnamed(0);
+    }
+    let mut i = home(key);
+    for _ in 0..PROBES {
+        let slot = &TABLE[i];
+        let k = slot.key.load(Ordering::Acquire);
+        if k == key {
+            let id = slot.id.load(Ordering::Acquire);
+            if id != 0 && slot.sent.load(Ordering::Relaxed) == s.gen {
+                return id;
+            }
+            return found_cold(s, slot, key);
+        }
+        if k == 0 {
+            return insert_cold(s, key);
+        }
+        i = (i + 1) & MASK;
+    }
+    unnamed(key)
+}
+
+type FuncGetName = unsafe extern "C" fn(*mut *const c_char, CUfunction) -> CuResult;
+
+/// The name the driver reports for `key`, borrowed from the driver (it lives as
+/// long as the function's module, which is loaded: the function was just launched).
+fn name_of(key: usize) -> Option<&'static [u8]> {
+    let p = driver::support(Support::FuncGetName)?;
+    // SAFETY: the driver's cuFuncGetName has this signature (cuda.h, CUDA 12.3).
+    let get = unsafe { core::mem::transmute::<usize, FuncGetName>(p) };
+    let mut name: *const c_char = core::ptr::null();
+    // SAFETY: `key` is a CUfunction the program just launched; `name` is ours.
+    let rc = unsafe { get(&mut name, key as CUfunction) };
+    if rc != CuResult::SUCCESS || name.is_null() {
+        return None;
+    }
+    // SAFETY: on success the driver returns a NUL-terminated name it owns.
+    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+/// The id of a named function (never 0: 0 marks a slot being filled in).
+fn id_of_name(name: &[u8]) -> u64 {
+    tandem_proto::func_id(name).max(1)
+}
+
+/// Sends the FuncName of `id` on `s` (truncating the name to the wire limit).
+fn send_name(s: &Session, id: u64, name: &[u8]) {
+    let name = &name[..name.len().min(MAX_FUNC_NAME_LEN)];
+    let mut buf = [0u8; wire::HEADER_LEN + wire::FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN];
+    let msg = Message::FuncName(wire::FuncName { func_id: id, name });
+    match msg.encode(&mut buf) {
+        Ok(n) => {
+            if !s.send(&buf[..n]) {
+                crate::log!(
+                    Debug,
+                    "FuncName for {id:#x} not sent (socket closed or full)"
+                );
+            }
+        }
+        Err(e) => crate::log!(Debug, "FuncName for {id:#x} not encoded: {e}"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn found_cold(s: &Session, slot: &Slot, key: usize) -> u64 {
+    let id = slot.id.load(Ordering::Acquire);
+    if id == 0 {
+        // Another thread is filling the slot in: name it here, without storing.
+        return name_of(key).map_or(unnamed(key), id_of_name);
+    }
+    let sent = slot.sent.load(Ordering::Relaxed);
+    if sent != s.gen
+        && slot
+            .sent
+            .compare_exchange(sent, s.gen, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        && id & FUNC_ID_UNNAMED == 0
+    {
+        if let Some(name) = name_of(key) {
+            send_name(s, id, name);
+        }
+    }
+    id
+}
+
+#[cold]
+#[inline(never)]
+fn insert_cold(s: &Session, key: usize) -> u64 {
+    let mut i = home(key);
+    for _ in 0..PROBES {
+        let slot = &TABLE[i];
+        match slot
+            .key
+            .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                let name = name_of(key);
+                let id = name.map_or(unnamed(key), id_of_name);
+                slot.sent.store(s.gen, Ordering::Relaxed);
+                slot.id.store(id, Ordering::Release);
+                if let Some(name) = name {
+                    send_name(s, id, name);
+                }
+                return id;
+            }
+            Err(k) if k == key => return found_cold(s, slot, key),
+            Err(_) => i = (i + 1) & MASK,
+        }
+    }
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::log!(
+            Debug,
+            "kernel id table full ({CAPACITY}); further kernels are reported by handle"
+        );
+    }
+    unnamed(key)
+}
+
+type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type DeviceGetUuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> CuResult;
+type DeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult;
+
+/// Sends the Device message once per session (first launch after connecting):
+/// the current context's device ordinal, UUID and name.
+#[cold]
+#[inline(never)]
+pub fn send_device(s: &Session) {
+    if s.device_sent.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let Some(get_dev) = driver::support(Support::CtxGetDevice) else {
+        return;
+    };
+    // SAFETY: the driver's cuCtxGetDevice has this signature (cuda.h).
+    let get_dev = unsafe { core::mem::transmute::<usize, CtxGetDevice>(get_dev) };
+    let mut dev: c_int = 0;
+    // SAFETY: `dev` is ours; a launch just succeeded, so a context is current.
+    if unsafe { get_dev(&mut dev) } != CuResult::SUCCESS {
+        crate::log!(Debug, "cuCtxGetDevice failed; no Device message");
+        return;
+    }
+    let mut uuid = [0u8; 16];
+    let uuid_fn = driver::support(Support::DeviceGetUuidV2)
+        .or_else(|| driver::support(Support::DeviceGetUuid));
+    if let Some(f) = uuid_fn {
+        // SAFETY: cuDeviceGetUuid{,_v2}(CUuuid *, CUdevice); CUuuid is 16 bytes.
+        let f = unsafe { core::mem::transmute::<usize, DeviceGetUuid>(f) };
+        // SAFETY: `uuid` is 16 writable bytes; `dev` came from the driver.
+        if unsafe { f(&mut uuid, dev) } != CuResult::SUCCESS {
+            uuid = [0; 16];
+        }
+    }
+    let mut name_buf = [0u8; MAX_DEVICE_NAME_LEN + 1];
+    let mut name: &[u8] = &[];
+    if let Some(f) = driver::support(Support::DeviceGetName) {
+        // SAFETY: cuDeviceGetName(char *, int, CUdevice).
+        let f = unsafe { core::mem::transmute::<usize, DeviceGetName>(f) };
+        // SAFETY: the buffer holds `len` bytes; the driver writes at most that.
+        let rc = unsafe { f(name_buf.as_mut_ptr().cast(), name_buf.len() as c_int, dev) };
+        if rc == CuResult::SUCCESS {
+            let end = name_buf
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(MAX_DEVICE_NAME_LEN);
+            name = &name_buf[..end.min(MAX_DEVICE_NAME_LEN)];
+        }
+    }
+    let msg = Message::Device(wire::Device {
+        ordinal: u32::try_from(dev).unwrap_or(0),
+        uuid,
+        name,
+    });
+    let mut buf = [0u8; wire::HEADER_LEN + wire::DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN];
+    match msg.encode(&mut buf) {
+        Ok(n) => {
+            if !s.send(&buf[..n]) {
+                crate::log!(Debug, "Device message not sent (socket closed or full)");
+            }
+        }
+        Err(e) => crate::log!(Debug, "Device message not encoded: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn homes_spread_aligned_handles() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..1024usize {
+            seen.insert(home(0x5555_0000_0000 + i * 64));
+        }
+        assert!(seen.len() > 900, "{} distinct homes", seen.len());
+        assert!(seen.iter().all(|&h| h < CAPACITY));
+    }
+
+    #[test]
+    fn named_ids_are_the_proto_hash_and_never_zero() {
+        assert_eq!(id_of_name(b"noop"), tandem_proto::func_id(b"noop"));
+        assert_ne!(id_of_name(b""), 0);
+        assert_eq!(unnamed(0x1234) & FUNC_ID_UNNAMED, FUNC_ID_UNNAMED);
+        assert_eq!(unnamed(0x1234) & !FUNC_ID_UNNAMED, 0x1234);
+    }
+}

@@ -1,0 +1,174 @@
+//! The client side of the coordinator protocol.
+//!
+//! One word, [`CURRENT`], says where this process stands: never tried
+//! ([`UNTRIED`]), no session ([`IDLE`]: no coordinator, refused, `off`, or
+//! reconnecting), or the address of the live [`Session`]. Every hook loads it
+//! once ([`current`]); that is all a hook pays without a coordinator.
+//!
+//! - The first hooked call of a process registers, synchronously and bounded
+//!   (connect 200 ms, answer 1 s), then starts the [`watcher`] thread, which
+//!   notices a hang-up, unpublishes the session and re-registers every 200 ms.
+//! - With a session, launches obey the gate and every reported event is one
+//!   ring record ([`emit`]); names of kernels and the device go out once per
+//!   session as FuncName / Device messages ([`funcs`]).
+//! - Sessions are leaked (`&'static`), never freed: a launching thread may
+//!   still hold one that was just retired (its ring is then swapped for
+//!   anonymous memory, see [`session`]).
+//! - After `fork` the child unpublishes and abandons the parent's session and
+//!   registers as a new client on its own next CUDA call.
+
+pub mod emit;
+
+mod config;
+mod connect;
+mod funcs;
+mod session;
+mod watcher;
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+pub use session::Session;
+
+/// What a hook body gets: the live session, or `None` (fail-open).
+pub type Client = Option<&'static Session>;
+
+/// [`CURRENT`]: no CUDA call yet in this process (or since fork).
+const UNTRIED: usize = 0;
+/// [`CURRENT`]: no session now.
+const IDLE: usize = 1;
+
+/// `UNTRIED`, `IDLE`, or a `&'static Session` as an address.
+static CURRENT: AtomicUsize = AtomicUsize::new(UNTRIED);
+
+/// A session being retired by the watcher (0: none), so that a child forked in
+/// the middle of that abandons it too.
+static RETIRING: AtomicUsize = AtomicUsize::new(0);
+
+/// # Safety
+/// `w` is a value of [`CURRENT`] or [`RETIRING`] greater than [`IDLE`].
+#[inline(always)]
+unsafe fn session_at(w: usize) -> &'static Session {
+    // SAFETY: such values are only ever addresses of leaked (never freed)
+    // sessions, published with Release and loaded with Acquire.
+    unsafe { &*(w as *const Session) }
+}
+
+/// The session hooks report to: one Acquire load. The first hooked call of a
+/// process (cold) registers with the coordinator first.
+#[inline(always)]
+pub fn current() -> Client {
+    let w = CURRENT.load(Ordering::Acquire);
+    if w > IDLE {
+        // SAFETY: a value above IDLE is a published session.
+        Some(unsafe { session_at(w) })
+    } else if w == UNTRIED {
+        first_call()
+    } else {
+        None
+    }
+}
+
+/// The live session, without ever connecting.
+fn published() -> Client {
+    let w = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a value above IDLE is a published session.
+    (w > IDLE).then(|| unsafe { session_at(w) })
+}
+
+#[cold]
+#[inline(never)]
+fn first_call() -> Client {
+    // One thread registers; the others (and any re-entry) carry on unscheduled.
+    if CURRENT
+        .compare_exchange(UNTRIED, IDLE, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return published();
+    }
+    let cfg = config::load()?;
+    match connect::attempt(&cfg) {
+        connect::Outcome::Welcome(s) => {
+            let ok = publish(s);
+            connect::HANDSHAKE_FD.store(-1, Ordering::SeqCst);
+            if !ok {
+                s.retire();
+                return published();
+            }
+            watcher::spawn(cfg, Some(s));
+            Some(s)
+        }
+        connect::Outcome::Unavailable => {
+            watcher::spawn(cfg, None);
+            None
+        }
+        connect::Outcome::Refused => None,
+    }
+}
+
+/// Makes `s` the session hooks report to. `false` if the state changed under us.
+fn publish(s: &'static Session) -> bool {
+    CURRENT
+        .compare_exchange(
+            IDLE,
+            s as *const Session as usize,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+}
+
+/// Unpublishes and retires `s` (the coordinator hung up).
+fn retire(s: &'static Session) {
+    let addr = s as *const Session as usize;
+    RETIRING.store(addr, Ordering::SeqCst);
+    let _ = CURRENT.compare_exchange(addr, IDLE, Ordering::AcqRel, Ordering::Acquire);
+    // A thread that loaded `s` just before may still push a record or two after
+    // this count: those go into a ring nobody reads any more, uncounted.
+    emit::retired(s.ring_head());
+    s.retire();
+    RETIRING.store(0, Ordering::SeqCst);
+}
+
+/// The atfork child handler's part: forget the parent's registration. Only
+/// atomics, `mmap` and `close`.
+pub fn after_fork_in_child() {
+    let w = CURRENT.swap(UNTRIED, Ordering::AcqRel);
+    if w > IDLE {
+        // SAFETY: a value above IDLE is a published session.
+        unsafe { session_at(w) }.abandon_in_child();
+    }
+    let r = RETIRING.swap(0, Ordering::AcqRel);
+    if r > IDLE && r != w {
+        // SAFETY: RETIRING only holds addresses of leaked sessions.
+        unsafe { session_at(r) }.abandon_in_child();
+    }
+    let fd = connect::HANDSHAKE_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: the child's copy of a socket the parent was registering on
+        // (possibly already closed above: then this is a harmless EBADF).
+        unsafe { libc::close(fd) };
+    }
+    watcher::after_fork_in_child();
+    emit::reset();
+}
+
+/// Records this process pushed into its coordinator ring since it started (or
+/// forked). Declared in `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_records_pushed() -> u64 {
+    emit::pushed()
+}
+
+/// Records this process dropped (ring full or busy) since it started (or forked).
+/// Declared in `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_records_dropped() -> u64 {
+    emit::dropped()
+}
+
+/// The coordinator's id for this process, or 0 when it is not registered now.
+/// Declared in `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_client_id() -> u64 {
+    published().map_or(0, |s| s.client_id)
+}

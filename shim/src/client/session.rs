@@ -1,0 +1,295 @@
+//! One registration with a coordinator: the ring producer, the control block,
+//! the socket. Created on a cold path, then leaked (`&'static`): a launching
+//! thread may hold a session it loaded just before the session was retired, so
+//! a session's memory is never freed. A retired session's ring is swapped for
+//! anonymous memory, so such a late push lands nowhere and the coordinator's
+//! memory is released.
+
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tandem_proto::{ControlBlock, Record, SyncProducer};
+
+/// Byte offset of the producer's `head` in the ring header (`RingHeader::head`:
+/// the ring layout table in `tandem_proto::ring`, mirrored in `include/tandem.h`;
+/// checked against proto by a unit test below).
+pub const RING_HEAD_OFFSET: usize = 128;
+
+/// Longest a closed gate holds one launch (contract: 50 ms).
+pub const MAX_GATE_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a retiring session waits for threads still sending on its socket
+/// before it leaks the descriptor instead of closing it under them.
+const SENDER_DRAIN: Duration = Duration::from_millis(100);
+
+pub struct Session {
+    // ---- read on every hooked call with a session ----
+    producer: SyncProducer<'static>,
+    control: &'static ControlBlock,
+    /// Which session this is in this process (never 0); FuncName resend tracking.
+    pub(crate) gen: u32,
+    /// Whether the Device message went out (or was attempted) on this session.
+    pub(crate) device_sent: AtomicBool,
+    /// Gate waits give up when the heartbeat stands still this long.
+    stale_after: Duration,
+    /// The heartbeat last seen by a gate wait, and when (monotonic ns): a
+    /// coordinator that stopped beating stops costing waits after `stale_after`
+    /// in total, not per launch.
+    last_beat: AtomicU64,
+    beat_seen_ns: AtomicU64,
+    // ---- cold ----
+    /// The coordinator's id for this client.
+    pub(crate) client_id: u64,
+    /// The connected socket, or -1 once closed.
+    sock: AtomicI32,
+    /// Threads inside [`Session::send`] (so the socket is not closed under them).
+    senders: AtomicU32,
+    /// The ring region (base, length): remapped to anonymous memory when retired.
+    region: (usize, usize),
+}
+
+impl Session {
+    /// A session over a mapped, attached ring.
+    pub(crate) fn new(
+        producer: SyncProducer<'static>,
+        control: &'static ControlBlock,
+        region: (usize, usize),
+        sock: i32,
+        client_id: u64,
+        gen: u32,
+        heartbeat_ms: u32,
+    ) -> Session {
+        Session {
+            producer,
+            control,
+            gen,
+            device_sent: AtomicBool::new(false),
+            stale_after: Duration::from_millis(u64::from(heartbeat_ms).saturating_mul(4)),
+            last_beat: AtomicU64::new(control.heartbeat()),
+            beat_seen_ns: AtomicU64::new(tandem_proto::monotonic_ns()),
+            client_id,
+            sock: AtomicI32::new(sock),
+            senders: AtomicU32::new(0),
+            region,
+        }
+    }
+
+    /// Obeys the coordinator's gate: one Acquire load when open; when closed, a
+    /// bounded wait (at most 50 ms; less when the coordinator looks dead).
+    #[inline(always)]
+    pub fn gate(&self) {
+        if !self.control.gate_is_open() {
+            self.wait_gate();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_gate(&self) {
+        let now = tandem_proto::monotonic_ns();
+        let beat = self.control.heartbeat();
+        if beat != self.last_beat.swap(beat, Ordering::Relaxed) {
+            self.beat_seen_ns.store(now, Ordering::Relaxed);
+        } else {
+            let still = now.saturating_sub(self.beat_seen_ns.load(Ordering::Relaxed));
+            if u128::from(still) >= self.stale_after.as_nanos() {
+                // The coordinator stopped beating with the gate closed: fail open
+                // without waiting (the watcher reconnects if it is gone).
+                return;
+            }
+        }
+        let _ = self.control.wait_open(MAX_GATE_WAIT, self.stale_after);
+    }
+
+    /// Pushes one record (never blocks: a full or busy ring drops it, counted).
+    #[inline(always)]
+    pub fn push(&self, record: &Record) {
+        if !self.producer.push(record) {
+            super::emit::count_drop();
+        }
+    }
+
+    /// Records pushed into this session's ring: the `head` the producer
+    /// publishes in the ring header (a fresh ring starts at 0). Reads 0 once
+    /// the session is retired (its ring is then anonymous zero memory).
+    pub(crate) fn ring_head(&self) -> u64 {
+        let head = (self.region.0 + RING_HEAD_OFFSET) as *const AtomicU64;
+        // SAFETY: the region is a live, 128-aligned mapping for the rest of the
+        // process (leaked; after retirement, zero pages at the same address),
+        // larger than the ring header; `head` is an aligned 8-byte word there
+        // that is only ever accessed atomically.
+        unsafe { (*head).load(Ordering::Relaxed) }
+    }
+
+    /// The connected socket, or `None` once closed (for the watcher).
+    pub(crate) fn socket(&self) -> Option<i32> {
+        let fd = self.sock.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+
+    /// Sends one encoded message without blocking. `false` when the socket is
+    /// closed, full (the coordinator is not reading) or broken: the message is
+    /// lost, and the job goes on.
+    pub(crate) fn send(&self, msg: &[u8]) -> bool {
+        // SeqCst pairs with `close_socket`: either we see the closed (-1) socket,
+        // or the closer sees us in `senders` and waits for us to leave.
+        self.senders.fetch_add(1, Ordering::SeqCst);
+        let fd = self.sock.load(Ordering::SeqCst);
+        let ok = fd >= 0 && {
+            // SAFETY: `fd` stays open while we are counted in `senders` (see close_socket).
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            // The socket is non-blocking: a full socket is EAGAIN, never a stall.
+            tandem_proto::wire::send(fd, msg, None).is_ok()
+        };
+        self.senders.fetch_sub(1, Ordering::SeqCst);
+        ok
+    }
+
+    /// Closes the socket once no thread is sending on it (bounded; leaks the
+    /// descriptor rather than closing it under a sender).
+    fn close_socket(&self) {
+        let fd = self.sock.swap(-1, Ordering::SeqCst);
+        if fd < 0 {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while self.senders.load(Ordering::SeqCst) != 0 {
+            if start.elapsed() >= SENDER_DRAIN {
+                crate::log!(
+                    Debug,
+                    "a thread is still sending on the old coordinator socket; leaving it open"
+                );
+                return;
+            }
+            std::thread::yield_now();
+        }
+        // SAFETY: we own `fd` (swapped out above) and no sender uses it any more.
+        unsafe { libc::close(fd) };
+    }
+
+    /// Makes every later push a no-op, and swaps the ring for anonymous memory
+    /// at the same address: a thread that still holds this session writes into
+    /// memory nobody reads, never into a region the coordinator reuses.
+    fn detach_ring(&self) {
+        self.producer.disable();
+        let (base, len) = self.region;
+        // SAFETY: `base..base+len` is the ring mapping this session owns (leaked,
+        // never unmapped). MAP_FIXED replaces it atomically with zero pages of
+        // the same size and protection, so every pointer into it stays valid;
+        // zero is a valid value for every field there (all atomics: an open gate,
+        // empty ring).
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            crate::log!(
+                Debug,
+                "could not release the old ring mapping; keeping it (never written again)"
+            );
+        }
+    }
+
+    /// After the coordinator hung up (watcher thread, session already unpublished).
+    pub(crate) fn retire(&self) {
+        self.detach_ring();
+        self.close_socket();
+    }
+
+    /// In a child after fork (one thread; the session is no longer published):
+    /// the child never writes the parent's ring and drops its copy of the
+    /// parent's socket, so the coordinator sees the parent's hang-up when the
+    /// parent exits. Only async-signal-safe calls.
+    pub(crate) fn abandon_in_child(&self) {
+        self.detach_ring();
+        let fd = self.sock.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: the child's copy of the parent's socket; nothing else in the
+            // child uses it (the session is unpublished, no other thread exists).
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_proto::{ring, Consumer, EventKind, Mapping, Producer, RingLayout};
+
+    fn session() -> (Session, Consumer<'static>) {
+        let layout = RingLayout::new(16).unwrap();
+        let map: &'static Mapping = Box::leak(Box::new(
+            Mapping::anonymous_shared(layout.region_len()).unwrap(),
+        ));
+        let consumer = Consumer::init(map, layout, 9).unwrap();
+        let producer = Producer::attach(map, layout).unwrap();
+        let control = ring::control_block(map, layout).unwrap();
+        let s = Session::new(
+            SyncProducer::new(producer),
+            control,
+            (map.as_ptr() as usize, map.len()),
+            -1,
+            9,
+            1,
+            100,
+        );
+        (s, consumer)
+    }
+
+    #[test]
+    fn ring_head_offset_matches_proto() {
+        let (s, mut consumer) = session();
+        assert_eq!(s.ring_head(), 0);
+        for i in 0..5 {
+            s.push(&Record::new(EventKind::LAUNCH, i));
+        }
+        assert_eq!(s.ring_head(), 5);
+        assert_eq!(consumer.stats().head, s.ring_head());
+        assert_eq!(consumer.drain(|_| ()).unwrap(), 5);
+        assert_eq!(s.ring_head(), 5, "head counts pushes, not what is unread");
+    }
+
+    #[test]
+    fn a_retired_session_drops_quietly_and_its_gate_is_open() {
+        let (s, _consumer) = session();
+        s.control.close_gate();
+        s.push(&Record::new(EventKind::LAUNCH, 1));
+        assert_eq!(s.ring_head(), 1);
+        s.retire();
+        assert_eq!(s.ring_head(), 0, "the ring is anonymous zero memory now");
+        s.push(&Record::new(EventKind::LAUNCH, 2));
+        assert_eq!(s.ring_head(), 0, "a disabled producer writes nothing");
+        assert!(s.control.gate_is_open(), "zero memory: an open gate");
+        s.gate();
+        assert_eq!(s.socket(), None);
+        assert!(!s.send(b"x"), "no socket: nothing sent, no panic");
+    }
+
+    #[test]
+    fn a_closed_gate_of_a_silent_coordinator_stops_costing_waits() {
+        let (s, _consumer) = session();
+        s.control.close_gate();
+        // Heartbeat never moves: waits end (bounded), and once the beat has been
+        // still for stale_after (400 ms) the gate is passed without waiting.
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(600) {
+            s.gate();
+        }
+        let waits = s.control.client_counters().gate_waits;
+        for _ in 0..100 {
+            s.gate();
+        }
+        assert_eq!(
+            s.control.client_counters().gate_waits,
+            waits,
+            "no further waits on a stale coordinator"
+        );
+        assert!(waits >= 1);
+    }
+}

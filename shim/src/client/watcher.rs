@@ -1,0 +1,143 @@
+//! The background thread of a registered (or registering) client: it sleeps in
+//! `poll` on the coordinator socket; when the coordinator hangs up it
+//! unpublishes the session (hooks fail open at once) and tries to register
+//! again every 200 ms, so a restarted coordinator is rejoined within a second.
+//! Started on the first CUDA call (never in the constructor), one per process.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tandem_proto::wire;
+
+use super::config::Config;
+use super::connect::{self, Outcome};
+use super::session::Session;
+
+/// Pause between registration attempts while no coordinator answers.
+pub const RETRY_EVERY: Duration = Duration::from_millis(200);
+/// How long one `poll` on a live connection lasts before it is simply repeated.
+const POLL_SLICE_MS: i32 = 1000;
+
+/// Whether this process has a watcher thread.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Starts the watcher (once per process). `session` is the session to watch,
+/// or `None` to start by retrying. `false` if no thread could be started.
+pub fn spawn(cfg: Config, session: Option<&'static Session>) -> bool {
+    if RUNNING.swap(true, Ordering::AcqRel) {
+        return true;
+    }
+    // The thread must not take the program's signals: start it with all blocked.
+    // SAFETY: sigset_t values are plain data, initialised by sigfillset /
+    // pthread_sigmask before they are read.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: valid sigset pointers; only this thread's mask changes, and it is
+    // restored right after the spawn.
+    let masked = unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) == 0
+    };
+    let spawned = std::thread::Builder::new()
+        .name("tandem-client".into())
+        .stack_size(256 * 1024)
+        .spawn(move || run(cfg, session));
+    if masked {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    }
+    match spawned {
+        Ok(_) => true,
+        Err(e) => {
+            RUNNING.store(false, Ordering::Release);
+            crate::log!(
+                Warn,
+                "cannot start the coordinator watcher thread ({e}); no reconnection after a \
+                 coordinator restart"
+            );
+            false
+        }
+    }
+}
+
+fn run(cfg: Config, mut current: Option<&'static Session>) {
+    loop {
+        if let Some(s) = current.take() {
+            watch(s);
+            super::retire(s);
+            crate::log!(
+                Info,
+                "the coordinator hung up (client {}); running unscheduled, reconnecting",
+                s.client_id
+            );
+        }
+        std::thread::sleep(RETRY_EVERY);
+        match connect::attempt(&cfg) {
+            Outcome::Welcome(s) => {
+                if super::publish(s) {
+                    current = Some(s);
+                } else {
+                    s.retire();
+                }
+                connect::HANDSHAKE_FD.store(-1, Ordering::SeqCst);
+            }
+            Outcome::Unavailable => {}
+            Outcome::Refused => break,
+        }
+    }
+    RUNNING.store(false, Ordering::Release);
+}
+
+/// Returns when the coordinator hangs up (or the socket fails).
+fn watch(s: &Session) {
+    let Some(fd) = s.socket() else {
+        return;
+    };
+    let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; `fd` stays open (only this thread and a fork
+        // child close a live session's socket).
+        let r = unsafe { libc::poll(&mut p, 1, POLL_SLICE_MS) };
+        if r < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return;
+        }
+        if r == 0 {
+            continue;
+        }
+        if p.revents & libc::POLLIN != 0 {
+            // SAFETY: as above.
+            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            match wire::recv(b, &mut buf) {
+                Ok(got) if got.len == 0 => return,
+                Ok(got) => match wire::Message::decode(&buf[..got.len]) {
+                    Ok(m) => crate::log!(
+                        Debug,
+                        "ignoring a {} message from the coordinator",
+                        m.type_name()
+                    ),
+                    Err(e) => crate::log!(Debug, "unreadable message from the coordinator: {e}"),
+                },
+                Err(e) if e.errno() == Some(libc::EAGAIN) => {}
+                Err(_) => return,
+            }
+            continue;
+        }
+        if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP | libc::POLLNVAL) != 0 {
+            return;
+        }
+    }
+}
+
+/// In a child after fork: the parent's watcher thread does not exist here.
+pub(super) fn after_fork_in_child() {
+    RUNNING.store(false, Ordering::Relaxed);
+}

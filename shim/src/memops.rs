@@ -1,0 +1,333 @@
+//! Allocations, frees, host-to-device copies and synchronisations: forwarded
+//! unchanged; with a coordinator session, reported in the ring.
+//!
+//! Without a session each body is the real call and one test of `client`.
+//! With one: ALLOC (bytes, address) and FREE (address) after a successful call,
+//! COPY_H2D (bytes, destination) after a successful copy, and SYNC_BEGIN /
+//! SYNC_END around every synchronising call (stream, context, event, and the
+//! synchronous device-to-host copy). Nothing here waits on the coordinator.
+
+use crate::client::{emit, Client};
+use crate::table::Hook;
+use crate::types::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstream, CuResult};
+use core::ffi::{c_uint, c_void};
+use tandem_proto::record::{FLAG_ASYNC, FLAG_CONTEXT_SYNC};
+use tandem_proto::EventKind;
+
+/// The device address the driver wrote to `dptr` on success.
+///
+/// # Safety
+/// `dptr` is NULL or the caller's out-pointer the driver just wrote.
+#[inline(always)]
+unsafe fn written(dptr: *mut CUdeviceptr) -> u64 {
+    if dptr.is_null() {
+        0
+    } else {
+        // SAFETY: per this function's contract.
+        unsafe { dptr.read() }
+    }
+}
+
+/// `cuMemAlloc_v2`.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn alloc(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CuResult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dptr, bytes) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        // SAFETY: the driver wrote the new address on success.
+        let addr = unsafe { written(dptr) };
+        emit::memory(s, hook, EventKind::ALLOC, 0, bytes as u64, addr, 0);
+    }
+    rc
+}
+
+/// `cuMemAllocPitch_v2`: reports `pitch * height` bytes.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn alloc_pitch(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CuResult,
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dptr, pitch, width, height, elem) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        // SAFETY: the driver wrote both out-parameters on success.
+        let (addr, pitch) = unsafe {
+            (
+                written(dptr),
+                if pitch.is_null() { width } else { pitch.read() },
+            )
+        };
+        let bytes = (pitch as u64).saturating_mul(height as u64);
+        emit::memory(s, hook, EventKind::ALLOC, 0, bytes, addr, 0);
+    }
+    rc
+}
+
+/// `cuMemAllocAsync` and its `_ptsz` form.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn alloc_async(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CuResult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dptr, bytes, stream) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        // SAFETY: the driver wrote the new address on success.
+        let addr = unsafe { written(dptr) };
+        emit::memory(
+            s,
+            hook,
+            EventKind::ALLOC,
+            0,
+            bytes as u64,
+            addr,
+            stream as u64,
+        );
+    }
+    rc
+}
+
+/// `cuMemAllocFromPoolAsync` and its `_ptsz` form.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn alloc_from_pool(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CuResult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dptr, bytes, pool, stream) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        // SAFETY: the driver wrote the new address on success.
+        let addr = unsafe { written(dptr) };
+        emit::memory(
+            s,
+            hook,
+            EventKind::ALLOC,
+            0,
+            bytes as u64,
+            addr,
+            stream as u64,
+        );
+    }
+    rc
+}
+
+/// `cuMemFree_v2`.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn free(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr) -> CuResult,
+    dptr: CUdeviceptr,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dptr) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        emit::memory(s, hook, EventKind::FREE, 0, 0, dptr, 0);
+    }
+    rc
+}
+
+/// `cuMemFreeAsync` and its `_ptsz` form.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn free_async(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, CUstream) -> CuResult,
+    dptr: CUdeviceptr,
+    stream: CUstream,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dptr, stream) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        emit::memory(s, hook, EventKind::FREE, 0, 0, dptr, stream as u64);
+    }
+    rc
+}
+
+/// `cuMemcpyHtoD_v2` and its `_ptds` form.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_h2d(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, *const c_void, usize) -> CuResult,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dst, src, bytes) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        emit::memory(s, hook, EventKind::COPY_H2D, 0, bytes as u64, dst, 0);
+    }
+    rc
+}
+
+/// `cuMemcpyHtoDAsync_v2` and its `_ptsz` form (records carry `FLAG_ASYNC`).
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_h2d_async(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, *const c_void, usize, CUstream) -> CuResult,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+    stream: CUstream,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dst, src, bytes, stream) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        emit::memory(
+            s,
+            hook,
+            EventKind::COPY_H2D,
+            FLAG_ASYNC,
+            bytes as u64,
+            dst,
+            stream as u64,
+        );
+    }
+    rc
+}
+
+/// `cuMemcpyDtoH_v2` and its `_ptds` form: a synchronous copy, reported as a sync.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_d2h(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize) -> CuResult,
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> CuResult {
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_BEGIN, 0, 0);
+    }
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(dst, src, bytes) };
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_END, 0, 0);
+    }
+    rc
+}
+
+/// `cuStreamSynchronize` and its `_ptsz` form.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn stream_sync(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUstream) -> CuResult,
+    stream: CUstream,
+) -> CuResult {
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_BEGIN, 0, stream as u64);
+    }
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(stream) };
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_END, 0, stream as u64);
+    }
+    rc
+}
+
+/// `cuCtxSynchronize`.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn ctx_sync(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn() -> CuResult,
+) -> CuResult {
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_BEGIN, FLAG_CONTEXT_SYNC, 0);
+    }
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real() };
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_END, FLAG_CONTEXT_SYNC, 0);
+    }
+    rc
+}
+
+/// `cuCtxSynchronize_v2` (CUDA 13).
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn ctx_sync_v2(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUcontext) -> CuResult,
+    ctx: CUcontext,
+) -> CuResult {
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_BEGIN, FLAG_CONTEXT_SYNC, 0);
+    }
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(ctx) };
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_END, FLAG_CONTEXT_SYNC, 0);
+    }
+    rc
+}
+
+/// `cuEventSynchronize`.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn event_sync(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUevent) -> CuResult,
+    event: CUevent,
+) -> CuResult {
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_BEGIN, 0, 0);
+    }
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(event) };
+    if let Some(s) = client {
+        emit::sync(s, hook, EventKind::SYNC_END, 0, 0);
+    }
+    rc
+}
