@@ -21,6 +21,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
+pub mod coord;
+
 /// Kernels one workload run executes, read from `WL_KERNELS_PER_RUN` in
 /// workload.h so the hosts and the tests cannot disagree.
 pub fn workload_kernels() -> u64 {
@@ -267,6 +269,12 @@ const HOSTS: &[HostSpec] = &[
     HostSpec {
         name: "forked",
         sources: &["forked.c", "resolve_linked.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
+        name: "launcher",
+        sources: &["launcher.c", "resolve_linked.c"],
         link_cuda: true,
         rtld_next: false,
     },
