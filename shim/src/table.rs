@@ -247,6 +247,16 @@ mod tests {
     }
 
     #[test]
+    fn the_table_hooks_every_symbol_the_tests_require() {
+        // tests/hosts/hooked_symbols.h: the list the C hosts and e2e tests check.
+        let required = tandem_e2e::hooked();
+        assert!(required.len() >= 50, "parsed {} names", required.len());
+        for &s in required {
+            assert!(Hook::by_symbol(s.as_bytes()).is_some(), "{s} is not hooked");
+        }
+    }
+
+    #[test]
     fn selection_honours_version() {
         assert_eq!(
             name(Hook::select(b"cuMemAlloc", 3020, 0)),

@@ -19,28 +19,9 @@ static struct wl_slot_info g_slots[WL_NSLOTS] = {
 
 /* Every hooked variant of the contract (tests/tandem-spec: "Hooked driver variants"). */
 static const char *const g_contract_hooks[] = {
-    "cuInit",
-    "cuLaunchKernel", "cuLaunchKernel_ptsz",
-    "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
-    "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
-    "cuGraphLaunch", "cuGraphLaunch_ptsz",
-    "cuMemAlloc_v2", "cuMemAllocPitch_v2",
-    "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
-    "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",
-    "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
-    "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
-    "cuMemGetInfo_v2",
-    "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds",
-    "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
-    "cuMemsetD8_v2", "cuMemsetD8_v2_ptds", "cuMemsetD16_v2", "cuMemsetD16_v2_ptds",
-    "cuMemsetD32_v2", "cuMemsetD32_v2_ptds",
-    "cuMemsetD8Async", "cuMemsetD8Async_ptsz", "cuMemsetD16Async", "cuMemsetD16Async_ptsz",
-    "cuMemsetD32Async", "cuMemsetD32Async_ptsz",
-    "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds",
-    "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
-    "cuStreamQuery", "cuStreamQuery_ptsz",
-    "cuCtxSynchronize", "cuEventSynchronize", "cuEventQuery",
-    "cuGetProcAddress", "cuGetProcAddress_v2",
+#define TANDEM_HOOKED(sym) sym,
+#include "hooked_symbols.h"
+#undef TANDEM_HOOKED
 };
 #define N_CONTRACT_HOOKS (sizeof(g_contract_hooks) / sizeof(g_contract_hooks[0]))
 

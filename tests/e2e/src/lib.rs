@@ -53,59 +53,20 @@ pub mod exit {
 /// A host that is killed after this long is reported as hung.
 const HOST_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Every symbol the contract says the shim hooks.
-pub const HOOKED: &[&str] = &[
-    "cuInit",
-    "cuLaunchKernel",
-    "cuLaunchKernel_ptsz",
-    "cuLaunchKernelEx",
-    "cuLaunchKernelEx_ptsz",
-    "cuLaunchCooperativeKernel",
-    "cuLaunchCooperativeKernel_ptsz",
-    "cuGraphLaunch",
-    "cuGraphLaunch_ptsz",
-    "cuMemAlloc_v2",
-    "cuMemAllocPitch_v2",
-    "cuMemAllocAsync",
-    "cuMemAllocAsync_ptsz",
-    "cuMemAllocFromPoolAsync",
-    "cuMemAllocFromPoolAsync_ptsz",
-    "cuMemFree_v2",
-    "cuMemFreeAsync",
-    "cuMemFreeAsync_ptsz",
-    "cuMemCreate",
-    "cuMemRelease",
-    "cuMemMap",
-    "cuMemUnmap",
-    "cuMemGetInfo_v2",
-    "cuMemcpyHtoD_v2",
-    "cuMemcpyHtoD_v2_ptds",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyHtoDAsync_v2_ptsz",
-    "cuMemsetD8_v2",
-    "cuMemsetD8_v2_ptds",
-    "cuMemsetD16_v2",
-    "cuMemsetD16_v2_ptds",
-    "cuMemsetD32_v2",
-    "cuMemsetD32_v2_ptds",
-    "cuMemsetD8Async",
-    "cuMemsetD8Async_ptsz",
-    "cuMemsetD16Async",
-    "cuMemsetD16Async_ptsz",
-    "cuMemsetD32Async",
-    "cuMemsetD32Async_ptsz",
-    "cuMemcpyDtoH_v2",
-    "cuMemcpyDtoH_v2_ptds",
-    "cuStreamSynchronize",
-    "cuStreamSynchronize_ptsz",
-    "cuStreamQuery",
-    "cuStreamQuery_ptsz",
-    "cuCtxSynchronize",
-    "cuEventSynchronize",
-    "cuEventQuery",
-    "cuGetProcAddress",
-    "cuGetProcAddress_v2",
-];
+/// Every symbol the shim must hook: `tests/hosts/hooked_symbols.h`, the one
+/// list the C hosts, the fake driver's tests and these tests share.
+pub fn hooked() -> &'static [&'static str] {
+    static LIST: OnceLock<Vec<&'static str>> = OnceLock::new();
+    LIST.get_or_init(|| parse_hooked_symbols(include_str!("../../hosts/hooked_symbols.h")))
+}
+
+/// The names in `TANDEM_HOOKED("name")` lines.
+pub fn parse_hooked_symbols(text: &'static str) -> Vec<&'static str> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("TANDEM_HOOKED(\""))
+        .filter_map(|rest| rest.strip_suffix("\")"))
+        .collect()
+}
 
 /// The built libraries and the directories the hosts live in.
 #[derive(Debug)]
@@ -824,7 +785,11 @@ pub fn assert_counts_consistent(out: &HostOutput, label: &str, kernels: u64) {
     if out.lines("CHECK ").iter().any(|l| l.contains("shim=1")) {
         let hook = out.counts("HOOK", label);
         let set = out.hook_set();
-        for s in HOOKED.iter().copied().chain(set.iter().map(String::as_str)) {
+        for s in hooked()
+            .iter()
+            .copied()
+            .chain(set.iter().map(String::as_str))
+        {
             assert_eq!(
                 get(&hook, s) + get(&shim_own, s),
                 get(&fake, s),
@@ -872,7 +837,7 @@ pub const FAKE_OBJ: &str = "libcuda.so.1";
 
 /// Whether `sym` is one of the contract's hooked variants.
 pub fn is_hooked(sym: &str) -> bool {
-    HOOKED.contains(&sym)
+    hooked().contains(&sym)
 }
 
 /// Runs `name args` without and with the shim, asserts both succeed with
