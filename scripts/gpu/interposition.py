@@ -37,16 +37,33 @@ REGION_ITERS = 20
 # ---------------------------------------------------------------- child side
 
 
-def shim_kernels():
-    """tandem_kernels_launched() when the shim is preloaded, else None."""
+def shim_u64(name):
+    """The shim's exported counter `name` (e.g. tandem_kernels_launched) when
+    libtandem.so is preloaded, else None."""
     import ctypes
 
     try:
-        f = ctypes.CDLL(None).tandem_kernels_launched
+        f = getattr(ctypes.CDLL(None), name)
     except AttributeError:
         return None
     f.restype = ctypes.c_uint64
     return int(f())
+
+
+def shim_kernels():
+    return shim_u64("tandem_kernels_launched")
+
+
+def shim_totals():
+    """Process-wide shim counters, read after all CUDA work: what a coordinator
+    must have seen of this process."""
+    return {
+        "pid": os.getpid(),
+        "shim_kernels_total": shim_u64("tandem_kernels_launched"),
+        "shim_records_pushed": shim_u64("tandem_records_pushed"),
+        "shim_records_dropped": shim_u64("tandem_records_dropped"),
+        "shim_client_id": shim_u64("tandem_client_id"),
+    }
 
 
 def digest(tensors):
@@ -302,18 +319,21 @@ def child_main(args):
         r = child_train_step(args.steps)
     else:
         raise SystemExit(f"unknown child {args.child}")
+    r.update(shim_totals())
     print("RESULT " + json.dumps(r), flush=True)
 
 
 # --------------------------------------------------------------- parent side
 
 
-def run_child(shim, name, extra=(), use_shim=False, timeout=300):
+def run_child(shim, name, extra=(), use_shim=False, timeout=300, socket=None):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if use_shim:
         env["LD_PRELOAD"] = os.path.abspath(shim)
         env.setdefault("TANDEM_LOG", "warn")
+        if socket:
+            env["TANDEM_SOCKET"] = socket
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, *extra]
     t0 = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
