@@ -5,6 +5,9 @@
 //! uint64_t fakecuda_kernels_executed(void);      /* direct launches + kernel nodes of launched graphs */
 //! uint64_t fakecuda_bytes_allocated(void);
 //! void     fakecuda_reset_counts(void);
+//! /* Where the last kernel this process ran was placed on the (possibly shared) device, in ns on
+//!  * CLOCK_MONOTONIC; both 0 before the first kernel. Returns 0, or -1 for a NULL pointer. */
+//! int      fakecuda_last_kernel(uint64_t *start_ns, uint64_t *end_ns);
 //! ```
 //!
 //! After `fork()` the child's counts restart at zero (as the shim's do), so that
@@ -17,6 +20,45 @@ use crate::exports::TABLE;
 use crate::state::lock;
 
 static KERNELS_EXECUTED: AtomicU64 = AtomicU64::new(0);
+/// The last kernel's `(start, end)` in stream time (ns since `streams::base_ns`); 0: none yet.
+static LAST_START: AtomicU64 = AtomicU64::new(0);
+static LAST_END: AtomicU64 = AtomicU64::new(0);
+
+/// Notes where the last kernel ran (stream time). Called under the state lock.
+pub fn last_kernel(start: u64, end: u64) {
+    LAST_START.store(start, Ordering::Relaxed);
+    LAST_END.store(end, Ordering::Relaxed);
+}
+
+/// `fakecuda_last_kernel`: see the module docs.
+///
+/// # Safety
+/// `start_ns` and `end_ns` must each be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn fakecuda_last_kernel(start_ns: *mut u64, end_ns: *mut u64) -> i32 {
+    if start_ns.is_null() || end_ns.is_null() {
+        return -1;
+    }
+    let (s, e) = {
+        let _st = lock(); // a consistent pair: both are written under the state lock
+        (
+            LAST_START.load(Ordering::Relaxed),
+            LAST_END.load(Ordering::Relaxed),
+        )
+    };
+    let (s, e) = if e == 0 {
+        (0, 0)
+    } else {
+        let base = crate::streams::base_ns();
+        (s.saturating_add(base), e.saturating_add(base))
+    };
+    // SAFETY: both non-NULL and valid for a write (caller contract).
+    unsafe {
+        start_ns.write(s);
+        end_ns.write(e);
+    }
+    0
+}
 
 /// Counts `n` more executed kernels.
 pub fn kernels_executed_add(n: u64) {

@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_uint, c_void, CStr, CString};
 use crate::introspect;
 use crate::memory::{check_range, device_ptr, Access, RangeFault};
 use crate::state::{lock, State};
-use crate::streams::{now_ns, StreamKey};
+use crate::streams::{base_ns, now_ns, StreamKey};
 use crate::types::*;
 
 pub const IMAGE_HEADER: &str = "tandem-fake-module v1";
@@ -385,7 +385,19 @@ pub fn execute(st: &mut State, works: &[Work], stream: StreamKey) -> CuResult<()
                 apply(w);
             }
         }
-        st.streams.enqueue(stream, now, w.duration_ns);
+        let (start, end) = match crate::shared::device() {
+            None => st.streams.enqueue(stream, now, w.duration_ns),
+            Some(dev) => st
+                .streams
+                .enqueue_with(stream, now, w.duration_ns, |earliest, d| {
+                    // The device timeline is in CLOCK_MONOTONIC ns; streams count from `base`
+                    // (`earliest >= 0` local, so the absolute start is >= base).
+                    let base = base_ns();
+                    let (s, e) = dev.run(earliest.saturating_add(base), d);
+                    (s - base, e.saturating_sub(base))
+                }),
+        };
+        introspect::last_kernel(start, end);
     }
     introspect::kernels_executed_add(works.len() as u64);
     Ok(())

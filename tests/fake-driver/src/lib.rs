@@ -11,6 +11,7 @@
 //! - `device`: device queries, contexts, error strings;
 //! - `memory`: allocations, range checks, copies, memsets;
 //! - `streams` / `events`: simulated time;
+//! - `shared`: one device timeline shared by several processes (`FAKECUDA_SHARED_DEVICE`);
 //! - `kernels`: module images, argument decoding, kernel ops, launches;
 //! - `graphs`: graphs as lists of kernel nodes;
 //! - `vmm`: `cuMemCreate` & co. on memfd + mmap;
@@ -28,6 +29,7 @@ mod graphs;
 mod introspect;
 mod kernels;
 mod memory;
+mod shared;
 mod state;
 mod streams;
 mod vmm;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::state::lock;
 use crate::types::*;
@@ -21,11 +21,30 @@ use crate::types::*;
 /// `CU_STREAM_NON_BLOCKING`.
 const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 
+/// `CLOCK_MONOTONIC` in ns (system-wide: comparable between processes).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// `CLOCK_MONOTONIC` (ns) at the moment the fake driver first looked at the clock: stream time
+/// 0. (`Instant` is `CLOCK_MONOTONIC` on Linux, so this is the same clock as before.)
+pub fn base_ns() -> u64 {
+    static BASE: OnceLock<u64> = OnceLock::new();
+    *BASE.get_or_init(monotonic_ns)
+}
+
 /// Nanoseconds on the monotonic clock since the fake driver first looked at it.
 pub fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    let base = BASE.get_or_init(Instant::now);
-    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    let base = base_ns();
+    monotonic_ns().saturating_sub(base)
 }
 
 /// Sleeps (without holding the state lock) until the monotonic clock reaches `t`.
@@ -130,12 +149,23 @@ impl Streams {
 
     /// Queues work of `duration` ns on `stream` at time `now`; returns `(start, end)`.
     pub fn enqueue(&mut self, stream: StreamKey, now: u64, duration: u64) -> (u64, u64) {
-        let (start, end) = schedule(
-            now,
-            self.ready_at(stream),
-            self.implicit_wait(stream),
-            duration,
-        );
+        self.enqueue_with(stream, now, duration, |earliest, d| {
+            schedule(earliest, 0, 0, d)
+        })
+    }
+
+    /// [`enqueue`](Self::enqueue) where `place(earliest, duration)` decides the final
+    /// `(start, end)` from the earliest start stream order allows (the shared device may delay
+    /// it further).
+    pub fn enqueue_with(
+        &mut self,
+        stream: StreamKey,
+        now: u64,
+        duration: u64,
+        place: impl FnOnce(u64, u64) -> (u64, u64),
+    ) -> (u64, u64) {
+        let (earliest, _) = schedule(now, self.ready_at(stream), self.implicit_wait(stream), 0);
+        let (start, end) = place(earliest, duration);
         match stream {
             StreamKey::Legacy => self.legacy = end,
             StreamKey::PerThread(t) => {
