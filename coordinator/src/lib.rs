@@ -5,6 +5,7 @@
 //! * [`daemon`] — sockets, the accept/handshake loop, reload, lifecycle.
 //! * [`registry`] — registered clients, their rings, reclaim.
 //! * [`policy`] — who may claim which class.
+//! * [`sched`] — when training may launch: the pure scheduling policy core.
 //! * [`reader`] — the ring-reader thread (adaptive polling, heartbeats).
 //! * [`state`] — per-client and per-GPU statistics; the stats snapshot.
 //! * [`stats_http`] and [`metrics`] — `GET /stats` (JSON) and `GET /metrics` (Prometheus).
@@ -26,6 +27,7 @@ pub mod notify;
 pub mod policy;
 pub mod reader;
 pub mod registry;
+pub mod sched;
 pub mod sock;
 pub mod state;
 pub mod stats_http;

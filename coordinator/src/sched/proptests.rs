@@ -1,0 +1,295 @@
+//! Property tests: random input streams (several inference and training
+//! clients on two GPUs, monotone time) against the contract's invariants.
+
+use proptest::prelude::*;
+
+use super::*;
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+/// Clients 1..=2 start as inference, 3..=5 as training; GPU 1 has clients 1,
+/// 3 and 5, GPU 2 has 2 and 4 (see `gpu_of`).
+const CLIENTS: u64 = 5;
+
+fn gpu_of(c: u64) -> u64 {
+    if c == 2 || c == 4 {
+        2
+    } else {
+        1
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Launch(u64, u64),
+    Graph(u64, u32),
+    SyncBegin(u64),
+    SyncEnd(u64),
+    ReqBegin(u64),
+    ReqEnd(u64),
+    Depart(u64),
+    Register(u64, bool),
+    SetClass(u64, bool),
+    Tick,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let c = 1..=CLIENTS;
+    prop_oneof![
+        10 => (c.clone(), 0u64..4).prop_map(|(c, f)| Op::Launch(c, f)),
+        1 => (c.clone(), 0u32..8).prop_map(|(c, k)| Op::Graph(c, k)),
+        3 => c.clone().prop_map(Op::SyncBegin),
+        3 => c.clone().prop_map(Op::SyncEnd),
+        1 => c.clone().prop_map(Op::ReqBegin),
+        1 => c.clone().prop_map(Op::ReqEnd),
+        1 => c.clone().prop_map(Op::Depart),
+        1 => (c.clone(), any::<bool>()).prop_map(|(c, i)| Op::Register(c, i)),
+        1 => (c, any::<bool>()).prop_map(|(c, i)| Op::SetClass(c, i)),
+        2 => Just(Op::Tick),
+    ]
+}
+
+/// (time step before the op, ts lag behind now, op)
+fn stream() -> impl Strategy<Value = Vec<(u64, u64, Op)>> {
+    prop::collection::vec((0..1_500 * US, 0..50 * US, op()), 1..200)
+}
+
+fn cfg() -> impl Strategy<Value = SchedConfig> {
+    (
+        1..8 * MS,
+        100 * US..1_000 * US,
+        0..500 * US,
+        10 * US..200 * US,
+    )
+        .prop_map(|(idle, active, hold, dflt)| SchedConfig {
+            idle_budget_ns: idle,
+            active_budget_ns: active,
+            request_hold_ns: hold,
+            default_kernel_ns: dflt,
+            ..SchedConfig::default()
+        })
+}
+
+fn class(inference: bool) -> Class {
+    if inference {
+        Class::Inference
+    } else {
+        Class::Training
+    }
+}
+
+fn to_input(op: &Op, ts: u64) -> Option<Input> {
+    Some(match *op {
+        Op::Launch(client, func_id) => Input::Launch {
+            client,
+            func_id,
+            ts_ns: ts,
+        },
+        Op::Graph(client, kernels) => Input::GraphLaunch {
+            client,
+            kernels,
+            ts_ns: ts,
+        },
+        Op::SyncBegin(client) => Input::SyncBegin { client, ts_ns: ts },
+        Op::SyncEnd(client) => Input::SyncEnd { client, ts_ns: ts },
+        Op::ReqBegin(client) => Input::RequestBegin { client, ts_ns: ts },
+        Op::ReqEnd(client) => Input::RequestEnd { client, ts_ns: ts },
+        Op::Depart(client) => Input::Depart { client },
+        Op::Register(client, inf) => Input::Register {
+            client,
+            class: class(inf),
+            gpu: gpu_of(client),
+            slo_p99_ns: inf.then_some(2 * MS),
+        },
+        Op::SetClass(client, inf) => Input::SetClass {
+            client,
+            class: class(inf),
+        },
+        Op::Tick => return None,
+    })
+}
+
+/// Everything one run produced, for the determinism check.
+type Trace = Vec<(u64, Vec<Output>, Option<u64>)>;
+
+/// The checks after every step: (1), (2), (4), inference gates open, and that a
+/// closed gate has asked for a tick no later than its backlog allows reopening.
+fn check(s: &Scheduler, gates: &std::collections::BTreeMap<u64, bool>) -> Result<(), String> {
+    let snap = s.snapshot();
+    let now = snap.now_ns;
+    let next = s.next_tick();
+    for c in &snap.clients {
+        let g = snap
+            .gpus
+            .iter()
+            .find(|g| g.gpu == c.gpu)
+            .ok_or("client's GPU missing")?;
+        if gates.get(&c.client).copied().unwrap_or(true) != c.gate_open {
+            return Err(format!("emitted gate state differs from snapshot: {c:?}"));
+        }
+        match c.class {
+            Class::Inference => {
+                if !c.gate_open {
+                    return Err(format!("inference gate closed: {c:?}"));
+                }
+            }
+            Class::Training => {
+                let n = u64::from(g.training_clients.max(1));
+                let budget = if g.inference_active {
+                    g.active_budget_ns / n
+                } else {
+                    s.config().idle_budget_ns / n
+                };
+                // The kept policy also gives training nothing while inference
+                // work is queued (which makes the GPU active).
+                let blocked = g.inference_active && g.training_budget_ns == 0;
+                if g.training_budget_ns != budget && !blocked {
+                    return Err(format!("budget {} != {budget}", g.training_budget_ns));
+                }
+                // (1) active: open => backlog < active/n.
+                if g.inference_active && c.gate_open && c.backlog_ns >= g.training_budget_ns {
+                    return Err(format!("(1) open over the active budget: {c:?} {g:?}"));
+                }
+                // (2) closed => backlog >= its budget (idle/n when not active) ...
+                if !c.gate_open && c.backlog_ns < g.training_budget_ns {
+                    return Err(format!("(2) closed under its budget: {c:?} {g:?}"));
+                }
+                // ... and the tick it asked for is no later than the reopening
+                // (when blocked, the copy's tick below checks the unblocking).
+                if !c.gate_open && !blocked {
+                    let reopen = now + (c.backlog_ns - g.training_budget_ns) + 1;
+                    if next.is_none_or(|t| t > reopen) {
+                        return Err(format!(
+                            "(2) tick {next:?} later than reopening at {reopen}: {c:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run one stream; ticks at every time the scheduler asked for before later
+/// inputs; checks every step; finally lets time run with no input until no
+/// tick is wanted, and checks every gate ended open (5).
+fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
+    let mut s = Scheduler::new(cfg.clone());
+    let mut gates = std::collections::BTreeMap::new();
+    let mut trace = Trace::new();
+    let mut out = Vec::new();
+    let mut now = 10 * MS;
+    let apply = |out: &mut Vec<Output>,
+                 gates: &mut std::collections::BTreeMap<u64, bool>|
+     -> Result<Vec<Output>, String> {
+        for o in out.iter() {
+            let Output::Gate { client, open } = *o;
+            let prev = gates.insert(client, open).unwrap_or(true);
+            // (4) only changes are reported.
+            if prev == open {
+                return Err(format!("(4) repeated state {o:?}"));
+            }
+        }
+        Ok(std::mem::take(out))
+    };
+    for id in 1..=CLIENTS {
+        s.handle(
+            now,
+            Input::Register {
+                client: id,
+                class: class(id <= 2),
+                gpu: gpu_of(id),
+                slo_p99_ns: (id <= 2).then_some(MS),
+            },
+            &mut out,
+        );
+    }
+    let o = apply(&mut out, &mut gates)?;
+    trace.push((now, o, s.next_tick()));
+    for (dt, lag, op) in ops {
+        let target = now + dt;
+        // Ticks the scheduler asked for, in order, before the next input.
+        while let Some(t) = s.next_tick().filter(|&t| t <= target) {
+            now = t;
+            let next = s.tick(now, &mut out);
+            let o = apply(&mut out, &mut gates)?;
+            check(&s, &gates)?;
+            trace.push((now, o, next));
+        }
+        // Those ticks were enough: a tick right now (on a copy) changes nothing.
+        let mut copy = s.clone();
+        let mut pending = Vec::new();
+        copy.tick(target, &mut pending);
+        if !pending.is_empty() {
+            return Err(format!(
+                "(2) a change was due by {target} but no tick asked: {pending:?}"
+            ));
+        }
+        now = target;
+        match to_input(op, now.saturating_sub(*lag)) {
+            Some(input) => {
+                if let Input::Depart { client } = input {
+                    gates.remove(&client);
+                }
+                s.handle(now, input, &mut out);
+            }
+            None => {
+                s.tick(now, &mut out);
+            }
+        }
+        let o = apply(&mut out, &mut gates)?;
+        check(&s, &gates)?;
+        trace.push((now, o, s.next_tick()));
+    }
+    // (5) With no more input, every gate opens (no gate is stuck closed).
+    for _ in 0..10_000 {
+        let Some(t) = s.next_tick() else { break };
+        now = t;
+        s.tick(now, &mut out);
+        let o = apply(&mut out, &mut gates)?;
+        check(&s, &gates)?;
+        trace.push((now, o, s.next_tick()));
+    }
+    if s.next_tick().is_some() {
+        return Err("still wants ticks after 10000".into());
+    }
+    if let Some(c) = s.snapshot().clients.iter().find(|c| !c.gate_open) {
+        return Err(format!("(5) gate stuck closed: {c:?}"));
+    }
+    Ok(trace)
+}
+
+proptest! {
+    // No regression files in the repository: a failure prints its case.
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// (1), (2), (4), (5) on every step of random streams.
+    #[test]
+    fn invariants_hold_on_random_streams(cfg in cfg(), ops in stream()) {
+        run(&cfg, &ops).map_err(TestCaseError::fail)?;
+    }
+
+    /// (3) The same inputs at the same times give the same outputs.
+    #[test]
+    fn same_inputs_same_outputs(cfg in cfg(), ops in stream()) {
+        let a = run(&cfg, &ops).map_err(TestCaseError::fail)?;
+        let b = run(&cfg, &ops).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(a, b);
+    }
+
+    /// (5) Departures, in any order and at any time, never leave another
+    /// client's gate closed beyond what its own backlog justifies.
+    #[test]
+    fn departures_never_strand_a_gate(
+        cfg in cfg(),
+        ops in stream(),
+        departs in prop::collection::vec((1..=CLIENTS, 0..200usize), 1..6),
+    ) {
+        let mut ops = ops;
+        for (c, at) in departs {
+            let at = at.min(ops.len());
+            ops.insert(at, (0, 0, Op::Depart(c)));
+        }
+        run(&cfg, &ops).map_err(TestCaseError::fail)?;
+    }
+}

@@ -1,0 +1,721 @@
+//! The state machine: see the [module docs](super) for the model.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::config::SchedConfig;
+use super::estimate::{quantile, KernelTable, LatencyWindow, GRAPH_FUNC, LATENCY_WINDOW};
+use super::{Class, ClientId, ClientSnapshot, GpuSnapshot, Input, Output, SchedSnapshot};
+
+/// Most clients the scheduler tracks. A client registered beyond this is not
+/// tracked: its gate is never closed (fail-open).
+pub const MAX_CLIENTS: usize = 4096;
+/// Completed requests between two SLO evaluations of one client; each
+/// evaluation takes the p99 of exactly these requests.
+pub const SLO_EVAL_EVERY: usize = 100;
+/// An open request older than this is dropped (not counted), so a lost
+/// `RequestEnd` or `SyncEnd` cannot hold training back for ever.
+pub const MAX_REQUEST_NS: u64 = 10_000_000_000;
+/// Period of the windows over which shares of GPU work are counted (the share
+/// covers the current and the previous window).
+pub const SHARE_WINDOW_NS: u64 = 1_000_000_000;
+
+/// How a GPU's training budget is divided among its training clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// Each of n clients gets budget / n (the contract's rule).
+    Equal,
+    /// Each client may have up to the whole budget (not divided): only for the
+    /// simulator's comparison.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Whole,
+}
+
+/// Policy variants compared in the simulator; [`Knobs::default`] is the one kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Knobs {
+    pub(crate) split: Split,
+    /// While any inference client of the GPU has estimated work queued, training
+    /// gets no budget at all (else: the active budget). Kept: it gave the best
+    /// inference p99 in the simulator at the same training throughput.
+    pub(crate) block_while_inference_queued: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            split: Split::Equal,
+            block_while_inference_queued: true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    None,
+    Above,
+    Within,
+    Below,
+}
+
+#[derive(Clone, Debug)]
+struct Client {
+    class: Class,
+    gpu: u64,
+    slo_p99_ns: Option<u64>,
+    gate_open: bool,
+    /// Estimated time at which all work launched so far has drained.
+    busy_until: u64,
+    /// Last timestamp seen from this client (its records are in order).
+    last_ts: u64,
+    /// Last launch or sync (the idle-gap rule).
+    last_activity: Option<u64>,
+    /// First launch since the last drain point.
+    interval_first: Option<u64>,
+    /// Last drain point (SyncEnd).
+    last_drain: u64,
+    kernels: KernelTable,
+    /// Explicit request boundaries seen: no implicit detection from then on.
+    explicit: bool,
+    /// Begin of the open request.
+    req_begin: Option<u64>,
+    sync_outstanding: bool,
+    hold_until: u64,
+    latencies: LatencyWindow,
+    requests_done: u64,
+    since_eval: usize,
+    verdict: Verdict,
+    work_cur: u64,
+    work_prev: u64,
+}
+
+impl Client {
+    fn new(class: Class, gpu: u64, slo_p99_ns: Option<u64>) -> Client {
+        Client {
+            class,
+            gpu,
+            slo_p99_ns,
+            gate_open: true,
+            busy_until: 0,
+            last_ts: 0,
+            last_activity: None,
+            interval_first: None,
+            last_drain: 0,
+            kernels: KernelTable::default(),
+            explicit: false,
+            req_begin: None,
+            sync_outstanding: false,
+            hold_until: 0,
+            latencies: LatencyWindow::default(),
+            requests_done: 0,
+            since_eval: 0,
+            verdict: Verdict::None,
+            work_cur: 0,
+            work_prev: 0,
+        }
+    }
+
+    fn backlog(&self, now: u64) -> u64 {
+        self.busy_until.saturating_sub(now)
+    }
+
+    /// Drop an open request that can no longer end normally.
+    fn expire(&mut self, now: u64, cfg: &SchedConfig) {
+        let Some(b) = self.req_begin else { return };
+        let too_old = now.saturating_sub(b) >= MAX_REQUEST_NS;
+        let abandoned = !self.explicit
+            && !self.sync_outstanding
+            && self
+                .last_activity
+                .is_some_and(|la| now.saturating_sub(la) >= cfg.request_idle_gap_ns);
+        if too_old || abandoned {
+            self.req_begin = None;
+        }
+    }
+
+    /// When [`Client::expire`] would drop the open request (if nothing happens).
+    fn expiry_time(&self, cfg: &SchedConfig) -> Option<u64> {
+        let b = self.req_begin?;
+        let cap = b.saturating_add(MAX_REQUEST_NS);
+        if !self.explicit && !self.sync_outstanding {
+            let la = self.last_activity.unwrap_or(b);
+            Some(cap.min(la.saturating_add(cfg.request_idle_gap_ns)))
+        } else {
+            Some(cap)
+        }
+    }
+
+    /// An inference client keeps its GPU "active" while a request is open,
+    /// during the hold after one ended, and while its own estimated work is
+    /// queued.
+    fn inference_active(&self, now: u64) -> bool {
+        self.class == Class::Inference
+            && (self.req_begin.is_some() || now < self.hold_until || self.busy_until > now)
+    }
+
+    /// When [`Client::inference_active`] turns false if nothing happens.
+    fn active_until(&self, cfg: &SchedConfig) -> u64 {
+        let req = self.expiry_time(cfg).unwrap_or(0);
+        req.max(self.hold_until).max(self.busy_until)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Gpu {
+    /// Clients on this GPU, ascending ids.
+    members: Vec<ClientId>,
+    active_budget_ns: u64,
+    inference_active: bool,
+    n_training: u32,
+    window_start: u64,
+    work_cur: u64,
+    work_prev: u64,
+    train_cur: u64,
+    train_prev: u64,
+}
+
+/// The scheduling policy core: events in, gate changes out, time injected.
+/// See the [module docs](super).
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    cfg: SchedConfig,
+    knobs: Knobs,
+    clients: BTreeMap<ClientId, Client>,
+    gpus: BTreeMap<u64, Gpu>,
+    /// High-water mark of the times given to `handle`/`tick`.
+    now: u64,
+    /// Scratch for quantiles (capacity `LATENCY_WINDOW`, never grows).
+    scratch: Vec<u64>,
+}
+
+impl Scheduler {
+    /// A scheduler with no clients. `cfg` should have passed
+    /// [`SchedConfig::validate`]; out-of-range values are clamped to sane ones.
+    #[must_use]
+    pub fn new(cfg: SchedConfig) -> Self {
+        Self::with_knobs(cfg, Knobs::default())
+    }
+
+    pub(crate) fn with_knobs(mut cfg: SchedConfig, knobs: Knobs) -> Self {
+        cfg.idle_budget_ns = cfg.idle_budget_ns.max(1);
+        cfg.min_active_budget_ns = cfg.min_active_budget_ns.max(1);
+        cfg.max_active_budget_ns = cfg.max_active_budget_ns.max(cfg.min_active_budget_ns);
+        cfg.active_budget_ns = cfg
+            .active_budget_ns
+            .clamp(cfg.min_active_budget_ns, cfg.max_active_budget_ns);
+        cfg.default_kernel_ns = cfg.default_kernel_ns.max(1);
+        Scheduler {
+            cfg,
+            knobs,
+            clients: BTreeMap::new(),
+            gpus: BTreeMap::new(),
+            now: 0,
+            scratch: Vec::with_capacity(LATENCY_WINDOW),
+        }
+    }
+
+    /// The configuration in force (after clamping).
+    #[must_use]
+    pub fn config(&self) -> &SchedConfig {
+        &self.cfg
+    }
+
+    /// Replace the configuration (a reload). Learned estimates and statistics
+    /// are kept; each GPU's adaptive active budget restarts from the new
+    /// `active_budget_ns`. Gates are re-evaluated at once.
+    pub fn reconfigure(&mut self, cfg: SchedConfig, out: &mut Vec<Output>) {
+        let fresh = Scheduler::with_knobs(cfg, self.knobs);
+        self.cfg = fresh.cfg;
+        for g in self.gpus.values_mut() {
+            g.active_budget_ns = self.cfg.active_budget_ns;
+        }
+        let now = self.now;
+        self.eval_all(now, out);
+    }
+
+    /// Feed one input observed at `now_ns` (the coordinator's monotonic clock;
+    /// earlier than a time already seen counts as that time). Gate changes are
+    /// appended to `out`.
+    pub fn handle(&mut self, now_ns: u64, input: Input, out: &mut Vec<Output>) {
+        let now = self.advance(now_ns);
+        match input {
+            Input::Register {
+                client,
+                class,
+                gpu,
+                slo_p99_ns,
+            } => self.register(now, client, class, gpu, slo_p99_ns, out),
+            Input::SetClass { client, class } => {
+                let Some(c) = self.clients.get_mut(&client) else {
+                    return;
+                };
+                if c.class != class {
+                    c.class = class;
+                    c.req_begin = None;
+                    c.verdict = Verdict::None;
+                    c.since_eval = 0;
+                }
+                let gpu = c.gpu;
+                self.eval_gpu(gpu, now, out);
+            }
+            Input::Depart { client } => {
+                let Some(c) = self.clients.remove(&client) else {
+                    return;
+                };
+                self.leave_gpu(client, c.gpu);
+                self.eval_gpu(c.gpu, now, out);
+            }
+            Input::Launch {
+                client,
+                func_id,
+                ts_ns,
+            } => self.launch(now, client, func_id, 1, ts_ns, out),
+            Input::GraphLaunch {
+                client,
+                kernels,
+                ts_ns,
+            } => self.launch(now, client, GRAPH_FUNC, kernels.max(1), ts_ns, out),
+            Input::SyncBegin { client, ts_ns } => {
+                let Some(c) = self.clients.get_mut(&client) else {
+                    return;
+                };
+                let ts = ts_ns.min(now).max(c.last_ts);
+                c.last_ts = ts;
+                c.last_activity = Some(ts);
+                c.sync_outstanding = true;
+                let gpu = c.gpu;
+                self.eval_gpu(gpu, now, out);
+            }
+            Input::SyncEnd { client, ts_ns } => self.sync_end(now, client, ts_ns, out),
+            Input::RequestBegin { client, ts_ns } => {
+                let Some(c) = self.clients.get_mut(&client) else {
+                    return;
+                };
+                let ts = ts_ns.min(now).max(c.last_ts);
+                c.last_ts = ts;
+                c.explicit = true;
+                if c.req_begin.is_none() {
+                    c.req_begin = Some(ts);
+                }
+                let gpu = c.gpu;
+                self.eval_gpu(gpu, now, out);
+            }
+            Input::RequestEnd { client, ts_ns } => {
+                let Some(c) = self.clients.get_mut(&client) else {
+                    return;
+                };
+                let ts = ts_ns.min(now).max(c.last_ts);
+                c.last_ts = ts;
+                c.explicit = true;
+                if let Some(b) = c.req_begin.take() {
+                    self.finish_request(client, ts.saturating_sub(b), ts);
+                }
+                let gpu = self.clients.get(&client).map_or(0, |c| c.gpu);
+                self.eval_gpu(gpu, now, out);
+            }
+        }
+    }
+
+    /// Re-evaluate every gate at `now_ns`. Returns when the scheduler next
+    /// wants a tick (the earliest time a closed gate could reopen), or `None`
+    /// when no gate is closed.
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Output>) -> Option<u64> {
+        let now = self.advance(now_ns);
+        self.eval_all(now, out);
+        self.next_tick()
+    }
+
+    /// When the scheduler next wants a tick, as [`Scheduler::tick`] returns
+    /// it; also valid right after [`Scheduler::handle`]. `None`: nothing
+    /// changes with time alone.
+    #[must_use]
+    pub fn next_tick(&self) -> Option<u64> {
+        let mut next: Option<u64> = None;
+        let mut want = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
+        for (gid, g) in &self.gpus {
+            let members = || g.members.iter().filter_map(|id| self.clients.get(id));
+            if members().all(|c| c.gate_open) {
+                continue;
+            }
+            let budget = self.effective_budget(*gid, g, self.now);
+            if budget > 0 {
+                for c in members().filter(|c| !c.gate_open) {
+                    // backlog(t) < budget  <=>  t > busy_until - budget
+                    want(c.busy_until.saturating_sub(budget).saturating_add(1));
+                }
+            }
+            if g.inference_active {
+                // The budget grows back to the idle one when the last
+                // inference client turns inactive.
+                if let Some(t) = members()
+                    .filter(|c| c.class == Class::Inference)
+                    .map(|c| c.active_until(&self.cfg))
+                    .max()
+                {
+                    want(t);
+                }
+            }
+            if self.knobs.block_while_inference_queued {
+                if let Some(t) = members()
+                    .filter(|c| c.class == Class::Inference && c.busy_until > self.now)
+                    .map(|c| c.busy_until)
+                    .max()
+                {
+                    want(t);
+                }
+            }
+        }
+        next.map(|t| t.max(self.now.saturating_add(1)))
+    }
+
+    /// The current estimate of one launch of `func_id` by `client` (ns), or
+    /// `None` for an unknown client.
+    #[must_use]
+    pub fn kernel_estimate(&self, client: ClientId, func_id: u64) -> Option<u64> {
+        self.clients
+            .get(&client)
+            .map(|c| c.kernels.estimate(func_id, self.cfg.default_kernel_ns))
+    }
+
+    /// Per-client and per-GPU state, as of the latest time seen.
+    #[must_use]
+    pub fn snapshot(&self) -> SchedSnapshot {
+        let now = self.now;
+        let mut clients = Vec::with_capacity(self.clients.len());
+        for (&id, c) in &self.clients {
+            let g = self.gpus.get(&c.gpu);
+            let (gpu_work, gpu_train) = g.map_or((0, 0), |g| {
+                (g.work_cur + g.work_prev, g.train_cur + g.train_prev)
+            });
+            let share = |num: u64| {
+                if gpu_work == 0 {
+                    0.0
+                } else {
+                    num as f64 / gpu_work as f64
+                }
+            };
+            let mut lat = Vec::with_capacity(LATENCY_WINDOW);
+            c.latencies.last_into(LATENCY_WINDOW, &mut lat);
+            clients.push(ClientSnapshot {
+                client: id,
+                class: c.class,
+                gpu: c.gpu,
+                backlog_ns: c.backlog(now),
+                gate_open: c.gate_open,
+                requests: c.requests_done,
+                request_active: c.req_begin.is_some(),
+                p50_ns: quantile(&mut lat, 0.5),
+                p99_ns: quantile(&mut lat, 0.99),
+                slo_p99_ns: c.slo_p99_ns,
+                work_share: share(c.work_cur + c.work_prev),
+                train_share: share(gpu_train),
+                kernels_known: c.kernels.len(),
+            });
+        }
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|(&gid, g)| GpuSnapshot {
+                gpu: gid,
+                inference_active: g.inference_active,
+                active_budget_ns: g.active_budget_ns,
+                training_clients: g.n_training,
+                training_budget_ns: self.effective_budget(gid, g, now),
+                training_share: if g.work_cur + g.work_prev == 0 {
+                    0.0
+                } else {
+                    (g.train_cur + g.train_prev) as f64 / (g.work_cur + g.work_prev) as f64
+                },
+            })
+            .collect();
+        SchedSnapshot {
+            enabled: self.cfg.enabled,
+            now_ns: now,
+            clients,
+            gpus,
+        }
+    }
+
+    // ---- internals ----
+
+    fn advance(&mut self, now_ns: u64) -> u64 {
+        self.now = self.now.max(now_ns);
+        self.now
+    }
+
+    fn register(
+        &mut self,
+        now: u64,
+        id: ClientId,
+        class: Class,
+        gpu: u64,
+        slo_p99_ns: Option<u64>,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            let old_gpu = c.gpu;
+            if c.class != class {
+                c.req_begin = None;
+                c.verdict = Verdict::None;
+            }
+            c.class = class;
+            c.gpu = gpu;
+            c.slo_p99_ns = slo_p99_ns;
+            if old_gpu != gpu {
+                self.leave_gpu(id, old_gpu);
+                self.join_gpu(id, gpu, now);
+                self.eval_gpu(old_gpu, now, out);
+            }
+        } else {
+            if self.clients.len() >= MAX_CLIENTS {
+                return;
+            }
+            self.clients.insert(id, Client::new(class, gpu, slo_p99_ns));
+            self.join_gpu(id, gpu, now);
+        }
+        self.eval_gpu(gpu, now, out);
+    }
+
+    fn join_gpu(&mut self, id: ClientId, gpu: u64, now: u64) {
+        let active_budget_ns = self.cfg.active_budget_ns;
+        let g = self.gpus.entry(gpu).or_insert_with(|| Gpu {
+            members: Vec::new(),
+            active_budget_ns,
+            inference_active: false,
+            n_training: 0,
+            window_start: now,
+            work_cur: 0,
+            work_prev: 0,
+            train_cur: 0,
+            train_prev: 0,
+        });
+        if let Err(pos) = g.members.binary_search(&id) {
+            g.members.insert(pos, id);
+        }
+    }
+
+    fn leave_gpu(&mut self, id: ClientId, gpu: u64) {
+        if let Some(g) = self.gpus.get_mut(&gpu) {
+            if let Ok(pos) = g.members.binary_search(&id) {
+                g.members.remove(pos);
+            }
+            if g.members.is_empty() {
+                self.gpus.remove(&gpu);
+            }
+        }
+    }
+
+    fn launch(
+        &mut self,
+        now: u64,
+        id: ClientId,
+        func: u64,
+        count: u32,
+        ts_ns: u64,
+        out: &mut Vec<Output>,
+    ) {
+        let cfg = &self.cfg;
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let ts = ts_ns.min(now).max(c.last_ts);
+        c.last_ts = ts;
+        if c.class == Class::Inference && !c.explicit && c.req_begin.is_none() {
+            let idle = c
+                .last_activity
+                .is_none_or(|la| ts.saturating_sub(la) >= cfg.request_idle_gap_ns);
+            if idle {
+                c.req_begin = Some(ts);
+            }
+        }
+        c.last_activity = Some(ts);
+        if c.interval_first.is_none() {
+            c.interval_first = Some(ts);
+        }
+        let est = c.kernels.launch(func, count, cfg.default_kernel_ns);
+        c.busy_until = c.busy_until.max(ts).saturating_add(est);
+        c.work_cur = c.work_cur.saturating_add(est);
+        let (gpu, class) = (c.gpu, c.class);
+        if let Some(g) = self.gpus.get_mut(&gpu) {
+            g.work_cur = g.work_cur.saturating_add(est);
+            if class == Class::Training {
+                g.train_cur = g.train_cur.saturating_add(est);
+            }
+        }
+        self.eval_gpu(gpu, now, out);
+    }
+
+    fn sync_end(&mut self, now: u64, id: ClientId, ts_ns: u64, out: &mut Vec<Output>) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let ts = ts_ns.min(now).max(c.last_ts);
+        c.last_ts = ts;
+        c.last_activity = Some(ts);
+        c.sync_outstanding = false;
+        // Everything launched so far had drained by `ts`.
+        let measured = c
+            .interval_first
+            .map(|first| ts.saturating_sub(first.max(c.last_drain)))
+            .filter(|&m| m > 0);
+        c.kernels.drain(measured);
+        c.interval_first = None;
+        c.last_drain = ts;
+        c.busy_until = c.busy_until.min(ts);
+        let ended = if c.class == Class::Inference && !c.explicit {
+            c.req_begin.take().map(|b| ts.saturating_sub(b))
+        } else {
+            None
+        };
+        if let Some(lat) = ended {
+            self.finish_request(id, lat, ts);
+        }
+        let gpu = self.clients.get(&id).map_or(0, |c| c.gpu);
+        self.eval_gpu(gpu, now, out);
+    }
+
+    /// A request of `id` completed at `end` after `lat` ns: statistics, hold,
+    /// and the SLO loop.
+    fn finish_request(&mut self, id: ClientId, lat: u64, end: u64) {
+        let hold = self.cfg.request_hold_ns;
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        c.latencies.push(lat);
+        c.requests_done += 1;
+        c.hold_until = c.hold_until.max(end.saturating_add(hold));
+        let Some(target) = c.slo_p99_ns else { return };
+        if c.class != Class::Inference {
+            return;
+        }
+        c.since_eval += 1;
+        if c.since_eval < SLO_EVAL_EVERY {
+            return;
+        }
+        c.since_eval = 0;
+        c.latencies.last_into(SLO_EVAL_EVERY, &mut self.scratch);
+        let Some(p99) = quantile(&mut self.scratch, 0.99) else {
+            return;
+        };
+        c.verdict = if p99 > target {
+            Verdict::Above
+        } else if (p99 as u128) * 10 < (target as u128) * 8 {
+            Verdict::Below
+        } else {
+            Verdict::Within
+        };
+        let (verdict, gpu) = (c.verdict, c.gpu);
+        let (lo, hi) = (self.cfg.min_active_budget_ns, self.cfg.max_active_budget_ns);
+        let others_above = self.gpus.get(&gpu).is_some_and(|g| {
+            g.members.iter().any(|m| {
+                *m != id
+                    && self
+                        .clients
+                        .get(m)
+                        .is_some_and(|o| o.class == Class::Inference && o.verdict == Verdict::Above)
+            })
+        });
+        if let Some(g) = self.gpus.get_mut(&gpu) {
+            match verdict {
+                Verdict::Above => {
+                    g.active_budget_ns = (g.active_budget_ns / 10 * 7).max(lo);
+                }
+                Verdict::Below if !others_above => {
+                    g.active_budget_ns = (g.active_budget_ns + (hi - lo) / 10).min(hi);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The budget each training client of `gid` gets now.
+    fn client_budget(&self, _gid: u64, g: &Gpu) -> u64 {
+        let total = if g.inference_active {
+            g.active_budget_ns
+        } else {
+            self.cfg.idle_budget_ns
+        };
+        match self.knobs.split {
+            Split::Equal => total / u64::from(g.n_training.max(1)),
+            Split::Whole => total,
+        }
+    }
+
+    /// [`Scheduler::client_budget`], or 0 while the variant that blocks
+    /// training behind queued inference work applies.
+    fn effective_budget(&self, gid: u64, g: &Gpu, now: u64) -> u64 {
+        if self.knobs.block_while_inference_queued
+            && g.members.iter().any(|id| {
+                self.clients
+                    .get(id)
+                    .is_some_and(|c| c.class == Class::Inference && c.busy_until > now)
+            })
+        {
+            0
+        } else {
+            self.client_budget(gid, g)
+        }
+    }
+
+    fn eval_all(&mut self, now: u64, out: &mut Vec<Output>) {
+        let mut cursor = self.gpus.keys().next().copied();
+        while let Some(gid) = cursor {
+            self.eval_gpu(gid, now, out);
+            cursor = self
+                .gpus
+                .range((Bound::Excluded(gid), Bound::Unbounded))
+                .next()
+                .map(|(k, _)| *k);
+        }
+    }
+
+    /// Recompute `gid`'s state at `now` and emit every gate change.
+    fn eval_gpu(&mut self, gid: u64, now: u64, out: &mut Vec<Output>) {
+        let Some(g) = self.gpus.get_mut(&gid) else {
+            return;
+        };
+        // Share windows.
+        if now.saturating_sub(g.window_start) >= SHARE_WINDOW_NS {
+            let two = now.saturating_sub(g.window_start) >= 2 * SHARE_WINDOW_NS;
+            g.work_prev = if two { 0 } else { g.work_cur };
+            g.train_prev = if two { 0 } else { g.train_cur };
+            g.work_cur = 0;
+            g.train_cur = 0;
+            g.window_start = now;
+            for id in &g.members {
+                if let Some(c) = self.clients.get_mut(id) {
+                    c.work_prev = if two { 0 } else { c.work_cur };
+                    c.work_cur = 0;
+                }
+            }
+        }
+        let mut active = false;
+        let mut n = 0u32;
+        for id in &g.members {
+            let Some(c) = self.clients.get_mut(id) else {
+                continue;
+            };
+            c.expire(now, &self.cfg);
+            match c.class {
+                Class::Training => n += 1,
+                Class::Inference => {
+                    active |= c.inference_active(now);
+                }
+            }
+        }
+        g.inference_active = active;
+        g.n_training = n;
+        let g = &self.gpus[&gid];
+        let budget = self.effective_budget(gid, g, now);
+        for id in &g.members {
+            let Some(c) = self.clients.get_mut(id) else {
+                continue;
+            };
+            let open = !self.cfg.enabled || c.class == Class::Inference || c.backlog(now) < budget;
+            if open != c.gate_open {
+                c.gate_open = open;
+                out.push(Output::Gate { client: *id, open });
+            }
+        }
+    }
+}

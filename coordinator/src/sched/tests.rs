@@ -1,0 +1,673 @@
+//! Unit tests: one rule each.
+
+use super::*;
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+/// Times start well above 0 so "idle since boot" is a long gap.
+const T0: u64 = 1_000 * MS;
+
+struct H {
+    s: Scheduler,
+    out: Vec<Output>,
+}
+
+impl H {
+    fn new(cfg: SchedConfig) -> H {
+        H {
+            s: Scheduler::new(cfg),
+            out: Vec::new(),
+        }
+    }
+    fn default() -> H {
+        H::new(SchedConfig::default())
+    }
+    /// The contract's rule as written: no blocking behind queued inference work.
+    fn v1() -> H {
+        H {
+            s: Scheduler::with_knobs(
+                SchedConfig::default(),
+                scheduler::Knobs {
+                    block_while_inference_queued: false,
+                    ..scheduler::Knobs::default()
+                },
+            ),
+            out: Vec::new(),
+        }
+    }
+    fn take(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.out)
+    }
+    fn input(&mut self, now: u64, i: Input) -> Vec<Output> {
+        self.s.handle(now, i, &mut self.out);
+        self.take()
+    }
+    fn reg(&mut self, now: u64, client: ClientId, class: Class, gpu: u64) -> Vec<Output> {
+        self.input(
+            now,
+            Input::Register {
+                client,
+                class,
+                gpu,
+                slo_p99_ns: None,
+            },
+        )
+    }
+    fn launch(&mut self, now: u64, client: ClientId, func_id: u64) -> Vec<Output> {
+        self.input(
+            now,
+            Input::Launch {
+                client,
+                func_id,
+                ts_ns: now,
+            },
+        )
+    }
+    fn sync(&mut self, begin: u64, end: u64, client: ClientId) -> Vec<Output> {
+        let mut o = self.input(
+            begin,
+            Input::SyncBegin {
+                client,
+                ts_ns: begin,
+            },
+        );
+        o.extend(self.input(end, Input::SyncEnd { client, ts_ns: end }));
+        o
+    }
+    fn tick(&mut self, now: u64) -> (Vec<Output>, Option<u64>) {
+        let next = self.s.tick(now, &mut self.out);
+        (self.take(), next)
+    }
+    fn client(&self, id: ClientId) -> ClientSnapshot {
+        self.s
+            .snapshot()
+            .clients
+            .into_iter()
+            .find(|c| c.client == id)
+            .expect("client tracked")
+    }
+    fn gpu(&self, id: u64) -> GpuSnapshot {
+        self.s
+            .snapshot()
+            .gpus
+            .into_iter()
+            .find(|g| g.gpu == id)
+            .expect("gpu tracked")
+    }
+}
+
+fn gate(client: ClientId, open: bool) -> Output {
+    Output::Gate { client, open }
+}
+
+// ---- configuration ----
+
+#[test]
+fn defaults_are_the_documented_ones_and_valid() {
+    let c = SchedConfig::default();
+    assert!(c.enabled);
+    assert_eq!(c.idle_budget_ns, 4 * MS);
+    assert_eq!(c.active_budget_ns, 500 * US);
+    assert_eq!(
+        (c.min_active_budget_ns, c.max_active_budget_ns),
+        (100 * US, 4 * MS)
+    );
+    assert_eq!(c.request_idle_gap_ns, 2 * MS);
+    assert_eq!(c.request_hold_ns, 200 * US);
+    assert_eq!(c.default_kernel_ns, 50 * US);
+    assert_eq!(c.validate(), Ok(()));
+}
+
+#[test]
+fn validate_names_the_bad_field() {
+    let bad = |f: fn(&mut SchedConfig)| {
+        let mut c = SchedConfig::default();
+        f(&mut c);
+        c.validate().unwrap_err()
+    };
+    assert_eq!(bad(|c| c.idle_budget_ns = 0).field, "idle_budget_ns");
+    assert_eq!(bad(|c| c.default_kernel_ns = 0).field, "default_kernel_ns");
+    assert_eq!(
+        bad(|c| c.request_idle_gap_ns = MAX_PARAM_NS + 1).field,
+        "request_idle_gap_ns"
+    );
+    assert_eq!(
+        bad(|c| c.active_budget_ns = 50 * US).field,
+        "active_budget_ns"
+    );
+    let e = bad(|c| c.min_active_budget_ns = 5 * MS);
+    assert_eq!(e.field, "min_active_budget_ns");
+    assert!(
+        e.to_string()
+            .starts_with("scheduler.min_active_budget_ns: "),
+        "{e}"
+    );
+    // A hold of 0 is allowed (no hold).
+    let c = SchedConfig {
+        request_hold_ns: 0,
+        ..SchedConfig::default()
+    };
+    assert_eq!(c.validate(), Ok(()));
+}
+
+#[test]
+fn config_embeds_as_a_toml_table_with_defaults_and_rejects_unknown_keys() {
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(default)]
+        scheduler: SchedConfig,
+    }
+    let f: File = toml::from_str("[scheduler]\nidle_budget_ns = 1000000\n").unwrap();
+    assert_eq!(f.scheduler.idle_budget_ns, MS);
+    assert_eq!(f.scheduler.active_budget_ns, 500 * US);
+    let f: File = toml::from_str("").unwrap();
+    assert_eq!(f.scheduler, SchedConfig::default());
+    let e = toml::from_str::<File>("[scheduler]\nidle_budget = 1\n")
+        .err()
+        .expect("unknown key rejected");
+    assert!(e.to_string().contains("idle_budget"), "{e}");
+}
+
+// ---- backlog and learning ----
+
+#[test]
+fn backlog_adds_estimates_after_the_later_of_now_and_busy_until() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 7);
+    // Three launches at once: 3 x 50 us queued.
+    h.launch(T0, 1, 10);
+    h.launch(T0, 1, 10);
+    h.launch(T0, 1, 10);
+    assert_eq!(h.client(1).backlog_ns, 150 * US);
+    // 100 us later: 50 us left; a launch adds after busy_until.
+    h.launch(T0 + 100 * US, 1, 10);
+    assert_eq!(h.client(1).backlog_ns, 100 * US);
+    // After it drained, a launch starts from now.
+    h.launch(T0 + MS, 1, 10);
+    assert_eq!(h.client(1).backlog_ns, 50 * US);
+    // A sync that ended earlier than predicted clamps busy_until.
+    h.launch(T0 + MS + 10 * US, 1, 10);
+    h.sync(T0 + MS + 20 * US, T0 + MS + 30 * US, 1);
+    assert_eq!(h.client(1).backlog_ns, 0);
+}
+
+#[test]
+fn sync_end_teaches_kernel_durations() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    // 4 launches of kernel 5 took 2 ms from the first launch to the drain.
+    for i in 0..4 {
+        h.launch(T0 + i * US, 1, 5);
+    }
+    h.sync(T0 + 5 * US, T0 + 2 * MS, 1);
+    assert_eq!(h.s.kernel_estimate(1, 5), Some(500 * US));
+    // Unknown kernels still use the default.
+    assert_eq!(h.s.kernel_estimate(1, 6), Some(50 * US));
+    // The next interval starts at the first launch after the drain, not at the
+    // drain: a CPU pause before it is not counted.
+    let t = T0 + 10 * MS;
+    h.launch(t, 1, 5);
+    h.launch(t, 1, 6);
+    // 500 us + 50 us estimated took 1.1 ms: both doubled, EWMA for 5 (3/4 old).
+    h.sync(t + US, t + 1_100 * US, 1);
+    assert_eq!(
+        h.s.kernel_estimate(1, 5),
+        Some((3 * 500 * US + 1000 * US) / 4)
+    );
+    assert_eq!(h.s.kernel_estimate(1, 6), Some(100 * US));
+}
+
+#[test]
+fn graph_launches_count_their_kernels() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.input(
+        T0,
+        Input::GraphLaunch {
+            client: 1,
+            kernels: 10,
+            ts_ns: T0,
+        },
+    );
+    assert_eq!(h.client(1).backlog_ns, 500 * US);
+    h.sync(T0 + US, T0 + 3 * MS, 1);
+    assert_eq!(h.s.kernel_estimate(1, GRAPH_FUNC), Some(300 * US));
+    // An unknown kernel count counts as one.
+    h.input(
+        T0 + 10 * MS,
+        Input::GraphLaunch {
+            client: 1,
+            kernels: 0,
+            ts_ns: T0 + 10 * MS,
+        },
+    );
+    assert_eq!(h.client(1).backlog_ns, 300 * US);
+}
+
+// ---- requests ----
+
+#[test]
+fn an_idle_gap_begins_a_request_and_the_next_sync_ends_it() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Inference, 0);
+    h.launch(T0, 1, 1);
+    assert!(h.client(1).request_active);
+    h.launch(T0 + 10 * US, 1, 2);
+    h.sync(T0 + 20 * US, T0 + 700 * US, 1);
+    let c = h.client(1);
+    assert!(!c.request_active);
+    assert_eq!(c.requests, 1);
+    assert_eq!(c.p50_ns, Some(700 * US));
+    // A launch 1 ms after the sync (< 2 ms gap) is no new request...
+    h.launch(T0 + 1_700 * US, 1, 1);
+    assert!(!h.client(1).request_active);
+    h.sync(T0 + 1_710 * US, T0 + 1_800 * US, 1);
+    assert_eq!(h.client(1).requests, 1);
+    // ... one 2 ms after the last activity is.
+    h.launch(T0 + 3_800 * US, 1, 1);
+    assert!(h.client(1).request_active);
+    h.sync(T0 + 3_810 * US, T0 + 4_000 * US, 1);
+    let c = h.client(1);
+    assert_eq!(c.requests, 2);
+    assert_eq!(c.p99_ns, Some(700 * US));
+    assert_eq!(c.p50_ns, Some(200 * US));
+}
+
+#[test]
+fn a_sync_counts_as_activity_for_the_gap() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Inference, 0);
+    h.launch(T0, 1, 1);
+    h.sync(T0 + US, T0 + 100 * US, 1);
+    // A long sync with no launches (e.g. of a copy) keeps the client busy.
+    h.sync(T0 + 1_500 * US, T0 + 3 * MS, 1);
+    h.launch(T0 + 4 * MS, 1, 1);
+    assert!(!h.client(1).request_active, "1 ms after a sync is not idle");
+}
+
+#[test]
+fn explicit_boundaries_define_requests_and_turn_off_detection() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Inference, 0);
+    h.input(
+        T0,
+        Input::RequestBegin {
+            client: 1,
+            ts_ns: T0,
+        },
+    );
+    assert!(h.client(1).request_active);
+    h.launch(T0 + 100 * US, 1, 1);
+    // Syncs inside an explicit request do not end it.
+    h.sync(T0 + 200 * US, T0 + 300 * US, 1);
+    assert!(h.client(1).request_active);
+    h.launch(T0 + 400 * US, 1, 1);
+    h.sync(T0 + 500 * US, T0 + 600 * US, 1);
+    h.input(
+        T0 + 900 * US,
+        Input::RequestEnd {
+            client: 1,
+            ts_ns: T0 + 900 * US,
+        },
+    );
+    let c = h.client(1);
+    assert_eq!(
+        (c.requests, c.p50_ns, c.request_active),
+        (1, Some(900 * US), false)
+    );
+    // A launch after a long gap no longer begins a request by itself.
+    h.launch(T0 + 100 * MS, 1, 1);
+    assert!(!h.client(1).request_active);
+}
+
+#[test]
+fn an_abandoned_request_is_dropped_uncounted() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Inference, 0);
+    h.reg(T0, 2, Class::Training, 0);
+    h.launch(T0, 1, 1);
+    assert!(h.gpu(0).inference_active);
+    // No sync ever comes; after the idle gap the request is gone.
+    h.tick(T0 + 2 * MS);
+    let c = h.client(1);
+    assert!(!c.request_active);
+    assert_eq!(c.requests, 0);
+    assert!(!h.gpu(0).inference_active);
+    // With a sync outstanding it stays open (the GPU may still be working)...
+    h.launch(T0 + 10 * MS, 1, 1);
+    h.input(
+        T0 + 10 * MS,
+        Input::SyncBegin {
+            client: 1,
+            ts_ns: T0 + 10 * MS,
+        },
+    );
+    h.tick(T0 + 100 * MS);
+    assert!(h.client(1).request_active);
+    // ... but not for ever.
+    h.tick(T0 + 10 * MS + MAX_REQUEST_NS);
+    assert!(!h.client(1).request_active);
+}
+
+// ---- gates ----
+
+/// Launch kernel `f` (never measured: 50 us) on `client` at `now` until its
+/// gate closes; returns how many launches that took.
+fn fill(h: &mut H, now: u64, client: ClientId) -> u32 {
+    for n in 1..10_000 {
+        let o = h.launch(now, client, 99);
+        if o.contains(&gate(client, false)) {
+            return n;
+        }
+    }
+    panic!("gate never closed");
+}
+
+#[test]
+fn one_training_client_keeps_the_idle_budget_queued_and_reopens_on_tick() {
+    let mut h = H::default();
+    assert!(
+        h.reg(T0, 1, Class::Training, 0).is_empty(),
+        "new gates start open"
+    );
+    // 4 ms / 50 us = 80 launches fill the idle budget.
+    assert_eq!(fill(&mut h, T0, 1), 80);
+    assert!(!h.client(1).gate_open);
+    // The gate reopens once the backlog is under 4 ms: 1 ns later.
+    let (o, next) = h.tick(T0);
+    assert!(o.is_empty());
+    assert_eq!(next, Some(T0 + 1));
+    let (o, next) = h.tick(T0 + 1);
+    assert_eq!(o, vec![gate(1, true)]);
+    assert_eq!(next, None, "no gate closed, no tick wanted");
+}
+
+#[test]
+fn an_active_request_shrinks_the_budget_and_its_end_restores_it() {
+    let mut h = H::v1();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Inference, 0);
+    // 1 ms of training queued: under the idle budget.
+    for _ in 0..20 {
+        assert!(h.launch(T0, 1, 99).is_empty());
+    }
+    // An inference request begins: 1 ms >= 500 us, training's gate closes.
+    assert_eq!(h.launch(T0, 2, 5), vec![gate(1, false)]);
+    assert!(h.gpu(0).inference_active);
+    assert_eq!(h.gpu(0).training_budget_ns, 500 * US);
+    // The gate opens when the backlog falls under 500 us: at T0 + 500 us + 1.
+    let (o, next) = h.tick(T0 + 400 * US);
+    assert!(o.is_empty());
+    assert_eq!(next, Some(T0 + 500 * US + 1));
+    let (o, _) = h.tick(T0 + 500 * US + 1);
+    assert_eq!(o, vec![gate(1, true)]);
+    // Training refills to the active budget only.
+    let t = T0 + 500 * US + 1;
+    assert_eq!(h.launch(t, 1, 99), vec![gate(1, false)]);
+    // The request ends; during the hold the budget stays small.
+    // 550 - 100 = 450 us of backlog is under 500: open again; refill.
+    let o = h.sync(t + US, t + 100 * US, 2);
+    assert_eq!(o, vec![gate(1, true)]);
+    assert!(h.gpu(0).inference_active);
+    let t2 = t + 100 * US;
+    assert_eq!(fill(&mut h, t2, 1), 2);
+    // The backlog falls under the active budget 50 us later: that is the tick.
+    let (_, next) = h.tick(t2);
+    assert_eq!(next, Some(t2 + 50 * US));
+    let (o, _) = h.tick(t2 + 50 * US);
+    assert_eq!(o, vec![gate(1, true)]);
+    fill(&mut h, t2 + 50 * US, 1);
+    // Whatever tick comes first, by the end of the hold (200 us after the
+    // sync) the idle budget applies again.
+    let (_, next) = h.tick(t2 + 50 * US);
+    assert!(next.is_some_and(|n| n <= t2 + 200 * US));
+    let (o, _) = h.tick(t2 + 200 * US);
+    assert_eq!(o, vec![gate(1, true)]);
+    assert!(!h.gpu(0).inference_active);
+}
+
+#[test]
+fn training_waits_while_inference_work_is_queued() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Inference, 0);
+    // Nothing of training's queued, but inference's 2 x 50 us are: training
+    // waits for them, whatever its budget.
+    assert_eq!(h.launch(T0, 2, 1), vec![gate(1, false)]);
+    h.launch(T0 + 10 * US, 2, 1);
+    assert_eq!(h.gpu(0).training_budget_ns, 0);
+    let (o, next) = h.tick(T0 + 50 * US);
+    assert!(o.is_empty());
+    assert_eq!(next, Some(T0 + 100 * US));
+    // Inference's work has (by estimate) drained; the request is still open
+    // (no sync yet): the active budget applies.
+    let (o, _) = h.tick(T0 + 100 * US);
+    assert_eq!(o, vec![gate(1, true)]);
+    assert_eq!(h.gpu(0).training_budget_ns, 500 * US);
+    assert!(h.gpu(0).inference_active);
+}
+
+#[test]
+fn several_training_clients_split_the_budget() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Training, 0);
+    assert_eq!(h.gpu(0).training_budget_ns, 2 * MS);
+    assert_eq!(fill(&mut h, T0, 1), 40);
+    assert_eq!(fill(&mut h, T0, 2), 40);
+    // A third client shrinks both shares at once (1.33 ms each).
+    let o = h.reg(T0, 3, Class::Training, 0);
+    assert!(o.is_empty(), "already closed: no change to report: {o:?}");
+    assert_eq!(h.gpu(0).training_budget_ns, 4 * MS / 3);
+    // Client 3's own backlog is 0: open; client 1 reopens when under 1.33 ms.
+    let (_, next) = h.tick(T0);
+    assert_eq!(next, Some(T0 + 2 * MS - 4 * MS / 3 + 1));
+    // The departure of two of them gives the last the whole budget.
+    assert!(h.input(T0, Input::Depart { client: 3 }).is_empty());
+    let o = h.input(T0, Input::Depart { client: 2 });
+    assert_eq!(o, vec![gate(1, true)]);
+    assert_eq!(h.gpu(0).training_budget_ns, 4 * MS);
+}
+
+#[test]
+fn gpus_are_independent() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0xA);
+    h.reg(T0, 2, Class::Training, 0xB);
+    h.reg(T0, 3, Class::Inference, 0xA);
+    for _ in 0..20 {
+        h.launch(T0, 1, 99);
+        h.launch(T0, 2, 99);
+    }
+    // Inference on A closes A's training gate only; B keeps its whole budget.
+    assert_eq!(h.launch(T0, 3, 1), vec![gate(1, false)]);
+    assert!(!h.gpu(0xB).inference_active);
+    assert_eq!(h.gpu(0xB).training_budget_ns, 4 * MS);
+    assert_eq!(fill(&mut h, T0, 2), 60);
+}
+
+#[test]
+fn inference_gates_stay_open_and_set_class_moves_clients() {
+    let mut h = H::v1();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Training, 0);
+    fill(&mut h, T0, 1);
+    // Promoted to inference: the gate opens at once, and the other training
+    // client now has the budget alone.
+    let o = h.input(
+        T0,
+        Input::SetClass {
+            client: 1,
+            class: Class::Inference,
+        },
+    );
+    assert_eq!(o, vec![gate(1, true)]);
+    assert_eq!(h.gpu(0).training_clients, 1);
+    // Its queued work is inference work: the GPU is active.
+    assert!(h.gpu(0).inference_active);
+    for _ in 0..100 {
+        assert!(h.launch(T0, 1, 99).is_empty(), "inference is never gated");
+    }
+    // Demoted back: its 7 ms backlog closes its gate.
+    let o = h.input(
+        T0,
+        Input::SetClass {
+            client: 1,
+            class: Class::Training,
+        },
+    );
+    assert_eq!(o, vec![gate(1, false)]);
+}
+
+#[test]
+fn depart_reopens_the_others_and_emits_nothing_for_the_departed() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Training, 0);
+    h.reg(T0, 3, Class::Inference, 0);
+    fill(&mut h, T0, 1);
+    fill(&mut h, T0, 2);
+    h.launch(T0, 3, 1);
+    // Inference leaves: idle budget again, but both are still over 2 ms each.
+    assert!(h.input(T0, Input::Depart { client: 3 }).is_empty());
+    // Client 2 leaves while closed: client 1 has 4 ms now (backlog ~ 250 us).
+    let o = h.input(T0, Input::Depart { client: 2 });
+    assert_eq!(o, vec![gate(1, true)]);
+    assert!(h.s.snapshot().clients.iter().all(|c| c.client == 1));
+    // Inputs for departed or unknown clients are ignored.
+    assert!(h.launch(T0, 2, 1).is_empty());
+    assert!(h.input(T0, Input::Depart { client: 42 }).is_empty());
+}
+
+#[test]
+fn disabled_never_closes_a_gate_but_still_measures() {
+    let mut h = H::new(SchedConfig {
+        enabled: false,
+        ..SchedConfig::default()
+    });
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Inference, 0);
+    h.launch(T0, 2, 1);
+    for _ in 0..1000 {
+        assert!(h.launch(T0, 1, 99).is_empty());
+    }
+    assert_eq!(h.client(1).backlog_ns, 50 * MS);
+    h.sync(T0 + US, T0 + 300 * US, 2);
+    assert_eq!(h.client(2).requests, 1);
+    assert_eq!(h.tick(T0 + MS).1, None);
+}
+
+#[test]
+fn clients_beyond_the_bound_are_not_tracked_and_never_gated() {
+    let mut h = H::default();
+    for id in 0..MAX_CLIENTS as u64 {
+        h.reg(T0, id, Class::Inference, id % 64);
+    }
+    h.reg(T0, u64::MAX, Class::Training, 0);
+    for _ in 0..1000 {
+        assert!(h.launch(T0, u64::MAX, 1).is_empty());
+    }
+    assert_eq!(h.s.snapshot().clients.len(), MAX_CLIENTS);
+}
+
+// ---- SLO ----
+
+/// Complete `n` implicit requests of `lat` ns each on inference client 2,
+/// starting at `t`; returns the time after them.
+fn requests(h: &mut H, mut t: u64, n: usize, lat: u64) -> u64 {
+    for _ in 0..n {
+        h.launch(t, 2, 1);
+        h.sync(t + US, t + lat, 2);
+        t += lat + 10 * MS;
+    }
+    t
+}
+
+fn slo_harness(target: u64) -> H {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.input(
+        T0,
+        Input::Register {
+            client: 2,
+            class: Class::Inference,
+            gpu: 0,
+            slo_p99_ns: Some(target),
+        },
+    );
+    h
+}
+
+#[test]
+fn slo_above_target_shrinks_the_active_budget_down_to_its_floor() {
+    let mut h = slo_harness(MS);
+    let mut t = T0;
+    // 99 requests do not trigger an evaluation yet.
+    t = requests(&mut h, t, SLO_EVAL_EVERY - 1, 2 * MS);
+    assert_eq!(h.gpu(0).active_budget_ns, 500 * US);
+    t = requests(&mut h, t, 1, 2 * MS);
+    assert_eq!(h.gpu(0).active_budget_ns, 350 * US);
+    for _ in 0..10 {
+        t = requests(&mut h, t, SLO_EVAL_EVERY, 2 * MS);
+    }
+    assert_eq!(h.gpu(0).active_budget_ns, 100 * US);
+    let c = h.client(2);
+    assert_eq!((c.slo_p99_ns, c.p99_ns), (Some(MS), Some(2 * MS)));
+}
+
+#[test]
+fn slo_well_below_target_grows_the_active_budget_up_to_its_ceiling() {
+    let mut h = slo_harness(10 * MS);
+    let mut t = T0;
+    t = requests(&mut h, t, SLO_EVAL_EVERY, MS);
+    // + 10 % of (4 ms - 100 us).
+    assert_eq!(h.gpu(0).active_budget_ns, 500 * US + 390 * US);
+    for _ in 0..20 {
+        t = requests(&mut h, t, SLO_EVAL_EVERY, MS);
+    }
+    assert_eq!(h.gpu(0).active_budget_ns, 4 * MS);
+    // Between 0.8 x target and the target: unchanged.
+    let before = h.gpu(0).active_budget_ns;
+    requests(&mut h, t, SLO_EVAL_EVERY, 9 * MS);
+    assert_eq!(h.gpu(0).active_budget_ns, before);
+}
+
+#[test]
+fn reconfigure_keeps_estimates_and_reevaluates() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    fill(&mut h, T0, 1);
+    let mut out = Vec::new();
+    h.s.reconfigure(
+        SchedConfig {
+            idle_budget_ns: 8 * MS,
+            ..SchedConfig::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out, vec![gate(1, true)]);
+    h.s.reconfigure(
+        SchedConfig {
+            enabled: false,
+            ..SchedConfig::default()
+        },
+        &mut out,
+    );
+    assert_eq!(h.s.config().idle_budget_ns, 4 * MS);
+}
+
+#[test]
+fn shares_count_estimated_work_per_gpu() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Inference, 0);
+    for _ in 0..3 {
+        h.launch(T0, 1, 99);
+    }
+    h.launch(T0, 2, 1);
+    let c1 = h.client(1);
+    assert!((c1.work_share - 0.75).abs() < 1e-9, "{c1:?}");
+    let c2 = h.client(2);
+    assert!((c2.train_share - 0.75).abs() < 1e-9, "{c2:?}");
+    assert!((h.gpu(0).training_share - 0.75).abs() < 1e-9);
+}
