@@ -188,6 +188,15 @@ uint64_t tandem_records_dropped(void);
  * refused, TANDEM_CLASS=off, between a coordinator's death and the reconnect).
  */
 uint64_t tandem_client_id(void);
+/* An inference request begins now (optional: without these calls the coordinator infers
+ * request boundaries from launch gaps and syncs). Reports one REQUEST_BEGIN record while
+ * registered; does nothing otherwise. Never blocks.
+ */
+void tandem_request_begin(void);
+/* The current inference request ended (its result is ready). Reports one REQUEST_END
+ * record while registered; does nothing otherwise. Never blocks.
+ */
+void tandem_request_end(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

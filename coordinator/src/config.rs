@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::ring::{MAX_CAPACITY, MIN_CAPACITY};
 use tandem_proto::wire::{ClientClass, MAX_HEARTBEAT_INTERVAL_MS};
 
+use crate::sched::SchedConfig;
+
 /// Where tandemd looks for its configuration unless `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/tandem/tandemd.toml";
 
@@ -75,6 +77,30 @@ exes = []
 # [[policy.override]]
 # cgroup = "/system.slice/batch.slice"
 # class = "training"
+
+# When training may launch on a GPU shared with inference (the gates). Times in
+# nanoseconds (1..=10000000000). Estimated kernel durations are learned from
+# each job's launches and syncs; an inference request begins at
+# tandem_request_begin() or at a launch after request_idle_gap_ns idle, and ends
+# at tandem_request_end() or at the sync that returns its result.
+[scheduler]
+# false: every gate stays open (tandem only observes; stats still show latency).
+enabled = true
+# Training work (estimated GPU time) that may be queued per GPU while no
+# inference request is active, shared by its training jobs: what an arriving
+# request can find ahead of it.
+idle_budget_ns = 4000000
+# The same while a request is active (the start value of the SLO adaptation),
+# and the range the adaptation keeps it in.
+active_budget_ns = 500000
+min_active_budget_ns = 100000
+max_active_budget_ns = 4000000
+# An inference launch after this long with no launch or sync begins a request.
+request_idle_gap_ns = 2000000
+# A GPU stays "inference active" this long after a request ended.
+request_hold_ns = 200000
+# Estimate for a kernel never measured.
+default_kernel_ns = 50000
 "#;
 
 /// A class the operator may grant ("auto" is a claim, not a grant).
@@ -116,6 +142,8 @@ pub struct Config {
     pub stats: StatsConfig,
     /// Class policy.
     pub policy: PolicyConfig,
+    /// `[scheduler]`: the gate policy's parameters.
+    pub scheduler: SchedConfig,
 }
 
 /// `[stats]`.
@@ -193,6 +221,7 @@ impl Default for Config {
             admins: Vec::new(),
             stats: StatsConfig::default(),
             policy: PolicyConfig::default(),
+            scheduler: SchedConfig::default(),
         }
     }
 }
@@ -327,6 +356,9 @@ impl Config {
                 ),
             ));
         }
+        self.scheduler
+            .validate()
+            .map_err(|e| (format!("scheduler.{}", e.field), e.problem))?;
         for (i, o) in self.policy.overrides.iter().enumerate() {
             let n = usize::from(o.exe.is_some())
                 + usize::from(o.uid.is_some())
@@ -468,6 +500,14 @@ mod tests {
                 "[[policy.override]]\nexe = \"/a\"\nuid = 3\nclass = \"inference\"",
                 "policy.override[0]",
             ),
+            (
+                "[scheduler]\nidle_budget_ns = 0",
+                "scheduler.idle_budget_ns",
+            ),
+            (
+                "[scheduler]\nactive_budget_ns = 5000000",
+                "scheduler.active_budget_ns",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.key.as_deref(), Some(key), "{text}: {e}");
@@ -491,9 +531,18 @@ mod tests {
             [[policy.override]]
             uid = 7
             class = "training"
+            [scheduler]
+            enabled = false
+            idle_budget_ns = 8000000
             "#,
         )
         .unwrap();
+        assert!(!c.scheduler.enabled);
+        assert_eq!(c.scheduler.idle_budget_ns, 8_000_000);
+        assert_eq!(
+            c.scheduler.active_budget_ns,
+            SchedConfig::default().active_budget_ns
+        );
         assert_eq!(c.ring_capacity, 64);
         assert_eq!(c.policy.overrides.len(), 1);
         assert_eq!(c.policy.auto_class, GrantClass::Inference);

@@ -255,7 +255,7 @@ impl Daemon {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         let shared = Arc::new(Shared {
-            registry: Mutex::new(Registry::default()),
+            registry: Mutex::new(Registry::new(opts.config.scheduler.clone())),
             config: Mutex::new(Arc::new(opts.config)),
             started: Instant::now(),
             socket,

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::state::{ClientSnapshot, Snapshot};
+use crate::state::{ClientSnapshot, SchedStats, Snapshot};
 
 /// Escape a label value (`\`, `"`, newline).
 #[must_use]
@@ -83,6 +83,53 @@ pub fn render(s: &Snapshot) -> String {
         header(&mut out, name, ty, help);
         for c in &s.clients {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(c), f(c));
+        }
+    }
+    type SchedField = fn(&SchedStats) -> Option<f64>;
+    let per_sched: [(&str, &str, &str, SchedField); 6] = [
+        (
+            "tandem_gate_open",
+            "gauge",
+            "1 while the client's gate is open (inference gates always are), else 0.",
+            |s| Some(f64::from(u8::from(s.gate_open))),
+        ),
+        (
+            "tandem_backlog_seconds",
+            "gauge",
+            "GPU work the scheduler estimates the client has queued.",
+            |s| Some(s.backlog_ns as f64 / 1e9),
+        ),
+        (
+            "tandem_requests_total",
+            "counter",
+            "Inference requests completed.",
+            |s| Some(s.requests as f64),
+        ),
+        (
+            "tandem_request_latency_p50_seconds",
+            "gauge",
+            "Median inference request latency over the recent window.",
+            |s| s.p50_ms.map(|v| v / 1e3),
+        ),
+        (
+            "tandem_request_latency_p99_seconds",
+            "gauge",
+            "p99 inference request latency over the recent window.",
+            |s| s.p99_ms.map(|v| v / 1e3),
+        ),
+        (
+            "tandem_training_share",
+            "gauge",
+            "Share (0..1) of the recent GPU work on the client's GPU that was training.",
+            |s| Some(s.train_share),
+        ),
+    ];
+    for (name, ty, help, f) in per_sched {
+        header(&mut out, name, ty, help);
+        for c in &s.clients {
+            if let Some(v) = c.sched.as_ref().and_then(f) {
+                let _ = writeln!(out, "{name}{{{}}} {v}", labels(c));
+            }
         }
     }
     header(

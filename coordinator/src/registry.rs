@@ -9,12 +9,15 @@ use std::time::{Duration, Instant};
 use tandem_proto::ring::{self, Consumer, RingLayout};
 use tandem_proto::shm::{self, Mapping};
 use tandem_proto::wire::{ClientClass, Device, Hello, RejectReason, Welcome};
-use tandem_proto::ControlBlock;
+use tandem_proto::{monotonic_ns, ControlBlock, EventKind, Record};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::policy::{decide, Decision, Who};
-use crate::state::{format_uuid, ClientSnapshot, ClientStats, GpuSnapshot, Totals, TOP_KERNELS};
+use crate::sched::{self, Class, Input, Output, SchedConfig, Scheduler};
+use crate::state::{
+    format_uuid, ClientSnapshot, ClientStats, GpuSnapshot, SchedStats, Totals, TOP_KERNELS,
+};
 
 /// One client's shared region and our consumer of its ring.
 pub struct Ring {
@@ -100,7 +103,6 @@ pub struct Gpu {
 }
 
 /// Every client, GPU and counter. Lives behind one mutex in [`crate::daemon::Shared`].
-#[derive(Default)]
 pub struct Registry {
     /// By id.
     pub clients: BTreeMap<u64, Client>,
@@ -113,6 +115,31 @@ pub struct Registry {
     next_id: u64,
     /// Final snapshots of the last clients that left, newest last.
     pub departed: std::collections::VecDeque<ClientSnapshot>,
+    /// The gate policy: fed every record and registry event; its gate
+    /// changes are applied to the clients' control blocks.
+    sched: Scheduler,
+    /// `[scheduler]` as configured (before the scheduler's clamping).
+    sched_cfg: SchedConfig,
+    /// Scratch for the scheduler's outputs (reused: no allocation per record).
+    sched_out: Vec<Output>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new(SchedConfig::default())
+    }
+}
+
+/// What one [`Registry::poll`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Poll {
+    /// Records consumed.
+    pub records: usize,
+    /// When (`CLOCK_MONOTONIC` ns) the scheduler next wants a tick, if ever
+    /// before new records arrive.
+    pub next_tick_ns: Option<u64>,
+    /// Gates this pass opened (their clients launch at once: look again soon).
+    pub gates_opened: usize,
 }
 
 /// Departed clients kept for `tandemctl run` and post-mortems.
@@ -121,7 +148,102 @@ pub const MAX_DEPARTED: usize = 64;
 /// Why a registration failed: the Reject to send.
 pub type Refusal = (RejectReason, String);
 
+/// The scheduler's GPU group of a device uuid (never 0, which means unknown).
+#[must_use]
+pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
+    let (a, b) = uuid.split_at(8);
+    let a = u64::from_le_bytes(a.try_into().unwrap_or_default());
+    let b = u64::from_le_bytes(b.try_into().unwrap_or_default());
+    (a ^ b.rotate_left(29)).max(1)
+}
+
+/// The scheduler's class of a granted class.
+fn sched_class(c: ClientClass) -> Class {
+    match c {
+        ClientClass::Inference => Class::Inference,
+        ClientClass::Training | ClientClass::Auto => Class::Training,
+    }
+}
+
+/// The scheduler input a ring record is, if any. `ts` is the record's
+/// timestamp as the caller bounded it.
+fn sched_input(client: u64, r: &Record, ts_ns: u64) -> Option<Input> {
+    Some(match r.kind().ok()? {
+        EventKind::LAUNCH | EventKind::LAUNCH_EX => Input::Launch {
+            client,
+            func_id: r.func_id,
+            ts_ns,
+        },
+        EventKind::GRAPH_LAUNCH => Input::GraphLaunch {
+            client,
+            kernels: u32::try_from(r.bytes).unwrap_or(u32::MAX),
+            ts_ns,
+        },
+        EventKind::SYNC_BEGIN => Input::SyncBegin { client, ts_ns },
+        EventKind::SYNC_END => Input::SyncEnd { client, ts_ns },
+        EventKind::REQUEST_BEGIN => Input::RequestBegin { client, ts_ns },
+        EventKind::REQUEST_END => Input::RequestEnd { client, ts_ns },
+        _ => return None,
+    })
+}
+
+/// Apply the scheduler's gate changes to the clients' control blocks.
+/// Returns how many gates it opened.
+fn apply_gates(clients: &BTreeMap<u64, Client>, out: &mut Vec<Output>) -> usize {
+    let mut opened = 0;
+    for o in out.drain(..) {
+        let Output::Gate { client, open } = o;
+        let Some(cb) = clients
+            .get(&client)
+            .and_then(|c| c.ring.as_ref())
+            .and_then(Ring::control)
+        else {
+            continue;
+        };
+        if open {
+            opened += 1;
+            if let Err(e) = cb.open_gate() {
+                debug!(client, "FUTEX_WAKE after opening the gate failed: {e}");
+            }
+        } else {
+            cb.close_gate();
+        }
+    }
+    opened
+}
+
 impl Registry {
+    /// An empty registry whose scheduler uses `sched_cfg`.
+    #[must_use]
+    pub fn new(sched_cfg: SchedConfig) -> Self {
+        Registry {
+            clients: BTreeMap::new(),
+            gpus: BTreeMap::new(),
+            totals: Totals::default(),
+            retired_launches: 0,
+            retired_dropped: 0,
+            next_id: 0,
+            departed: std::collections::VecDeque::new(),
+            sched: Scheduler::new(sched_cfg.clone()),
+            sched_cfg,
+            sched_out: Vec::new(),
+        }
+    }
+
+    /// Feed one input to the scheduler now and apply its gate changes.
+    fn sched_event(&mut self, input: Input) {
+        self.sched
+            .handle(monotonic_ns(), input, &mut self.sched_out);
+        // A gate opened here is looked at again at the reader's next pass.
+        apply_gates(&self.clients, &mut self.sched_out);
+    }
+
+    /// The scheduler's view (for tests and the stats).
+    #[must_use]
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
     /// Register a client: decide its class, create its region, and return the
     /// Welcome to send with the region fd.
     pub fn register(
@@ -153,6 +275,7 @@ impl Registry {
             )
         })?;
         let decision = decide(cfg, daemon_euid, &who, hello.class);
+        let granted = decision.class;
         let exe = who
             .exe
             .clone()
@@ -203,6 +326,14 @@ impl Registry {
             },
         );
         self.totals.clients_registered += 1;
+        // The GPU comes with the Device message (then the client registers
+        // again with the scheduler, in its GPU's group).
+        self.sched_event(Input::Register {
+            client: id,
+            class: sched_class(granted),
+            gpu: 0,
+            slo_p99_ns: None,
+        });
         Ok((welcome, fd))
     }
 
@@ -227,19 +358,26 @@ impl Registry {
                 self.gpus.entry(old).or_default().retired_launches += c.stats.launches;
             }
             c.gpu = Some(d.uuid);
+            let class = sched_class(c.decision.class);
             let g = self.gpus.entry(d.uuid).or_default();
             if g.name.is_empty() || !name.is_empty() {
                 g.name = name;
             }
+            self.sched_event(Input::Register {
+                client: id,
+                class,
+                gpu: gpu_key(&d.uuid),
+                slo_p99_ns: None,
+            });
         }
     }
 
-    /// Drain every attached ring, beat heartbeats, update rates. Returns the
-    /// number of records consumed.
-    pub fn poll(&mut self, now: Instant) -> usize {
+    /// Drain every attached ring (feeding the scheduler), beat heartbeats,
+    /// update rates, tick the scheduler and apply its gate changes.
+    pub fn poll(&mut self, now: Instant) -> Poll {
         let mut total = 0;
         for c in self.clients.values_mut() {
-            total += drain_client(c, &mut self.totals);
+            total += drain_client(c, &mut self.totals, &mut self.sched, &mut self.sched_out);
             if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
                 if now.duration_since(c.last_beat) >= c.heartbeat {
                     cb.beat();
@@ -248,7 +386,13 @@ impl Registry {
             }
             c.stats.tick_rate(now);
         }
-        total
+        let next_tick_ns = self.sched.tick(monotonic_ns(), &mut self.sched_out);
+        let gates_opened = apply_gates(&self.clients, &mut self.sched_out);
+        Poll {
+            records: total,
+            next_tick_ns,
+            gates_opened,
+        }
     }
 
     /// Remove client `id` (it hung up or misbehaved): final drain, account,
@@ -257,11 +401,20 @@ impl Registry {
         let Some(mut c) = self.clients.remove(&id) else {
             return false;
         };
-        drain_client(&mut c, &mut self.totals);
+        drain_client(
+            &mut c,
+            &mut self.totals,
+            &mut self.sched,
+            &mut self.sched_out,
+        );
         if self.departed.len() >= MAX_DEPARTED {
             self.departed.pop_front();
         }
-        self.departed.push_back(client_snapshot(&c, Instant::now()));
+        let sched = self.sched.snapshot();
+        let mut snap = client_snapshot(&c, Instant::now());
+        snap.sched = sched_stats(&sched, id);
+        self.departed.push_back(snap);
+        self.sched_event(Input::Depart { client: id });
         self.retired_launches += c.stats.launches;
         self.retired_dropped += c.dropped;
         if let Some(g) = c.gpu {
@@ -303,31 +456,52 @@ impl Registry {
             c.operator_set = true;
         }
         info!(client = id, class = c.decision.class.name(), reason = %c.decision.reason, "class changed");
-        Ok(format!(
+        let msg = format!(
             "client {id} is now {} ({})",
             c.decision.class.name(),
             c.decision.reason
-        ))
+        );
+        let class = sched_class(c.decision.class);
+        self.sched_event(Input::SetClass { client: id, class });
+        Ok(msg)
     }
 
-    /// A new configuration: re-decide every class the operator did not set.
+    /// A new configuration: re-decide every class the operator did not set,
+    /// and hand the scheduler its new parameters.
     pub fn reapply_policy(&mut self, cfg: &Config, daemon_euid: u32) {
+        let mut changed = Vec::new();
         for c in self.clients.values_mut().filter(|c| !c.operator_set) {
             let d = decide(cfg, daemon_euid, &c.who, c.claimed);
             if d != c.decision {
                 info!(client = c.id, class = d.class.name(), reason = %d.reason, "class changed by new configuration");
+                changed.push((c.id, sched_class(d.class)));
                 c.decision = d;
             }
+        }
+        for (client, class) in changed {
+            self.sched_event(Input::SetClass { client, class });
+        }
+        if cfg.scheduler != self.sched_cfg {
+            info!(enabled = cfg.scheduler.enabled, "scheduler reconfigured");
+            self.sched_cfg = cfg.scheduler.clone();
+            self.sched
+                .reconfigure(cfg.scheduler.clone(), &mut self.sched_out);
+            apply_gates(&self.clients, &mut self.sched_out);
         }
     }
 
     /// Client and GPU snapshots plus totals.
     #[must_use]
     pub fn snapshot(&self, now: Instant) -> (Vec<GpuSnapshot>, Vec<ClientSnapshot>, Totals) {
+        let sched = self.sched.snapshot();
         let clients: Vec<ClientSnapshot> = self
             .clients
             .values()
-            .map(|c| client_snapshot(c, now))
+            .map(|c| {
+                let mut s = client_snapshot(c, now);
+                s.sched = sched_stats(&sched, c.id);
+                s
+            })
             .collect();
         let gpus = self
             .gpus
@@ -354,18 +528,51 @@ impl Registry {
     }
 }
 
-/// Drain one client's ring; on garbage, warn once, count, and detach the ring.
-fn drain_client(c: &mut Client, totals: &mut Totals) -> usize {
+/// The scheduler's statistics of client `id` in the stats' shape.
+fn sched_stats(s: &sched::SchedSnapshot, id: u64) -> Option<SchedStats> {
+    let c = s.clients.iter().find(|c| c.client == id)?;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    Some(SchedStats {
+        backlog_ns: c.backlog_ns,
+        gate_open: c.gate_open,
+        requests: c.requests,
+        p50_ms: c.p50_ns.map(ms),
+        p99_ms: c.p99_ns.map(ms),
+        slo_p99_ms: c.slo_p99_ns.map(ms),
+        train_share: c.train_share,
+    })
+}
+
+/// Drain one client's ring into its stats and the scheduler (gate changes
+/// are left in `out`); on garbage, warn once, count, and detach the ring.
+fn drain_client(
+    c: &mut Client,
+    totals: &mut Totals,
+    sched: &mut Scheduler,
+    out: &mut Vec<Output>,
+) -> usize {
     let Some(ring) = c.ring.as_mut() else {
         return 0;
     };
     let stats = &mut c.stats;
+    let id = c.id;
     let mut unknown: Option<u16> = None;
     let mut bad = 0u64;
+    let mut now = monotonic_ns();
     let res = ring.consumer.drain(|r| {
         if let Err(raw) = stats.apply(r) {
             bad += 1;
             unknown.get_or_insert(raw);
+            return;
+        }
+        // The timestamp is the client's claim: never later than our clock
+        // (re-read once if the record was pushed after we last read it), so
+        // one client cannot push the scheduler's time ahead.
+        if r.ts_ns > now {
+            now = monotonic_ns();
+        }
+        if let Some(input) = sched_input(id, r, r.ts_ns.min(now)) {
+            sched.handle(now, input, out);
         }
     });
     totals.bad_records += bad;
@@ -435,5 +642,6 @@ fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         gate_waits: c.gate_waits,
         gate_timeouts: c.gate_timeouts,
         top_kernels: c.stats.top_kernels(TOP_KERNELS),
+        sched: None,
     }
 }

@@ -296,6 +296,29 @@ pub struct ClientSnapshot {
     pub gate_timeouts: u64,
     /// Most launched kernels.
     pub top_kernels: Vec<KernelSnapshot>,
+    /// The scheduler's view of the client (absent when it does not track it).
+    #[serde(default)]
+    pub sched: Option<SchedStats>,
+}
+
+/// The scheduler's view of one client (`"sched"` in `GET /stats`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SchedStats {
+    /// Estimated GPU work the client has queued, ns.
+    pub backlog_ns: u64,
+    /// Whether its gate is open (inference gates always are).
+    pub gate_open: bool,
+    /// Inference requests completed (0 for training).
+    pub requests: u64,
+    /// Median request latency over the recent window, ms.
+    pub p50_ms: Option<f64>,
+    /// p99 request latency over the recent window, ms.
+    pub p99_ms: Option<f64>,
+    /// The p99 target, ms (none configured: null).
+    pub slo_p99_ms: Option<f64>,
+    /// Share (0..1) of the recent GPU work on the client's GPU that was
+    /// training.
+    pub train_share: f64,
 }
 
 /// Daemon-wide counters.

@@ -59,6 +59,17 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
         "The coordinator's id for this process; 0 while it is not registered (no coordinator,\n\
          refused, TANDEM_CLASS=off, between a coordinator's death and the reconnect).",
     ),
+    (
+        "void tandem_request_begin(void);",
+        "An inference request begins now (optional: without these calls the coordinator infers\n\
+         request boundaries from launch gaps and syncs). Reports one REQUEST_BEGIN record while\n\
+         registered; does nothing otherwise. Never blocks.",
+    ),
+    (
+        "void tandem_request_end(void);",
+        "The current inference request ended (its result is ready). Reports one REQUEST_END\n\
+         record while registered; does nothing otherwise. Never blocks.",
+    ),
 ];
 
 /// One C struct member, with its Rust-derived offset and size.

@@ -139,3 +139,10 @@ pub fn sync(s: &Session, hook: Hook, kind: EventKind, flags: u16, stream: u64) {
     r.stream = stream;
     s.push(&r);
 }
+
+/// REQUEST_BEGIN / REQUEST_END (explicit API; no tag: `func_id` 0).
+#[inline]
+pub fn request(s: &Session, kind: EventKind) {
+    let r = Record::new(kind, monotonic_ns());
+    s.push(&r);
+}

@@ -172,3 +172,22 @@ pub extern "C" fn tandem_records_dropped() -> u64 {
 pub extern "C" fn tandem_client_id() -> u64 {
     published().map_or(0, |s| s.client_id)
 }
+
+/// An inference request begins (explicit API, `include/tandem.h`): one
+/// REQUEST_BEGIN record when registered, else nothing. Never connects, never
+/// blocks.
+#[no_mangle]
+pub extern "C" fn tandem_request_begin() {
+    if let Some(s) = published() {
+        emit::request(s, tandem_proto::EventKind::REQUEST_BEGIN);
+    }
+}
+
+/// The inference request ends (its result is ready): one REQUEST_END record
+/// when registered, else nothing. Never connects, never blocks.
+#[no_mangle]
+pub extern "C" fn tandem_request_end() {
+    if let Some(s) = published() {
+        emit::request(s, tandem_proto::EventKind::REQUEST_END);
+    }
+}
