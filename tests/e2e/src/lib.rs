@@ -240,6 +240,18 @@ const HOSTS: &[HostSpec] = &[
         rtld_next: false,
     },
     HostSpec {
+        name: "infer",
+        sources: &["infer.c", "resolve_linked.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
+        name: "train",
+        sources: &["train.c", "resolve_linked.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
         name: "rtld_next",
         sources: &["rtld_next.c", "resolve_linked.c"],
         link_cuda: true,
@@ -356,6 +368,7 @@ fn build_host(a: &Artifacts, spec: &HostSpec) -> Result<PathBuf, String> {
         args.push("-lcuda".into());
     }
     args.push("-ldl".into());
+    args.push("-lm".into());
     run_cc(&args, &out)?;
     Ok(out)
 }
