@@ -49,7 +49,10 @@
 //! launch burst that follows a request within the idle gap is inference work
 //! too, even though it starts no new request).
 //!
-//! **Gates.** Inference gates are always open. A training client's gate is
+//! **Gates.** Inference gates are always open. On a GPU with no inference
+//! client at all every training gate is open too: there is nothing to protect,
+//! and estimates that no sync ever corrects would otherwise throttle training
+//! below what the GPU can do. Otherwise a training client's gate is
 //! open iff its backlog < its budget, where budget = (`active_budget` of its
 //! GPU while the GPU is active, else `idle_budget_ns`) / (number of training
 //! clients on that GPU), except that the budget is 0 while any inference

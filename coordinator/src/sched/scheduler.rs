@@ -691,6 +691,7 @@ impl Scheduler {
         }
         let mut active = false;
         let mut n = 0u32;
+        let mut n_inference = 0u32;
         for id in &g.members {
             let Some(c) = self.clients.get_mut(id) else {
                 continue;
@@ -699,6 +700,7 @@ impl Scheduler {
             match c.class {
                 Class::Training => n += 1,
                 Class::Inference => {
+                    n_inference += 1;
                     active |= c.inference_active(now);
                 }
             }
@@ -707,11 +709,19 @@ impl Scheduler {
         g.n_training = n;
         let g = &self.gpus[&gid];
         let budget = self.effective_budget(gid, g, now);
+        // The budget protects inference that may arrive; on a GPU with no
+        // inference client there is nothing to protect, and a budget computed
+        // from estimates (never corrected for a job that does not sync) would
+        // only throttle training below what the GPU can do.
+        let unguarded = n_inference == 0;
         for id in &g.members {
             let Some(c) = self.clients.get_mut(id) else {
                 continue;
             };
-            let open = !self.cfg.enabled || c.class == Class::Inference || c.backlog(now) < budget;
+            let open = !self.cfg.enabled
+                || unguarded
+                || c.class == Class::Inference
+                || c.backlog(now) < budget;
             if open != c.gate_open {
                 c.gate_open = open;
                 out.push(Output::Gate { client: *id, open });

@@ -364,8 +364,28 @@ fn fill(h: &mut H, now: u64, client: ClientId) -> u32 {
 }
 
 #[test]
+fn training_alone_on_a_gpu_is_never_gated() {
+    // No inference client on the GPU: nothing to protect, whatever the backlog
+    // estimate says (a job that never syncs never corrects its estimates).
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    for _ in 0..1000 {
+        assert!(h.launch(T0, 1, 99).is_empty(), "training alone was gated");
+    }
+    assert!(h.client(1).gate_open);
+    assert!(
+        h.client(1).backlog_ns > 4 * MS,
+        "the backlog is still estimated"
+    );
+    // An inference client arriving on that GPU brings the budget back at once.
+    assert_eq!(h.reg(T0, 2, Class::Inference, 0), vec![gate(1, false)]);
+}
+
+#[test]
 fn one_training_client_keeps_the_idle_budget_queued_and_reopens_on_tick() {
     let mut h = H::default();
+    // An idle inference client on the GPU: the idle budget applies.
+    h.reg(T0, 9, Class::Inference, 0);
     assert!(
         h.reg(T0, 1, Class::Training, 0).is_empty(),
         "new gates start open"
@@ -450,6 +470,7 @@ fn training_waits_while_inference_work_is_queued() {
 #[test]
 fn several_training_clients_split_the_budget() {
     let mut h = H::default();
+    h.reg(T0, 9, Class::Inference, 0);
     h.reg(T0, 1, Class::Training, 0);
     h.reg(T0, 2, Class::Training, 0);
     assert_eq!(h.gpu(0).training_budget_ns, 2 * MS);
@@ -475,6 +496,7 @@ fn gpus_are_independent() {
     h.reg(T0, 1, Class::Training, 0xA);
     h.reg(T0, 2, Class::Training, 0xB);
     h.reg(T0, 3, Class::Inference, 0xA);
+    h.reg(T0, 4, Class::Inference, 0xB);
     for _ in 0..20 {
         h.launch(T0, 1, 99);
         h.launch(T0, 2, 99);
@@ -489,6 +511,7 @@ fn gpus_are_independent() {
 #[test]
 fn inference_gates_stay_open_and_set_class_moves_clients() {
     let mut h = H::v1();
+    h.reg(T0, 9, Class::Inference, 0);
     h.reg(T0, 1, Class::Training, 0);
     h.reg(T0, 2, Class::Training, 0);
     fill(&mut h, T0, 1);
@@ -528,11 +551,11 @@ fn depart_reopens_the_others_and_emits_nothing_for_the_departed() {
     fill(&mut h, T0, 1);
     fill(&mut h, T0, 2);
     h.launch(T0, 3, 1);
-    // Inference leaves: idle budget again, but both are still over 2 ms each.
-    assert!(h.input(T0, Input::Depart { client: 3 }).is_empty());
-    // Client 2 leaves while closed: client 1 has 4 ms now (backlog ~ 250 us).
-    let o = h.input(T0, Input::Depart { client: 2 });
-    assert_eq!(o, vec![gate(1, true)]);
+    // The last inference client leaves: nothing left to protect, both reopen.
+    let o = h.input(T0, Input::Depart { client: 3 });
+    assert_eq!(o, vec![gate(1, true), gate(2, true)]);
+    // Client 2 leaves: client 1 is already open, nothing to report.
+    assert!(h.input(T0, Input::Depart { client: 2 }).is_empty());
     assert!(h.s.snapshot().clients.iter().all(|c| c.client == 1));
     // Inputs for departed or unknown clients are ignored.
     assert!(h.launch(T0, 2, 1).is_empty());
@@ -635,6 +658,7 @@ fn slo_well_below_target_grows_the_active_budget_up_to_its_ceiling() {
 #[test]
 fn reconfigure_keeps_estimates_and_reevaluates() {
     let mut h = H::default();
+    h.reg(T0, 9, Class::Inference, 0);
     h.reg(T0, 1, Class::Training, 0);
     fill(&mut h, T0, 1);
     let mut out = Vec::new();
