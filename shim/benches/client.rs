@@ -12,156 +12,46 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use support::{Coordinator, Mode};
-
-type CUresult = c_int;
-type Ptr = *mut c_void;
-type InitFn = unsafe extern "C" fn(c_uint) -> CUresult;
-type DeviceGetFn = unsafe extern "C" fn(*mut c_int, c_int) -> CUresult;
-type RetainFn = unsafe extern "C" fn(*mut Ptr, c_int) -> CUresult;
-type SetCurrentFn = unsafe extern "C" fn(Ptr) -> CUresult;
-type ModuleLoadDataFn = unsafe extern "C" fn(*mut Ptr, *const c_void) -> CUresult;
-type GetFunctionFn = unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> CUresult;
-type StreamCreateFn = unsafe extern "C" fn(*mut Ptr, c_uint) -> CUresult;
-type StreamSyncFn = unsafe extern "C" fn(Ptr) -> CUresult;
-type U64Fn = unsafe extern "C" fn() -> u64;
-type LaunchFn = unsafe extern "C" fn(
-    Ptr,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    Ptr,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-
-const MODULE: &CStr = c"tandem-fake-module v1\nkernel noop 0 noop\n";
-
-fn dlopen(path: &Path) -> Ptr {
-    let c = CString::new(path.to_str().expect("utf-8 path")).expect("no NUL");
-    // SAFETY: dlopen with a valid path; the libraries' constructors are trivial.
-    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    assert!(!h.is_null(), "dlopen {}", path.display());
-    h
-}
-
-/// # Safety
-/// `F` must be the C function pointer type of `name`.
-unsafe fn sym<F: Copy>(h: Ptr, name: &str) -> F {
-    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<Ptr>());
-    let c = CString::new(name).expect("no NUL");
-    // SAFETY: live handle, valid C string.
-    let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-    assert!(!p.is_null(), "symbol {name} not found");
-    // SAFETY: non-null function address of type F (caller).
-    unsafe { std::mem::transmute_copy::<Ptr, F>(&p) }
-}
-
-#[track_caller]
-fn ok(rc: CUresult, what: &str) {
-    assert_eq!(rc, 0, "{what} returned {rc}");
-}
+use tandem_e2e::inproc::{CounterFn, InProcess, LaunchFn};
 
 struct Setup {
-    func: Ptr,
-    stream: Ptr,
-    sync: StreamSyncFn,
-    params: [*mut c_void; 3],
+    p: InProcess,
     fake: LaunchFn,
     shim: LaunchFn,
-    client_id: U64Fn,
-    pushed: U64Fn,
-    dropped: U64Fn,
+    client_id: CounterFn,
+    pushed: CounterFn,
+    dropped: CounterFn,
 }
-
-static ARGS: (u64, u32, u32) = (0, 0, 0);
 
 impl Setup {
     fn new(socket: &Path) -> Setup {
-        let a = tandem_e2e::artifacts();
-        std::env::set_var("TANDEM_REAL_LIBCUDA", &a.fake);
-        std::env::set_var("TANDEM_SOCKET", socket);
-        std::env::remove_var("TANDEM_CLASS");
-        let fake = dlopen(&a.fake);
-        let shim = dlopen(&a.shim);
-        // SAFETY: each type is the cuda.h (or tandem.h) signature of the symbol.
+        // The shim's first hooked call (in load) registers with the coordinator.
+        let p = InProcess::load(socket);
+        // SAFETY: the cuda.h / tandem.h signatures of the symbols named.
         unsafe {
-            let init: InitFn = sym(fake, "cuInit");
-            let dev_get: DeviceGetFn = sym(fake, "cuDeviceGet");
-            let retain: RetainFn = sym(fake, "cuDevicePrimaryCtxRetain");
-            let set_current: SetCurrentFn = sym(fake, "cuCtxSetCurrent");
-            let load: ModuleLoadDataFn = sym(fake, "cuModuleLoadData");
-            let get_fn: GetFunctionFn = sym(fake, "cuModuleGetFunction");
-            let stream_create: StreamCreateFn = sym(fake, "cuStreamCreate");
-            let shim_init: InitFn = sym(shim, "cuInit");
-            ok(init(0), "cuInit");
-            // The shim's first hooked call: registers with the coordinator.
-            ok(shim_init(0), "shim cuInit");
-            let mut dev = 0;
-            ok(dev_get(&mut dev, 0), "cuDeviceGet");
-            let mut ctx: Ptr = std::ptr::null_mut();
-            ok(retain(&mut ctx, dev), "retain");
-            ok(set_current(ctx), "set current");
-            let mut module: Ptr = std::ptr::null_mut();
-            ok(load(&mut module, MODULE.as_ptr().cast()), "load");
-            let mut func: Ptr = std::ptr::null_mut();
-            ok(get_fn(&mut func, module, c"noop".as_ptr()), "get function");
-            let mut stream: Ptr = std::ptr::null_mut();
-            ok(stream_create(&mut stream, 0), "stream");
             Setup {
-                func,
-                stream,
-                sync: sym(fake, "cuStreamSynchronize"),
-                params: [
-                    std::ptr::addr_of!(ARGS.0) as *mut c_void,
-                    std::ptr::addr_of!(ARGS.1) as *mut c_void,
-                    std::ptr::addr_of!(ARGS.2) as *mut c_void,
-                ],
-                fake: sym(fake, "cuLaunchKernel"),
-                shim: sym(shim, "cuLaunchKernel"),
-                client_id: sym(shim, "tandem_client_id"),
-                pushed: sym(shim, "tandem_records_pushed"),
-                dropped: sym(shim, "tandem_records_dropped"),
+                fake: p.fake_sym("cuLaunchKernel"),
+                shim: p.shim_sym("cuLaunchKernel"),
+                client_id: p.shim_sym("tandem_client_id"),
+                pushed: p.shim_sym("tandem_records_pushed"),
+                dropped: p.shim_sym("tandem_records_dropped"),
+                p,
             }
         }
     }
 
     #[inline(always)]
     fn launch(&mut self, f: LaunchFn) {
-        // SAFETY: the fake's or the shim's cuLaunchKernel; live handles; params
-        // point at three valid arguments that outlive the call.
-        let rc = unsafe {
-            f(
-                self.func,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                self.stream,
-                self.params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        assert_eq!(rc, 0, "launch");
-        black_box(rc);
+        self.p.launch(f);
     }
 
     fn sync(&self) {
-        // SAFETY: the fake's cuStreamSynchronize on a live stream.
-        ok(unsafe { (self.sync)(self.stream) }, "sync");
+        self.p.sync();
     }
 
     fn client_id(&self) -> u64 {

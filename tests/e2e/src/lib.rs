@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 pub mod coord;
+pub mod inproc;
 
 /// Kernels one workload run executes, read from `WL_KERNELS_PER_RUN` in
 /// workload.h so the hosts and the tests cannot disagree.
