@@ -609,8 +609,9 @@ fn stats_json_and_prometheus_are_well_formed() {
         .content_type
         .unwrap()
         .starts_with("text/plain; version=0.0.4"));
-    let samples = check_prometheus(&r.body);
-    let names: std::collections::HashSet<&str> = samples.iter().map(|s| s.0.as_str()).collect();
+    // The strict exposition checker the system tests use too.
+    let ex = tandem_e2e::coord::parse_prometheus(&r.body)
+        .unwrap_or_else(|e| panic!("bad Prometheus text: {e}\n{}", r.body));
     for n in [
         "tandem_clients",
         "tandem_launches_total",
@@ -621,17 +622,16 @@ fn stats_json_and_prometheus_are_well_formed() {
         "tandem_clients_reclaimed_total",
         "tandem_rejected_total",
     ] {
-        assert!(names.contains(n), "metrics lack {n}:\n{}", r.body);
+        assert!(!ex.get(n).is_empty(), "metrics lack {n}:\n{}", r.body);
     }
-    let l = samples
-        .iter()
-        .find(|s| s.0 == "tandem_launches_total")
-        .unwrap();
-    assert_eq!(l.2, 7.0);
-    assert!(
-        l.1.contains(&format!("client=\"{id}\"")) && l.1.contains("class=\"inference\""),
-        "{}",
-        l.1
+    let l = ex.get("tandem_launches_total")[0];
+    assert_eq!(l.value, 7.0);
+    let id_label = id.to_string();
+    assert_eq!(l.labels.get("client"), Some(&id_label), "{l:?}");
+    assert_eq!(
+        l.labels.get("class").map(String::as_str),
+        Some("inference"),
+        "{l:?}"
     );
 
     // anything else: 404 with help; junk: 400; huge: 431; wrong method: 405

@@ -367,63 +367,6 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Prometheus text checker: every sample line is `name{labels} value` or
-/// `name value`, with a TYPE declared before it; returns (name, labels, value).
-pub fn check_prometheus(text: &str) -> Vec<(String, String, f64)> {
-    let mut typed = std::collections::HashMap::new();
-    let mut samples = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut parts = rest.splitn(3, ' ');
-            let kw = parts.next().unwrap();
-            let name = parts.next().unwrap_or_else(|| panic!("line {n}: {line}"));
-            let val = parts.next().unwrap_or_else(|| panic!("line {n}: {line}"));
-            match kw {
-                "HELP" => {}
-                "TYPE" => {
-                    assert!(
-                        ["counter", "gauge", "histogram", "summary", "untyped"].contains(&val),
-                        "line {n}: bad type {line}"
-                    );
-                    typed.insert(name.to_string(), val.to_string());
-                }
-                _ => panic!("line {n}: unknown comment {line}"),
-            }
-            continue;
-        }
-        let (name_labels, value) = line
-            .rsplit_once(' ')
-            .unwrap_or_else(|| panic!("line {n}: no value: {line}"));
-        let value: f64 = value
-            .parse()
-            .unwrap_or_else(|_| panic!("line {n}: bad value: {line}"));
-        let (name, labels) = match name_labels.split_once('{') {
-            Some((name, rest)) => {
-                let labels = rest
-                    .strip_suffix('}')
-                    .unwrap_or_else(|| panic!("line {n}: unclosed labels: {line}"));
-                check_labels(labels, n, line);
-                (name, labels)
-            }
-            None => (name_labels, ""),
-        };
-        assert!(
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-                && !name.starts_with(|c: char| c.is_ascii_digit()),
-            "line {n}: bad metric name: {line}"
-        );
-        assert!(typed.contains_key(name), "line {n}: no TYPE for {name}");
-        samples.push((name.to_string(), labels.to_string(), value));
-    }
-    samples
-}
-
 fn check_labels(labels: &str, n: usize, line: &str) {
     // name="value" pairs separated by commas, values with \\ \" \n escapes
     let b = labels.as_bytes();
