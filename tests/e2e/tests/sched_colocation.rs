@@ -241,14 +241,16 @@ fn scheduler_keeps_inference_latency_under_training() {
         Some(0),
         "a gate closed with the scheduler disabled:\n{summary}"
     );
-    // tandemd measured the inference requests it saw (implicit boundaries).
-    for (what, c) in [("disabled", &infer_off), ("enabled", &infer_on)] {
-        let s = &c["sched"];
-        assert!(
-            s["requests"].as_u64().unwrap_or(0) > 0 && s["p99_ms"].as_f64().is_some(),
-            "{what}: tandemd counted no inference requests:\n{summary}"
-        );
-    }
+    // With the scheduler on, tandemd detected and measured the inference
+    // requests (implicit boundaries: a launch after an idle gap up to the sync).
+    // Not asserted for the disabled run: there inference is overloaded, its
+    // requests queue back to back with no idle gap, and detection may rightly
+    // find none (seen: 0 in one CI run, 1-2 in others, of ~100 sent).
+    let s = &infer_on["sched"];
+    assert!(
+        s["requests"].as_u64().unwrap_or(0) > 0 && s["p99_ms"].as_f64().is_some(),
+        "enabled: tandemd counted no inference requests:\n{summary}"
+    );
     drop((off, on));
 }
 
