@@ -147,13 +147,21 @@ fn workload_hosts_report_every_kernel_and_stay_transparent() {
         });
         let c = &clients[before];
         // Launches that ran (not failed, not stream-captured) plus graph kernel
-        // nodes: the kernels the GPU ran, as the fake driver counted them.
-        assert_eq!(
-            c.kernels() + c.ring_dropped,
-            runs * workload_kernels(),
-            "{host}: {:?}",
+        // nodes: the kernels the GPU ran, as the fake driver counted them. A
+        // record is only ever lost as a counted drop (a full ring, or several
+        // threads contending for it), and a dropped record may be of any kind
+        // (seen in CI: one FREE record dropped with 6 threads on 2 cores), so:
+        // received <= expected <= received + dropped, exact without drops.
+        let (got, want) = (c.kernels(), runs * workload_kernels());
+        assert!(
+            got <= want && want <= got + c.ring_dropped,
+            "{host}: {got} kernels received, {} records dropped, {want} expected: {:?}",
+            c.ring_dropped,
             c.kinds()
         );
+        if c.ring_dropped == 0 {
+            assert_eq!(got, want, "{host}: {:?}", c.kinds());
+        }
         assert!(
             c.count(EventKind::GRAPH_LAUNCH) > 0,
             "{host}: {:?}",
