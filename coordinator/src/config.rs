@@ -88,7 +88,8 @@ exes = []
 enabled = true
 # Training work (estimated GPU time) that may be queued per GPU while no
 # inference request is active, shared by its training jobs: what an arriving
-# request can find ahead of it.
+# request can find ahead of it. At least max_active_budget_ns. On a GPU with no
+# inference job at all, training is never held back.
 idle_budget_ns = 4000000
 # The same while a request is active (the start value of the SLO adaptation),
 # and the range the adaptation keeps it in.

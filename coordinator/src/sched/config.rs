@@ -118,6 +118,18 @@ impl SchedConfig {
                 ),
             });
         }
+        // Going idle must never shrink training's room: otherwise a gate would
+        // have to close as time passes, with no event to say so.
+        if self.idle_budget_ns < self.max_active_budget_ns {
+            return Err(SchedConfigError {
+                field: "idle_budget_ns",
+                problem: format!(
+                    "{} is smaller than max_active_budget_ns ({}): training must get at least as \
+                     much room while no inference request is active as while one is",
+                    self.idle_budget_ns, self.max_active_budget_ns
+                ),
+            });
+        }
         Ok(())
     }
 }

@@ -54,19 +54,27 @@ fn stream() -> impl Strategy<Value = Vec<(u64, u64, Op)>> {
     prop::collection::vec((0..1_500 * US, 0..50 * US, op()), 1..200)
 }
 
+/// Valid configurations only (as `SchedConfig::validate` accepts them).
 fn cfg() -> impl Strategy<Value = SchedConfig> {
     (
-        1..8 * MS,
         100 * US..1_000 * US,
+        0..4 * MS,
+        0..4 * MS,
         0..500 * US,
         10 * US..200 * US,
     )
-        .prop_map(|(idle, active, hold, dflt)| SchedConfig {
-            idle_budget_ns: idle,
-            active_budget_ns: active,
-            request_hold_ns: hold,
-            default_kernel_ns: dflt,
-            ..SchedConfig::default()
+        .prop_map(|(active, above_active, above_max, hold, dflt)| {
+            let max_active = active + above_active;
+            let c = SchedConfig {
+                idle_budget_ns: max_active + above_max,
+                active_budget_ns: active,
+                max_active_budget_ns: max_active,
+                request_hold_ns: hold,
+                default_kernel_ns: dflt,
+                ..SchedConfig::default()
+            };
+            assert!(c.validate().is_ok(), "{c:?}");
+            c
         })
 }
 
@@ -135,11 +143,13 @@ fn check(s: &Scheduler, gates: &std::collections::BTreeMap<u64, bool>) -> Result
             }
             Class::Training => {
                 let n = u64::from(g.training_clients.max(1));
+                // Each share is at least 1 ns (a share never rounds to 0).
                 let budget = if g.inference_active {
                     g.active_budget_ns / n
                 } else {
                     s.config().idle_budget_ns / n
-                };
+                }
+                .max(1);
                 // The kept policy also gives training nothing while inference
                 // work is queued (which makes the GPU active).
                 let blocked = g.inference_active && g.training_budget_ns == 0;

@@ -200,6 +200,8 @@ impl Scheduler {
         cfg.idle_budget_ns = cfg.idle_budget_ns.max(1);
         cfg.min_active_budget_ns = cfg.min_active_budget_ns.max(1);
         cfg.max_active_budget_ns = cfg.max_active_budget_ns.max(cfg.min_active_budget_ns);
+        // As validate() requires: idle room is never smaller than active room.
+        cfg.idle_budget_ns = cfg.idle_budget_ns.max(cfg.max_active_budget_ns);
         cfg.active_budget_ns = cfg
             .active_budget_ns
             .clamp(cfg.min_active_budget_ns, cfg.max_active_budget_ns);
@@ -635,8 +637,11 @@ impl Scheduler {
         } else {
             self.cfg.idle_budget_ns
         };
+        // At least 1 ns: a share that rounds down to 0 (a budget smaller than
+        // the number of training clients) would keep a client with no backlog
+        // closed for good. Only the block rule in effective_budget gives 0.
         match self.knobs.split {
-            Split::Equal => total / u64::from(g.n_training.max(1)),
+            Split::Equal => (total / u64::from(g.n_training.max(1))).max(1),
             Split::Whole => total,
         }
     }

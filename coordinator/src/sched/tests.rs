@@ -148,6 +148,15 @@ fn validate_names_the_bad_field() {
         ..SchedConfig::default()
     };
     assert_eq!(c.validate(), Ok(()));
+    let small_idle = SchedConfig {
+        idle_budget_ns: 1,
+        ..SchedConfig::default()
+    };
+    assert_eq!(
+        small_idle.validate().unwrap_err().field,
+        "idle_budget_ns",
+        "idle room smaller than the largest active room"
+    );
 }
 
 #[test]
