@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{artifacts, host, workspace_root, Env};
+use crate::{artifacts, host, Env};
 
 /// Deadline for anything a healthy system does "at once" (a coordinator
 /// starting, a client registering, counts settling). Generous: the tests run
@@ -46,35 +46,6 @@ pub struct CoordBins {
     pub tandemctl: PathBuf,
 }
 
-fn cargo_build_bins(target_dir: &Path, profile: &str) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(&cargo);
-    cmd.current_dir(workspace_root())
-        .args(["build", "-p", "tandem-coordinator", "--bins"])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .env_remove("CARGO_TARGET_DIR");
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `{:?} build -p tandem-coordinator`: {e}", cargo));
-    if !out.status.success() {
-        panic!(
-            "`cargo build -p tandem-coordinator --bins` ({profile}) failed with {}:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
 /// Builds (once per process) `tandemd` and `tandemctl` with the same cargo,
 /// target dir and profile as the running test, next to `libtandem.so` (which
 /// `tandemctl run` looks for beside itself). Also builds the shim and the
@@ -89,7 +60,11 @@ pub fn coordinator_bins() -> &'static CoordBins {
             .and_then(|n| n.to_str())
             .expect("profile dir name")
             .to_string();
-        cargo_build_bins(&a.target_dir, &profile);
+        crate::cargo_build(
+            &a.target_dir,
+            &profile,
+            &["-p", "tandem-coordinator", "--bins"],
+        );
         let bins = CoordBins {
             tandemd: a.profile_dir.join("tandemd"),
             tandemctl: a.profile_dir.join("tandemctl"),

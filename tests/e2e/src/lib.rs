@@ -106,11 +106,14 @@ fn profile_dir() -> PathBuf {
     deps.to_path_buf()
 }
 
-fn cargo_build(target_dir: &Path, profile: &str) {
+/// `cargo build <args>` into `target_dir` for `profile`, as the running test
+/// was built; panics with cargo's stderr on failure.
+pub(crate) fn cargo_build(target_dir: &Path, profile: &str, args: &[&str]) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(workspace_root())
-        .args(["build", "-p", "tandem-shim", "-p", "tandem-fake-driver"])
+        .arg("build")
+        .args(args)
         .arg("--target-dir")
         .arg(target_dir)
         .env_remove("CARGO_TARGET_DIR");
@@ -123,15 +126,13 @@ fn cargo_build(target_dir: &Path, profile: &str) {
             cmd.args(["--profile", other]);
         }
     }
-    let out = cmd.output().unwrap_or_else(|e| {
-        panic!(
-            "cannot run `{} build` to build the shim and the fake driver: {e}",
-            Path::new(&cargo).display()
-        )
-    });
+    let what = format!("cargo build {}", args.join(" "));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{what}` ({}): {e}", Path::new(&cargo).display()));
     if !out.status.success() {
         panic!(
-            "`cargo build -p tandem-shim -p tandem-fake-driver` ({profile}) failed with {}:\n{}",
+            "`{what}` ({profile}) failed with {}:\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -162,7 +163,11 @@ pub fn artifacts() -> &'static Artifacts {
             .and_then(|n| n.to_str())
             .expect("profile dir name")
             .to_string();
-        cargo_build(&target_dir, &profile);
+        cargo_build(
+            &target_dir,
+            &profile,
+            &["-p", "tandem-shim", "-p", "tandem-fake-driver"],
+        );
         let shim = profile_dir.join("libtandem.so");
         let fake = profile_dir.join("libcuda.so");
         for (what, p) in [("shim", &shim), ("fake driver", &fake)] {
