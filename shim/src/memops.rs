@@ -238,15 +238,10 @@ pub unsafe fn copy_d2h(
     src: CUdeviceptr,
     bytes: usize,
 ) -> CuResult {
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_BEGIN, 0, 0);
-    }
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(dst, src, bytes) };
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_END, 0, 0);
-    }
-    rc
+    synchronizing(client, hook, 0, 0, || {
+        // SAFETY: forwarded unchanged.
+        unsafe { real(dst, src, bytes) }
+    })
 }
 
 /// `cuStreamSynchronize` and its `_ptsz` form.
@@ -259,15 +254,10 @@ pub unsafe fn stream_sync(
     real: unsafe extern "C" fn(CUstream) -> CuResult,
     stream: CUstream,
 ) -> CuResult {
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_BEGIN, 0, stream as u64);
-    }
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(stream) };
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_END, 0, stream as u64);
-    }
-    rc
+    synchronizing(client, hook, 0, stream as u64, || {
+        // SAFETY: forwarded unchanged.
+        unsafe { real(stream) }
+    })
 }
 
 /// `cuCtxSynchronize`.
@@ -279,15 +269,10 @@ pub unsafe fn ctx_sync(
     client: Client,
     real: unsafe extern "C" fn() -> CuResult,
 ) -> CuResult {
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_BEGIN, FLAG_CONTEXT_SYNC, 0);
-    }
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real() };
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_END, FLAG_CONTEXT_SYNC, 0);
-    }
-    rc
+    synchronizing(client, hook, FLAG_CONTEXT_SYNC, 0, || {
+        // SAFETY: forwarded unchanged.
+        unsafe { real() }
+    })
 }
 
 /// `cuCtxSynchronize_v2` (CUDA 13).
@@ -300,15 +285,10 @@ pub unsafe fn ctx_sync_v2(
     real: unsafe extern "C" fn(CUcontext) -> CuResult,
     ctx: CUcontext,
 ) -> CuResult {
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_BEGIN, FLAG_CONTEXT_SYNC, 0);
-    }
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(ctx) };
-    if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_END, FLAG_CONTEXT_SYNC, 0);
-    }
-    rc
+    synchronizing(client, hook, FLAG_CONTEXT_SYNC, 0, || {
+        // SAFETY: forwarded unchanged.
+        unsafe { real(ctx) }
+    })
 }
 
 /// `cuEventSynchronize`.
@@ -321,13 +301,28 @@ pub unsafe fn event_sync(
     real: unsafe extern "C" fn(CUevent) -> CuResult,
     event: CUevent,
 ) -> CuResult {
+    synchronizing(client, hook, 0, 0, || {
+        // SAFETY: forwarded unchanged.
+        unsafe { real(event) }
+    })
+}
+
+/// Runs a synchronising call between SYNC_BEGIN and SYNC_END records (when a
+/// coordinator session exists): the coordinator learns when the work drained.
+#[inline(always)]
+fn synchronizing(
+    client: Client,
+    hook: Hook,
+    flags: u16,
+    stream: u64,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
     if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_BEGIN, 0, 0);
+        emit::sync(s, hook, EventKind::SYNC_BEGIN, flags, stream);
     }
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(event) };
+    let rc = call();
     if let Some(s) = client {
-        emit::sync(s, hook, EventKind::SYNC_END, 0, 0);
+        emit::sync(s, hook, EventKind::SYNC_END, flags, stream);
     }
     rc
 }
