@@ -35,6 +35,18 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Map `len` bytes of `fd` at offset 0, shared, read-write.
     fn map_fd(fd: BorrowedFd<'_>, len: usize) -> Result<Mapping> {
+        Self::mmap_shared(len, libc::MAP_SHARED, fd.as_raw_fd())
+    }
+
+    /// An anonymous `MAP_SHARED` mapping of `len` zero bytes: shared with
+    /// children across `fork`, no fd. For tests, benches, and single-process use.
+    pub fn anonymous_shared(len: usize) -> Result<Mapping> {
+        Self::mmap_shared(len, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1)
+    }
+
+    /// A fresh read-write mapping of `len` bytes with `flags`, of `fd` at
+    /// offset 0 (or -1 with `MAP_ANONYMOUS`).
+    fn mmap_shared(len: usize, flags: libc::c_int, fd: libc::c_int) -> Result<Mapping> {
         if len == 0 {
             return Err(Error::RegionTooSmall { len, needed: 1 });
         }
@@ -45,37 +57,8 @@ impl Mapping {
                 core::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::last_os("mmap"));
-        }
-        Ok(Mapping {
-            ptr: NonNull::new(p.cast()).ok_or(Error::Os {
-                op: "mmap",
-                errno: libc::EINVAL,
-            })?,
-            len,
-        })
-    }
-
-    /// An anonymous `MAP_SHARED` mapping of `len` zero bytes: shared with
-    /// children across `fork`, no fd. For tests, benches, and single-process use.
-    pub fn anonymous_shared(len: usize) -> Result<Mapping> {
-        if len == 0 {
-            return Err(Error::RegionTooSmall { len, needed: 1 });
-        }
-        // SAFETY: a fresh anonymous mapping; checked for MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
+                flags,
+                fd,
                 0,
             )
         };
