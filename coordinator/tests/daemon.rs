@@ -535,17 +535,7 @@ fn stats_json_and_prometheus_are_well_formed() {
     assert_eq!(r.status, 200);
     assert_eq!(r.content_type.as_deref(), Some("application/json"));
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
-    for k in [
-        "version",
-        "protocol",
-        "pid",
-        "uptime_s",
-        "socket",
-        "config_path",
-        "gpus",
-        "clients",
-        "totals",
-    ] {
+    for &k in tandem_e2e::coord::STATS_KEYS {
         assert!(v.get(k).is_some(), "missing {k}");
     }
     assert_eq!(v["pid"].as_u64(), Some(u64::from(d.pid())));

@@ -83,23 +83,7 @@ fn push_only(c: &mut Criterion) {
     let cap = u64::from(layout.capacity());
     g.bench_function("push_only", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(cap);
-                let start = Instant::now();
-                for i in 0..n {
-                    std::hint::black_box(producer.push(&record(i)));
-                }
-                total += start.elapsed();
-                consumer
-                    .drain(|r| {
-                        std::hint::black_box(r);
-                    })
-                    .unwrap();
-                left -= n;
-            }
-            total
+            timed_pushes(iters, cap, &mut consumer, |i| producer.push(&record(i)))
         });
     });
     g.bench_function("push_full_drop", |b| {
@@ -111,28 +95,37 @@ fn push_only(c: &mut Criterion) {
     });
     let sp = SyncProducer::new(producer);
     g.bench_function("sync_push_only", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(cap);
-                let start = Instant::now();
-                for i in 0..n {
-                    std::hint::black_box(sp.push(&record(i)));
-                }
-                total += start.elapsed();
-                consumer
-                    .drain(|r| {
-                        std::hint::black_box(r);
-                    })
-                    .unwrap();
-                left -= n;
-            }
-            total
-        });
+        b.iter_custom(|iters| timed_pushes(iters, cap, &mut consumer, |i| sp.push(&record(i))));
     });
     g.finish();
 }
 
 criterion_group!(benches, spsc_with_consumer, push_only);
 criterion_main!(benches);
+
+/// Times `iters` pushes in batches of at most `cap` (the ring's capacity), the
+/// consumer draining between batches outside the timed part, so no push drops.
+fn timed_pushes(
+    iters: u64,
+    cap: u64,
+    consumer: &mut Consumer<'_>,
+    mut push: impl FnMut(u64) -> bool,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(cap);
+        let start = Instant::now();
+        for i in 0..n {
+            std::hint::black_box(push(i));
+        }
+        total += start.elapsed();
+        consumer
+            .drain(|r| {
+                std::hint::black_box(r);
+            })
+            .unwrap();
+        left -= n;
+    }
+    total
+}

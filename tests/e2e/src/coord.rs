@@ -862,6 +862,19 @@ pub fn pids_mentioning(needle: &str) -> Vec<u32> {
     v
 }
 
+/// The top-level fields of the `/stats` JSON snapshot (the contract).
+pub const STATS_KEYS: &[&str] = &[
+    "version",
+    "protocol",
+    "pid",
+    "uptime_s",
+    "socket",
+    "config_path",
+    "gpus",
+    "clients",
+    "totals",
+];
+
 // -------------------------------------------------------------- Prometheus
 
 /// One sample line of Prometheus text.

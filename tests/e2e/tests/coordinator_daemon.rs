@@ -58,17 +58,7 @@ fn stats_socket_serves_json_prometheus_and_404() {
         "{:?}",
         r.headers
     );
-    for key in [
-        "version",
-        "protocol",
-        "pid",
-        "uptime_s",
-        "socket",
-        "config_path",
-        "gpus",
-        "clients",
-        "totals",
-    ] {
+    for &key in tandem_e2e::coord::STATS_KEYS {
         assert!(st.get(key).is_some(), "/stats lacks {key:?}: {st}");
     }
     assert_eq!(num(&st, "pid"), u64::from(d.pid()));
