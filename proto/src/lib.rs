@@ -8,6 +8,7 @@
 //!   bounded futex wrappers.
 //! * [`shm`]: sealed memfd regions and the owned [`Mapping`].
 //! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
+//! * [`dedup`]: the weight-deduplication message ([`wire`] type 8).
 //! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
 //!
 //! # Connection flow
@@ -34,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod control;
+pub mod dedup;
 pub mod error;
 pub mod header;
 pub mod paths;

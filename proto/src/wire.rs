@@ -19,10 +19,12 @@
 //!                                        (tandemctl -> tandemd, first message)
 //! ControlReply 0 status u16   2 message_len u16   4 message[message_len] (UTF-8)
 //!                                                            (tandemd -> tandemctl)
+//! Dedup    56 bytes, see [`crate::dedup`]       (both ways; PUBLISHED and OFFER
+//!                                                carry a shareable fd by SCM_RIGHTS)
 //! ```
 //!
 //! Type codes: Hello 1, Welcome 2, Reject 3, FuncName 4, Device 5, Control 6,
-//! ControlReply 7.
+//! ControlReply 7, Dedup 8.
 //!
 //! The header's `version` is the sender's [`PROTOCOL_VERSION`]. The header and
 //! the Reject message are frozen across versions: a receiver always decodes a
@@ -37,6 +39,7 @@
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use crate::dedup::{Dedup, DEDUP_LEN};
 use crate::error::{Error, Result};
 use crate::ring::{RingLayout, RING_LAYOUT_VERSION};
 
@@ -79,7 +82,9 @@ pub const MAX_HEARTBEAT_INTERVAL_MS: u32 = 60_000;
 
 /// Hello flag: the job asked for weight sharing (`TANDEM_SHARE_WEIGHTS=on`).
 pub const HELLO_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
-/// Welcome flag: weight sharing is enabled for this client.
+/// Welcome flag: weight sharing is enabled for this client. Only a coordinator
+/// that speaks [`Message::Dedup`] sets it, and a shim sends Dedup messages only
+/// after seeing it, so the Dedup message needed no protocol version bump.
 pub const WELCOME_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
 
 const TYPE_HELLO: u16 = 1;
@@ -89,12 +94,14 @@ const TYPE_FUNC_NAME: u16 = 4;
 const TYPE_DEVICE: u16 = 5;
 const TYPE_CONTROL: u16 = 6;
 const TYPE_CONTROL_REPLY: u16 = 7;
+const TYPE_DEDUP: u16 = 8;
 
 // Every message fits in a MAX_MESSAGE_LEN receive buffer.
 const _: () = {
     assert!(HEADER_LEN + FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + CONTROL_REPLY_FIXED_LEN + MAX_CONTROL_MESSAGE_LEN <= MAX_MESSAGE_LEN);
+    assert!(HEADER_LEN + DEDUP_LEN <= MAX_MESSAGE_LEN);
 };
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
@@ -345,6 +352,8 @@ pub enum Message<'a> {
     Control(Control),
     /// Coordinator -> tandemctl.
     ControlReply(ControlReply<'a>),
+    /// Both ways, between a shim that shares weights and the coordinator.
+    Dedup(Dedup),
 }
 
 // ---- little-endian cursor helpers (bounds already checked by callers) ----
@@ -427,6 +436,7 @@ impl<'a> Message<'a> {
             Message::Device(_) => "Device",
             Message::Control(_) => "Control",
             Message::ControlReply(_) => "ControlReply",
+            Message::Dedup(_) => "Dedup",
         }
     }
 
@@ -476,6 +486,10 @@ impl<'a> Message<'a> {
             TYPE_CONTROL_REPLY => {
                 exact("ControlReply", body_len, body.len())?;
                 Self::decode_control_reply(body)
+            }
+            TYPE_DEDUP => {
+                exact("Dedup", body_len, body.len())?;
+                Dedup::decode(body).map(Message::Dedup)
             }
             raw => Err(Error::UnknownMessage { raw }),
         }
@@ -633,6 +647,7 @@ impl<'a> Message<'a> {
             Message::Device(d) => DEVICE_FIXED_LEN + d.name.len(),
             Message::Control(_) => CONTROL_LEN,
             Message::ControlReply(r) => CONTROL_REPLY_FIXED_LEN + r.message.len(),
+            Message::Dedup(_) => DEDUP_LEN,
         }
     }
 
@@ -696,6 +711,10 @@ impl<'a> Message<'a> {
                 )?;
                 TYPE_CONTROL_REPLY
             }
+            Message::Dedup(d) => {
+                d.validate()?;
+                TYPE_DEDUP
+            }
         };
         let total = self.encoded_len();
         if out.len() < total {
@@ -758,6 +777,7 @@ impl<'a> Message<'a> {
                 b[2..4].copy_from_slice(&(r.message.len() as u16).to_le_bytes());
                 b[CONTROL_REPLY_FIXED_LEN..].copy_from_slice(r.message.as_bytes());
             }
+            Message::Dedup(d) => d.encode_body(b)?,
         }
         Ok(total)
     }
@@ -1305,6 +1325,14 @@ mod tests {
                 enc(&Message::ControlReply(ControlReply {
                     status: 0,
                     message: "ok",
+                })),
+            ),
+            (
+                TYPE_DEDUP,
+                enc(&Message::Dedup({
+                    let mut d = Dedup::new(crate::dedup::DedupOp::Offer, 1 << 21, 2 << 20);
+                    d.shared_id = 4;
+                    d
                 })),
             ),
         ] {
