@@ -197,6 +197,22 @@ void tandem_request_begin(void);
  * record while registered; does nothing otherwise. Never blocks.
  */
 void tandem_request_end(void);
+/* Weight dedup (TANDEM_SHARE_WEIGHTS=on): bytes of this process's device memory that map
+ * a copy shared read-only with other jobs now.
+ */
+uint64_t tandem_dedup_shared_bytes(void);
+/* Weight dedup: granules this process merged into a shared copy (after a byte-for-byte
+ * comparison) since it started.
+ */
+uint64_t tandem_dedup_merges(void);
+/* Weight dedup: shared granules this process got a private copy of again because a
+ * driver copy or memset wrote into them (copy-on-write).
+ */
+uint64_t tandem_dedup_cow_breaks(void);
+/* Weight dedup: bytes of device memory held through dedup-backed (VMM) allocations,
+ * shared or private, in whole 2 MiB granules.
+ */
+uint64_t tandem_dedup_backed_bytes(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -70,6 +70,26 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
         "The current inference request ended (its result is ready). Reports one REQUEST_END\n\
          record while registered; does nothing otherwise. Never blocks.",
     ),
+    (
+        "uint64_t tandem_dedup_shared_bytes(void);",
+        "Weight dedup (TANDEM_SHARE_WEIGHTS=on): bytes of this process's device memory that map\n\
+         a copy shared read-only with other jobs now.",
+    ),
+    (
+        "uint64_t tandem_dedup_merges(void);",
+        "Weight dedup: granules this process merged into a shared copy (after a byte-for-byte\n\
+         comparison) since it started.",
+    ),
+    (
+        "uint64_t tandem_dedup_cow_breaks(void);",
+        "Weight dedup: shared granules this process got a private copy of again because a\n\
+         driver copy or memset wrote into them (copy-on-write).",
+    ),
+    (
+        "uint64_t tandem_dedup_backed_bytes(void);",
+        "Weight dedup: bytes of device memory held through dedup-backed (VMM) allocations,\n\
+         shared or private, in whole 2 MiB granules.",
+    ),
 ];
 
 /// One C struct member, with its Rust-derived offset and size.

@@ -82,6 +82,8 @@ pub const MAX_HEARTBEAT_INTERVAL_MS: u32 = 60_000;
 
 /// Hello flag: the job asked for weight sharing (`TANDEM_SHARE_WEIGHTS=on`).
 pub const HELLO_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
+/// Hello flag: the job set `TANDEM_SHARE_WEIGHTS=off`: never share, whatever the config.
+pub const HELLO_FLAG_NO_SHARE_WEIGHTS: u8 = 1 << 1;
 /// Welcome flag: weight sharing is enabled for this client. Only a coordinator
 /// that speaks [`Message::Dedup`] sets it, and a shim sends Dedup messages only
 /// after seeing it, so the Dedup message needed no protocol version bump.
@@ -499,7 +501,11 @@ impl<'a> Message<'a> {
         need("Hello", b.len(), HELLO_FIXED_LEN)?;
         let pid = get_u32(b, 0);
         let class = class("class", b[4])?;
-        let flags = flags("hello flags", b[5], HELLO_FLAG_SHARE_WEIGHTS)?;
+        let flags = flags(
+            "hello flags",
+            b[5],
+            HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS,
+        )?;
         let exe_len = usize::from(get_u16(b, 6));
         let cgroup_len = usize::from(get_u16(b, 8));
         bounded("executable path", exe_len, MAX_EXE_LEN)?;
@@ -666,7 +672,11 @@ impl<'a> Message<'a> {
                 bounded("cgroup path", h.cgroup.len(), MAX_CGROUP_LEN)?;
                 no_nul("executable path", h.exe)?;
                 no_nul("cgroup path", h.cgroup)?;
-                flags("hello flags", h.flags, HELLO_FLAG_SHARE_WEIGHTS)?;
+                flags(
+                    "hello flags",
+                    h.flags,
+                    HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS,
+                )?;
                 TYPE_HELLO
             }
             Message::Welcome(w) => {

@@ -117,6 +117,9 @@ pub fn dump() {
     }
     crate::log!(Debug, "{}", Counts);
     crate::log!(Debug, "{}", Totals);
+    if let Some(line) = crate::dedup::summary() {
+        crate::log!(Debug, "{line}");
+    }
 }
 
 /// How many calls this process made through the hooked driver variant `symbol`

@@ -31,10 +31,22 @@ pub enum Support {
     DeviceGetUuidV2,
     DeviceGetUuid,
     DeviceGetName,
+    // weight dedup (crate::dedup::vmm)
+    CtxGetCurrent,
+    CtxSetCurrent,
+    CtxGetStreamPriorityRange,
+    StreamCreateWithPriority,
+    MemGetAllocationGranularity,
+    MemAddressReserve,
+    MemAddressFree,
+    MemSetAccess,
+    MemExportToShareableHandle,
+    MemImportFromShareableHandle,
+    MemcpyDtoHAsyncV2,
 }
 
 impl Support {
-    const ALL: [(Support, &'static CStr); 10] = [
+    const ALL: [(Support, &'static CStr); 21] = [
         (Support::StreamIsCapturing, c"cuStreamIsCapturing"),
         (Support::StreamIsCapturingPtsz, c"cuStreamIsCapturing_ptsz"),
         (Support::GraphGetNodes, c"cuGraphGetNodes"),
@@ -48,6 +60,32 @@ impl Support {
         (Support::DeviceGetUuidV2, c"cuDeviceGetUuid_v2"),
         (Support::DeviceGetUuid, c"cuDeviceGetUuid"),
         (Support::DeviceGetName, c"cuDeviceGetName"),
+        (Support::CtxGetCurrent, c"cuCtxGetCurrent"),
+        (Support::CtxSetCurrent, c"cuCtxSetCurrent"),
+        (
+            Support::CtxGetStreamPriorityRange,
+            c"cuCtxGetStreamPriorityRange",
+        ),
+        (
+            Support::StreamCreateWithPriority,
+            c"cuStreamCreateWithPriority",
+        ),
+        (
+            Support::MemGetAllocationGranularity,
+            c"cuMemGetAllocationGranularity",
+        ),
+        (Support::MemAddressReserve, c"cuMemAddressReserve"),
+        (Support::MemAddressFree, c"cuMemAddressFree"),
+        (Support::MemSetAccess, c"cuMemSetAccess"),
+        (
+            Support::MemExportToShareableHandle,
+            c"cuMemExportToShareableHandle",
+        ),
+        (
+            Support::MemImportFromShareableHandle,
+            c"cuMemImportFromShareableHandle",
+        ),
+        (Support::MemcpyDtoHAsyncV2, c"cuMemcpyDtoHAsync_v2"),
     ];
 }
 

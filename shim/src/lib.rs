@@ -21,6 +21,7 @@ pub mod log;
 mod capture;
 mod client;
 mod counters;
+mod dedup;
 mod dlsym;
 mod driver;
 mod env;
@@ -50,6 +51,7 @@ fn init() {
 extern "C" fn after_fork_in_child() {
     counters::reset();
     client::after_fork_in_child();
+    dedup::after_fork_in_child();
 }
 
 extern "C" fn at_exit() {

@@ -2,6 +2,10 @@
 //! unchanged; with a coordinator session, reported in the ring.
 //!
 //! Without a session each body is the real call and one test of `client`.
+//! Weight dedup (`crate::dedup`) hooks in here too: `cuMemAlloc_v2` of a client
+//! allowed to share is VMM-backed, `cuMemFree_v2` releases such memory, and
+//! every copy or memset into device memory first breaks sharing of what it
+//! overwrites (copy-on-write). Without dedup that is one relaxed load per call.
 //! With one: ALLOC (bytes, address) and FREE (address) after a successful call,
 //! COPY_H2D (bytes, destination) after a successful copy, and SYNC_BEGIN /
 //! SYNC_END around every synchronising call (stream, context, event, and the
@@ -39,6 +43,14 @@ pub unsafe fn alloc(
     dptr: *mut CUdeviceptr,
     bytes: usize,
 ) -> CuResult {
+    if let Some(s) = client.filter(|s| s.share_weights && !dptr.is_null()) {
+        if let Some(addr) = crate::dedup::alloc(bytes) {
+            // SAFETY: `dptr` is the caller's non-NULL out-pointer.
+            unsafe { dptr.write(addr) };
+            emit::memory(s, hook, EventKind::ALLOC, 0, bytes as u64, addr, 0);
+            return CuResult::SUCCESS;
+        }
+    }
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(dptr, bytes) };
     if let (Some(s), CuResult::SUCCESS) = (client, rc) {
@@ -150,8 +162,9 @@ pub unsafe fn free(
     real: unsafe extern "C" fn(CUdeviceptr) -> CuResult,
     dptr: CUdeviceptr,
 ) -> CuResult {
+    // A dedup-backed allocation is released by dedup, anything else by the driver.
     // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(dptr) };
+    let rc = crate::dedup::free(dptr).unwrap_or_else(|| unsafe { real(dptr) });
     if let (Some(s), CuResult::SUCCESS) = (client, rc) {
         emit::memory(s, hook, EventKind::FREE, 0, 0, dptr, 0);
     }
@@ -189,6 +202,7 @@ pub unsafe fn copy_h2d(
     src: *const c_void,
     bytes: usize,
 ) -> CuResult {
+    crate::dedup::before_write(dst, bytes);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(dst, src, bytes) };
     if let (Some(s), CuResult::SUCCESS) = (client, rc) {
@@ -210,6 +224,7 @@ pub unsafe fn copy_h2d_async(
     bytes: usize,
     stream: CUstream,
 ) -> CuResult {
+    crate::dedup::before_write(dst, bytes);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(dst, src, bytes, stream) };
     if let (Some(s), CuResult::SUCCESS) = (client, rc) {
@@ -224,6 +239,79 @@ pub unsafe fn copy_h2d_async(
         );
     }
     rc
+}
+
+/// `cuMemcpyDtoD_v2`, `cuMemcpy` and their `_ptds` forms: forwarded after
+/// dedup's copy-on-write check of the destination (a host destination of
+/// `cuMemcpy` is simply not dedup memory). Not reported to the coordinator.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_d2d(
+    _hook: Hook,
+    _client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> CuResult,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> CuResult {
+    crate::dedup::before_write(dst, bytes);
+    // SAFETY: forwarded unchanged.
+    unsafe { real(dst, src, bytes) }
+}
+
+/// `cuMemcpyDtoDAsync_v2`, `cuMemcpyAsync` and their `_ptsz` forms (see [`copy_d2d`]).
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_d2d_async(
+    _hook: Hook,
+    _client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> CuResult,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CuResult {
+    crate::dedup::before_write(dst, bytes);
+    // SAFETY: forwarded unchanged.
+    unsafe { real(dst, src, bytes, stream) }
+}
+
+/// `cuMemsetD8/16/32_v2` and their `_ptds` forms, `T` the element type: `n`
+/// elements at `dst`, after dedup's copy-on-write check.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn memset<T: Copy>(
+    _hook: Hook,
+    _client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, T, usize) -> CuResult,
+    dst: CUdeviceptr,
+    value: T,
+    n: usize,
+) -> CuResult {
+    crate::dedup::before_write(dst, n.saturating_mul(core::mem::size_of::<T>()));
+    // SAFETY: forwarded unchanged.
+    unsafe { real(dst, value, n) }
+}
+
+/// `cuMemsetD8/16/32Async` and their `_ptsz` forms (see [`memset`]).
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn memset_async<T: Copy>(
+    _hook: Hook,
+    _client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, T, usize, CUstream) -> CuResult,
+    dst: CUdeviceptr,
+    value: T,
+    n: usize,
+    stream: CUstream,
+) -> CuResult {
+    crate::dedup::before_write(dst, n.saturating_mul(core::mem::size_of::<T>()));
+    // SAFETY: forwarded unchanged.
+    unsafe { real(dst, value, n, stream) }
 }
 
 /// `cuMemcpyDtoH_v2` and its `_ptds` form: a synchronous copy, reported as a sync.

@@ -24,6 +24,8 @@ pub enum Kind {
     Vmm,
     MemInfo,
     CopyToDevice,
+    /// Device-to-device and unified-address copies (`cuMemcpyDtoD`, `cuMemcpy`).
+    CopyOnDevice,
     Memset,
     CopyToHost,
     Sync,
@@ -32,7 +34,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Init,
         Kind::Launch,
         Kind::GraphLaunch,
@@ -43,12 +45,36 @@ impl Kind {
         Kind::Vmm,
         Kind::MemInfo,
         Kind::CopyToDevice,
+        Kind::CopyOnDevice,
         Kind::Memset,
         Kind::CopyToHost,
         Kind::Sync,
         Kind::Query,
         Kind::ProcAddress,
     ];
+
+    /// Whether calls of this kind hand device work to the driver (and so must
+    /// not run while dedup remaps memory: `crate::dedup::quiesce`).
+    pub const fn submits(self) -> bool {
+        matches!(
+            self,
+            Kind::Launch
+                | Kind::GraphLaunch
+                | Kind::CopyToDevice
+                | Kind::CopyOnDevice
+                | Kind::Memset
+                | Kind::CopyToHost
+        )
+    }
+
+    /// Whether a `CUDA_ERROR_ILLEGAL_ADDRESS` from this kind may be a kernel's
+    /// fault reported late (launches, syncs, copies that wait).
+    pub const fn reports_faults(self) -> bool {
+        matches!(
+            self,
+            Kind::Launch | Kind::GraphLaunch | Kind::Sync | Kind::CopyToHost | Kind::Query
+        )
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -62,6 +88,7 @@ impl Kind {
             Kind::Vmm => "vmm",
             Kind::MemInfo => "mem_info",
             Kind::CopyToDevice => "copy_to_device",
+            Kind::CopyOnDevice => "copy_on_device",
             Kind::Memset => "memset",
             Kind::CopyToHost => "copy_to_host",
             Kind::Sync => "sync",
@@ -209,7 +236,20 @@ macro_rules! hook_table {
                     // One load: the coordinator session, or None (fail-open). The
                     // first hooked call of a process connects (cold, bounded).
                     let client = $crate::client::current();
-                    $crate::hook_table!(@call ID client real ($($arg),*) $($custom)?)
+                    const KIND: $crate::table::Kind = $crate::table::Kind::$kind;
+                    // Submissions stay out of dedup's remaps (a relaxed load when
+                    // this process has no dedup-backed memory; nothing for other kinds).
+                    let bracket = if KIND.submits() {
+                        $crate::dedup::quiesce::Bracket::enter()
+                    } else {
+                        None
+                    };
+                    let rc = $crate::hook_table!(@call ID client real ($($arg),*) $($custom)?);
+                    drop(bracket);
+                    if KIND.reports_faults() && rc == $crate::types::CuResult::ILLEGAL_ADDRESS {
+                        $crate::dedup::illegal_address();
+                    }
+                    rc
                 }
             )*
         }

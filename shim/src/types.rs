@@ -17,6 +17,10 @@ pub struct CuResult(pub u32);
 
 impl CuResult {
     pub const SUCCESS: Self = Self(0);
+    /// `CUDA_ERROR_INVALID_VALUE`.
+    pub const INVALID_VALUE: Self = Self(1);
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS`: a kernel touched memory it may not (sticky).
+    pub const ILLEGAL_ADDRESS: Self = Self(700);
     /// Returned by hooks when the real driver could not be loaded at all.
     pub const SHARED_OBJECT_INIT_FAILED: Self = Self(303);
     /// Returned by a hook whose variant the loaded driver does not export.

@@ -4,7 +4,9 @@
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
 
-use tandem_proto::wire::{ClientClass, HELLO_FLAG_SHARE_WEIGHTS, MAX_CGROUP_LEN, MAX_EXE_LEN};
+use tandem_proto::wire::{
+    ClientClass, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS, MAX_CGROUP_LEN, MAX_EXE_LEN,
+};
 
 /// Longest socket path `sockaddr_un` holds (without the NUL).
 pub const SUN_PATH_MAX: usize = 107;
@@ -70,17 +72,17 @@ pub fn load() -> Option<Config> {
         crate::log!(Debug, "TANDEM_CLASS=off: not connecting to a coordinator");
         return None;
     };
-    let share = match crate::env::var(c"TANDEM_SHARE_WEIGHTS") {
-        None => false,
-        Some(v) => parse_share_weights(v).unwrap_or_else(|| {
+    // Unset: the coordinator's config decides; on/off: the job decides.
+    let share = crate::env::var(c"TANDEM_SHARE_WEIGHTS").map(|v| {
+        parse_share_weights(v).unwrap_or_else(|| {
             crate::log!(
                 Warn,
                 "TANDEM_SHARE_WEIGHTS={:?} is not on or off (using off)",
                 crate::log::String8(v)
             );
             false
-        }),
-    };
+        })
+    });
     let path = tandem_proto::paths::default_socket().into_os_string();
     let socket = match socket_path(path) {
         Ok(s) => s,
@@ -97,7 +99,11 @@ pub fn load() -> Option<Config> {
     Some(Config {
         socket,
         class,
-        flags: if share { HELLO_FLAG_SHARE_WEIGHTS } else { 0 },
+        flags: match share {
+            None => 0,
+            Some(true) => HELLO_FLAG_SHARE_WEIGHTS,
+            Some(false) => HELLO_FLAG_NO_SHARE_WEIGHTS,
+        },
         exe: exe_path(),
         cgroup: cgroup_path(),
     })

@@ -68,6 +68,16 @@ pub fn current() -> Client {
     }
 }
 
+/// The live session, without ever connecting (for dedup's messages).
+pub(crate) fn published_session() -> Client {
+    published()
+}
+
+/// Sends the Device message of `s` if it has not gone out yet.
+pub(crate) fn send_device(s: &Session) {
+    funcs::send_device(s);
+}
+
 /// The live session, without ever connecting.
 fn published() -> Client {
     let w = CURRENT.load(Ordering::Acquire);
@@ -126,6 +136,7 @@ fn retire(s: &'static Session) {
     // this count: those go into a ring nobody reads any more, uncounted.
     emit::retired(s.ring_head());
     s.retire();
+    crate::dedup::session_lost();
     RETIRING.store(0, Ordering::SeqCst);
 }
 

@@ -40,6 +40,8 @@ pub struct Session {
     // ---- cold ----
     /// The coordinator's id for this client.
     pub(crate) client_id: u64,
+    /// The Welcome said this client may share weights (dedup).
+    pub(crate) share_weights: bool,
     /// The connected socket, or -1 once closed.
     sock: AtomicI32,
     /// Threads inside [`Session::send`] (so the socket is not closed under them).
@@ -58,6 +60,7 @@ impl Session {
         client_id: u64,
         gen: u32,
         heartbeat_ms: u32,
+        share_weights: bool,
     ) -> Session {
         Session {
             producer,
@@ -68,6 +71,7 @@ impl Session {
             last_beat: AtomicU64::new(control.heartbeat()),
             beat_seen_ns: AtomicU64::new(tandem_proto::monotonic_ns()),
             client_id,
+            share_weights,
             sock: AtomicI32::new(sock),
             senders: AtomicU32::new(0),
             region,
@@ -131,6 +135,15 @@ impl Session {
     /// closed, full (the coordinator is not reading) or broken: the message is
     /// lost, and the job goes on.
     pub(crate) fn send(&self, msg: &[u8]) -> bool {
+        self.send_with_fd(msg, None)
+    }
+
+    /// [`send`](Self::send), with one descriptor attached (SCM_RIGHTS).
+    pub(crate) fn send_with_fd(
+        &self,
+        msg: &[u8],
+        attached: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> bool {
         // SeqCst pairs with `close_socket`: either we see the closed (-1) socket,
         // or the closer sees us in `senders` and waits for us to leave.
         self.senders.fetch_add(1, Ordering::SeqCst);
@@ -139,7 +152,7 @@ impl Session {
             // SAFETY: `fd` stays open while we are counted in `senders` (see close_socket).
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
             // The socket is non-blocking: a full socket is EAGAIN, never a stall.
-            tandem_proto::wire::send(fd, msg, None).is_ok()
+            tandem_proto::wire::send(fd, msg, attached).is_ok()
         };
         self.senders.fetch_sub(1, Ordering::SeqCst);
         ok
@@ -238,6 +251,7 @@ mod tests {
             9,
             1,
             100,
+            false,
         );
         (s, consumer)
     }

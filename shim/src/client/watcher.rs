@@ -3,6 +3,8 @@
 //! unpublishes the session (hooks fail open at once) and tries to register
 //! again every 200 ms, so a restarted coordinator is rejoined within a second.
 //! Started on the first CUDA call (never in the constructor), one per process.
+//! It is also where weight dedup runs (`crate::dedup`): the coordinator's Dedup
+//! messages arrive here, and between them the periodic granule scan.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -96,6 +98,9 @@ fn watch(s: &Session) {
     };
     let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
     loop {
+        crate::dedup::tick(s);
+        let slice = crate::dedup::poll_slice(s, Duration::from_millis(POLL_SLICE_MS as u64));
+        let slice_ms = slice.as_millis().clamp(1, POLL_SLICE_MS as u128) as i32;
         let mut p = libc::pollfd {
             fd,
             events: libc::POLLIN | libc::POLLRDHUP,
@@ -103,7 +108,7 @@ fn watch(s: &Session) {
         };
         // SAFETY: one valid pollfd; `fd` stays open (only this thread and a fork
         // child close a live session's socket).
-        let r = unsafe { libc::poll(&mut p, 1, POLL_SLICE_MS) };
+        let r = unsafe { libc::poll(&mut p, 1, slice_ms) };
         if r < 0 {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
@@ -119,6 +124,7 @@ fn watch(s: &Session) {
             match wire::recv(b, &mut buf) {
                 Ok(got) if got.len == 0 => return,
                 Ok(got) => match wire::Message::decode(&buf[..got.len]) {
+                    Ok(wire::Message::Dedup(d)) => crate::dedup::on_message(s, d, got.fd),
                     Ok(m) => crate::log!(
                         Debug,
                         "ignoring a {} message from the coordinator",

@@ -1,0 +1,311 @@
+//! Weight deduplication, the shim's side (`TANDEM_SHARE_WEIGHTS=on`).
+//!
+//! When the coordinator's Welcome allows sharing, `cuMemAlloc_v2` of 2 MiB or
+//! more is backed by the VMM API instead: one reserved range, one shareable
+//! physical allocation per 2 MiB granule, mapped read-write; the program gets
+//! the same kind of pointer and frees it with `cuMemFree_v2` as before.
+//!
+//! The watcher thread then, every `TANDEM_DEDUP_SCAN_MS` (default 1000 ms),
+//! copies granules to the host on its own lowest-priority stream and hashes
+//! them; a granule stable by [`granules::Stability`]'s rules goes to the
+//! coordinator as a CANDIDATE. The coordinator matches candidates of one trust
+//! group and GPU and drives the rest (see `tandem_proto::dedup`): PUBLISH (this
+//! granule becomes the shared copy: mapped read-only, re-hashed, exported) and
+//! OFFER (compare this granule with a shared copy byte for byte and, if equal,
+//! remap it to that copy read-only and release the private memory).
+//!
+//! Writes: a driver copy or memset into shared memory first gives this process
+//! a private copy again (copy-on-write, [`before_write`]); a kernel writing into
+//! it faults this process only (read-only mapping), and [`illegal_address`]
+//! says so in one line. Remaps run with the program's submissions held back and
+//! the context drained ([`quiesce`]).
+
+mod granules;
+mod hash;
+mod merge;
+pub mod quiesce;
+mod vmm;
+
+use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tandem_proto::dedup::{Dedup, DedupOp, DEDUP_LEN};
+use tandem_proto::wire::{Message, HEADER_LEN};
+
+use crate::client::Session;
+use crate::types::{CUcontext, CUdeviceptr, CuResult};
+use granules::{Backing, Rule, Table};
+
+/// Allocations smaller than this are never dedup-backed.
+pub const MIN_BYTES: usize = 2 << 20;
+
+/// Process-wide dedup state, behind one lock (cold paths only).
+struct State {
+    table: Table,
+    /// The context every dedup-backed allocation was made in (as an address);
+    /// 0 until the first one. Allocations in another context are left plain.
+    ctx: usize,
+    device: c_int,
+    granule: usize,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    table: Table::new(),
+    ctx: 0,
+    device: 0,
+    granule: 0,
+});
+
+/// Set in a fork child: the parent's CUDA state is not usable there.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+fn state() -> MutexGuard<'static, State> {
+    // A panic while holding it aborts the process (panic = "abort"), so a
+    // poisoned lock is never observed; take the data either way.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---- accounting (read by tandem_dedup_* and the exit dump) ----
+
+static SHARED_GRANULES: AtomicU64 = AtomicU64::new(0);
+static SHARED_BYTES: AtomicU64 = AtomicU64::new(0);
+static MERGES: AtomicU64 = AtomicU64::new(0);
+static COW_BREAKS: AtomicU64 = AtomicU64::new(0);
+static PUBLISHED: AtomicU64 = AtomicU64::new(0);
+static BACKED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn shared_changed(len: u64, added: bool) {
+    if added {
+        SHARED_GRANULES.fetch_add(1, Ordering::Relaxed);
+        SHARED_BYTES.fetch_add(len, Ordering::Relaxed);
+    } else {
+        SHARED_GRANULES.fetch_sub(1, Ordering::Relaxed);
+        SHARED_BYTES.fetch_sub(len, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of this process's memory that map a shared copy now. Declared in
+/// `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_dedup_shared_bytes() -> u64 {
+    SHARED_BYTES.load(Ordering::Relaxed)
+}
+
+/// Granules this process merged into a shared copy (offers accepted) since it
+/// started. Declared in `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_dedup_merges() -> u64 {
+    MERGES.load(Ordering::Relaxed)
+}
+
+/// Copy-on-write breaks (a driver copy or memset into shared memory) since it
+/// started. Declared in `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_dedup_cow_breaks() -> u64 {
+    COW_BREAKS.load(Ordering::Relaxed)
+}
+
+/// Bytes of device memory this process holds through dedup-backed allocations
+/// (shared or private), rounded up to whole granules. Declared in `include/tandem.h`.
+#[no_mangle]
+pub extern "C" fn tandem_dedup_backed_bytes() -> u64 {
+    BACKED_BYTES.load(Ordering::Relaxed)
+}
+
+/// One line for the exit dump (`TANDEM_LOG=debug`), when dedup did anything.
+pub fn summary() -> Option<String> {
+    let backed = BACKED_BYTES.load(Ordering::Relaxed);
+    let merges = MERGES.load(Ordering::Relaxed);
+    if backed == 0 && merges == 0 {
+        return None;
+    }
+    Some(format!(
+        "dedup backed_bytes={backed} shared_bytes={} merges={merges} published={} cow_breaks={}",
+        SHARED_BYTES.load(Ordering::Relaxed),
+        PUBLISHED.load(Ordering::Relaxed),
+        COW_BREAKS.load(Ordering::Relaxed)
+    ))
+}
+
+// ---- knobs ----
+
+struct Knobs {
+    scan: Duration,
+    rule: Rule,
+}
+
+fn env_u64(name: &core::ffi::CStr, default: u64, min: u64, max: u64) -> u64 {
+    let Some(v) = crate::env::var(name) else {
+        return default;
+    };
+    match core::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        Some(n) if (min..=max).contains(&n) => n,
+        _ => {
+            crate::log!(
+                Warn,
+                "{:?}={:?} is not a number in {min}..={max}; using {default}",
+                name,
+                crate::log::String8(v)
+            );
+            default
+        }
+    }
+}
+
+fn knobs() -> &'static Knobs {
+    static K: std::sync::OnceLock<Knobs> = std::sync::OnceLock::new();
+    K.get_or_init(|| Knobs {
+        scan: Duration::from_millis(env_u64(c"TANDEM_DEDUP_SCAN_MS", 1000, 10, 600_000)),
+        rule: Rule {
+            stable_checks: env_u64(c"TANDEM_DEDUP_STABLE_CHECKS", 3, 2, 1000) as u32,
+        },
+    })
+}
+
+// ---- messages ----
+
+fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
+    let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
+    match Message::Dedup(d).encode(&mut buf) {
+        Ok(n) => {
+            if !s.send_with_fd(&buf[..n], fd) {
+                crate::log!(
+                    Debug,
+                    "dedup: could not send {} for {:#x}",
+                    d.op.name(),
+                    d.granule
+                );
+            }
+        }
+        Err(e) => crate::log!(Debug, "dedup: cannot encode {}: {e}", d.op.name()),
+    }
+}
+
+/// A Dedup message from the coordinator (watcher thread).
+pub fn on_message(s: &Session, d: Dedup, fd: Option<OwnedFd>) {
+    if FORKED.load(Ordering::Relaxed) || d.op.from_shim() {
+        return;
+    }
+    let reply = match d.op {
+        DedupOp::Publish => merge::publish(s, &d),
+        DedupOp::Offer => merge::offer(&d, fd),
+        _ => return,
+    };
+    let (msg, fd) = reply;
+    send(s, msg, fd.as_ref().map(|f| std::os::fd::AsFd::as_fd(f)));
+}
+
+/// The coordinator went away: what it knew is gone with it. Shared granules
+/// stay mapped (correct, now orphans); candidates go out again to the next one.
+pub fn session_lost() {
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut st = state();
+    for a in st.table.allocs_mut() {
+        for g in &mut a.granules {
+            g.track.sent = false;
+            if let Backing::Shared { orphan, .. } = &mut g.backing {
+                *orphan = true;
+            }
+        }
+    }
+}
+
+/// How long the watcher may sleep before the next [`tick`] is due.
+pub fn poll_slice(s: &Session, default: Duration) -> Duration {
+    if s.share_weights && quiesce::active() {
+        default.min(knobs().scan)
+    } else {
+        default
+    }
+}
+
+/// Periodic work on the watcher thread: hash granules, send candidates.
+pub fn tick(s: &Session) {
+    if !s.share_weights || FORKED.load(Ordering::Relaxed) || !quiesce::active() {
+        return;
+    }
+    static NEXT: Mutex<Option<Instant>> = Mutex::new(None);
+    let now = Instant::now();
+    {
+        let mut next = NEXT.lock().unwrap_or_else(|p| p.into_inner());
+        if next.is_some_and(|t| now < t) {
+            return;
+        }
+        *next = Some(now + knobs().scan);
+    }
+    crate::client::send_device(s);
+    merge::scan(s, knobs().rule);
+}
+
+// ---- hooks' entry points ----
+
+/// `cuMemAlloc_v2` for a client allowed to share: a dedup-backed allocation of
+/// `bytes`, or `None` to let the caller allocate normally (fail-open: any
+/// driver error, another context, or a fork child).
+pub fn alloc(bytes: usize) -> Option<CUdeviceptr> {
+    if FORKED.load(Ordering::Relaxed) || bytes < MIN_BYTES {
+        return None;
+    }
+    merge::alloc(bytes)
+        .map_err(|e| crate::log!(Debug, "dedup: plain allocation of {bytes} bytes ({e})"))
+        .ok()
+}
+
+/// `cuMemFree_v2(dptr)`: `Some(result)` when `dptr` is a dedup-backed
+/// allocation (released here), `None` when it is not ours.
+pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
+    if !quiesce::active() || FORKED.load(Ordering::Relaxed) {
+        return None;
+    }
+    merge::free(dptr)
+}
+
+/// Before a driver-visible write (copy, memset) of `len` bytes at `dst`:
+/// granules of it that map a shared copy get a private copy first. Called from
+/// inside the hook's submission bracket.
+#[inline]
+pub fn before_write(dst: CUdeviceptr, len: usize) {
+    if !quiesce::active() || len == 0 {
+        return;
+    }
+    if SHARED_GRANULES.load(Ordering::Relaxed) != 0 {
+        merge::copy_on_write(dst, len as u64);
+    }
+    merge::note_copy_write(dst, len as u64);
+}
+
+/// A call returned `CUDA_ERROR_ILLEGAL_ADDRESS`: when this process maps shared
+/// read-only memory, say once that a kernel writing into it is the likely cause.
+#[cold]
+pub fn illegal_address() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let shared = SHARED_BYTES.load(Ordering::Relaxed);
+    if shared == 0 || SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    crate::log::raw_line(format_args!(
+        "tandem[{}]: CUDA_ERROR_ILLEGAL_ADDRESS: this process maps {} MiB of model weights shared \
+         read-only with other jobs, and a kernel most likely wrote into them; this process's CUDA \
+         context is lost (other jobs are unaffected). Run it with TANDEM_SHARE_WEIGHTS=off.",
+        std::process::id(),
+        shared >> 20
+    ));
+}
+
+/// In a fork child: dedup stays off there (the parent's CUDA state is unusable).
+pub fn after_fork_in_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// The context dedup works in, as the driver type.
+fn ctx_of(addr: usize) -> CUcontext {
+    addr as CUcontext
+}

@@ -1,0 +1,421 @@
+//! A thin typed layer over the real driver calls dedup makes on its own behalf
+//! (never the program's): VMM reserve/create/map/access/export/import, context
+//! and stream plumbing, and the copies used to hash and compare granules.
+//!
+//! Hooked functions are reached through their real-pointer slots and counted as
+//! the shim's own calls (`counters::own_call`), so the driver's count stays the
+//! program's plus ours; the others through `driver::support`. One error type:
+//! [`DriverError`], naming the call.
+
+use core::ffi::{c_int, c_uint, c_void};
+
+use crate::counters;
+use crate::driver::{self, Support};
+use crate::table::Hook;
+use crate::types::{CUcontext, CUdeviceptr, CUmemGenericAllocationHandle, CUstream, CuResult};
+
+/// A driver call that failed (or is missing: `CuResult::NOT_SUPPORTED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverError {
+    pub call: &'static str,
+    pub rc: CuResult,
+}
+
+impl core::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} returned CUresult {}", self.call, self.rc.0)
+    }
+}
+
+pub type Result<T> = core::result::Result<T, DriverError>;
+
+fn check(call: &'static str, rc: CuResult) -> Result<()> {
+    if rc == CuResult::SUCCESS {
+        Ok(())
+    } else {
+        Err(DriverError { call, rc })
+    }
+}
+
+const MISSING: CuResult = CuResult::NOT_SUPPORTED;
+
+/// `CUmemLocation` (cuda.h): type + id.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemLocation {
+    type_: c_uint,
+    id: c_int,
+}
+
+/// `CUmemAllocationProp` (cuda.h, 32 bytes on 64-bit Linux).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AllocationProp {
+    type_: c_uint,
+    requested_handle_types: c_uint,
+    location: MemLocation,
+    win32_handle_meta_data: *mut c_void,
+    compression_type: u8,
+    gpu_direct_rdma_capable: u8,
+    usage: u16,
+    reserved: [u8; 4],
+}
+
+/// `CUmemAccessDesc` (cuda.h, 12 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AccessDesc {
+    location: MemLocation,
+    flags: c_uint,
+}
+
+const _: () = assert!(core::mem::size_of::<AllocationProp>() == 32);
+const _: () = assert!(core::mem::size_of::<AccessDesc>() == 12);
+
+const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
+const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
+const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_uint = 1;
+const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_uint = 1;
+const CU_STREAM_NON_BLOCKING: c_uint = 1;
+
+/// Access a mapping grants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// `CU_MEM_ACCESS_FLAGS_PROT_READ`.
+    Read = 1,
+    /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
+    ReadWrite = 3,
+}
+
+fn prop(device: c_int) -> AllocationProp {
+    AllocationProp {
+        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+        requested_handle_types: CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        location: MemLocation {
+            type_: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device,
+        },
+        win32_handle_meta_data: core::ptr::null_mut(),
+        compression_type: 0,
+        gpu_direct_rdma_capable: 0,
+        usage: 0,
+        reserved: [0; 4],
+    }
+}
+
+/// The real function of a hooked variant, counted as our own call.
+macro_rules! hooked {
+    ($hook:ident, fn($($ty:ty),*)) => {{
+        match driver::real(Hook::$hook) {
+            Some(p) => {
+                counters::own_call(Hook::$hook);
+                // SAFETY: the slot of a hook holds the driver's function of that
+                // name, whose C signature is the one written here (cuda.h).
+                Some(unsafe {
+                    core::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
+                })
+            }
+            None => None,
+        }
+    }};
+}
+
+/// A support function of the driver, by its `Support` slot.
+macro_rules! support {
+    ($which:ident, fn($($ty:ty),*)) => {{
+        match driver::support(Support::$which) {
+            // SAFETY: the support slot holds the driver's function of that name,
+            // whose C signature is the one written here (cuda.h).
+            Some(p) => Some(unsafe {
+                core::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
+            }),
+            None => None,
+        }
+    }};
+}
+
+/// The calling thread's current context (may be null).
+pub fn ctx_current() -> Result<CUcontext> {
+    let f = support!(CtxGetCurrent, fn(*mut CUcontext)).ok_or(DriverError {
+        call: "cuCtxGetCurrent",
+        rc: MISSING,
+    })?;
+    let mut c: CUcontext = core::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    check("cuCtxGetCurrent", unsafe { f(&mut c) })?;
+    Ok(c)
+}
+
+/// Makes `ctx` current on the calling thread.
+pub fn ctx_set_current(ctx: CUcontext) -> Result<()> {
+    let f = support!(CtxSetCurrent, fn(CUcontext)).ok_or(DriverError {
+        call: "cuCtxSetCurrent",
+        rc: MISSING,
+    })?;
+    // SAFETY: `ctx` came from cuCtxGetCurrent in this process.
+    check("cuCtxSetCurrent", unsafe { f(ctx) })
+}
+
+/// The device of the current context.
+pub fn ctx_device() -> Result<c_int> {
+    let f = support!(CtxGetDevice, fn(*mut c_int)).ok_or(DriverError {
+        call: "cuCtxGetDevice",
+        rc: MISSING,
+    })?;
+    let mut d: c_int = 0;
+    // SAFETY: valid out-pointer.
+    check("cuCtxGetDevice", unsafe { f(&mut d) })?;
+    Ok(d)
+}
+
+/// Waits for all work of the current context.
+pub fn ctx_synchronize() -> Result<()> {
+    let f = hooked!(cuCtxSynchronize, fn()).ok_or(DriverError {
+        call: "cuCtxSynchronize",
+        rc: MISSING,
+    })?;
+    // SAFETY: no arguments.
+    check("cuCtxSynchronize", unsafe { f() })
+}
+
+/// The recommended VMM granularity for shareable device memory on `device`.
+pub fn granularity(device: c_int) -> Result<usize> {
+    let f = support!(
+        MemGetAllocationGranularity,
+        fn(*mut usize, *const AllocationProp, c_uint)
+    )
+    .ok_or(DriverError {
+        call: "cuMemGetAllocationGranularity",
+        rc: MISSING,
+    })?;
+    let p = prop(device);
+    let mut g = 0usize;
+    // SAFETY: valid out-pointer and property struct.
+    check("cuMemGetAllocationGranularity", unsafe {
+        f(&mut g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    })?;
+    if g == 0 {
+        return Err(DriverError {
+            call: "cuMemGetAllocationGranularity",
+            rc: MISSING,
+        });
+    }
+    Ok(g)
+}
+
+/// Reserves `size` bytes of device address space aligned to `align`.
+pub fn reserve(size: usize, align: usize) -> Result<CUdeviceptr> {
+    let f = support!(
+        MemAddressReserve,
+        fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64)
+    )
+    .ok_or(DriverError {
+        call: "cuMemAddressReserve",
+        rc: MISSING,
+    })?;
+    let mut va: CUdeviceptr = 0;
+    // SAFETY: valid out-pointer; no fixed address requested.
+    check("cuMemAddressReserve", unsafe {
+        f(&mut va, size, align, 0, 0)
+    })?;
+    Ok(va)
+}
+
+/// Returns a reservation.
+pub fn address_free(va: CUdeviceptr, size: usize) -> Result<()> {
+    let f = support!(MemAddressFree, fn(CUdeviceptr, usize)).ok_or(DriverError {
+        call: "cuMemAddressFree",
+        rc: MISSING,
+    })?;
+    // SAFETY: `va..va+size` is a reservation we made and no longer map.
+    check("cuMemAddressFree", unsafe { f(va, size) })
+}
+
+/// Creates one shareable (POSIX fd) physical allocation of `size` bytes.
+pub fn create(size: usize, device: c_int) -> Result<CUmemGenericAllocationHandle> {
+    let f = hooked!(
+        cuMemCreate,
+        fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationPropRaw, u64)
+    )
+    .ok_or(DriverError {
+        call: "cuMemCreate",
+        rc: MISSING,
+    })?;
+    let p = prop(device);
+    let mut h: CUmemGenericAllocationHandle = 0;
+    // SAFETY: valid out-pointer and property struct (our layout is cuda.h's;
+    // the hook table types the pointer as cudarc's struct of the same layout).
+    check("cuMemCreate", unsafe {
+        f(&mut h, size, (&raw const p).cast(), 0)
+    })?;
+    Ok(h)
+}
+
+/// cudarc's `CUmemAllocationProp`, as the hook table declares cuMemCreate.
+type CUmemAllocationPropRaw = crate::types::CUmemAllocationProp;
+
+/// Releases one reference to a physical allocation.
+pub fn release(h: CUmemGenericAllocationHandle) -> Result<()> {
+    let f = hooked!(cuMemRelease, fn(CUmemGenericAllocationHandle)).ok_or(DriverError {
+        call: "cuMemRelease",
+        rc: MISSING,
+    })?;
+    // SAFETY: `h` is a handle we hold.
+    check("cuMemRelease", unsafe { f(h) })
+}
+
+/// Maps `h` at `va` (a reserved, unmapped range of `size` bytes).
+pub fn map(va: CUdeviceptr, size: usize, h: CUmemGenericAllocationHandle) -> Result<()> {
+    let f = hooked!(
+        cuMemMap,
+        fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64)
+    )
+    .ok_or(DriverError {
+        call: "cuMemMap",
+        rc: MISSING,
+    })?;
+    // SAFETY: `va` is reserved by us and unmapped; `h` is a handle we hold.
+    check("cuMemMap", unsafe { f(va, size, 0, h, 0) })
+}
+
+/// Unmaps the whole mapping at `va`.
+pub fn unmap(va: CUdeviceptr, size: usize) -> Result<()> {
+    let f = hooked!(cuMemUnmap, fn(CUdeviceptr, usize)).ok_or(DriverError {
+        call: "cuMemUnmap",
+        rc: MISSING,
+    })?;
+    // SAFETY: `va..va+size` is exactly one mapping we made.
+    check("cuMemUnmap", unsafe { f(va, size) })
+}
+
+/// Grants `access` to `va..va+size` from `device`.
+pub fn set_access(va: CUdeviceptr, size: usize, device: c_int, access: Access) -> Result<()> {
+    let f = support!(
+        MemSetAccess,
+        fn(CUdeviceptr, usize, *const AccessDesc, usize)
+    )
+    .ok_or(DriverError {
+        call: "cuMemSetAccess",
+        rc: MISSING,
+    })?;
+    let d = AccessDesc {
+        location: MemLocation {
+            type_: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device,
+        },
+        flags: access as c_uint,
+    };
+    // SAFETY: one valid descriptor; the range is mapped by us.
+    check("cuMemSetAccess", unsafe { f(va, size, &d, 1) })
+}
+
+/// Exports `h` as a POSIX file descriptor (owned by the caller).
+pub fn export_fd(h: CUmemGenericAllocationHandle) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let f = support!(
+        MemExportToShareableHandle,
+        fn(*mut c_void, CUmemGenericAllocationHandle, c_uint, u64)
+    )
+    .ok_or(DriverError {
+        call: "cuMemExportToShareableHandle",
+        rc: MISSING,
+    })?;
+    let mut fd: c_int = -1;
+    // SAFETY: for POSIX_FILE_DESCRIPTOR the out-parameter is an int.
+    check("cuMemExportToShareableHandle", unsafe {
+        f(
+            (&raw mut fd).cast(),
+            h,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        )
+    })?;
+    if fd < 0 {
+        return Err(DriverError {
+            call: "cuMemExportToShareableHandle",
+            rc: MISSING,
+        });
+    }
+    // SAFETY: the driver gave us a new descriptor we now own.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Imports a shareable fd; the fd stays the caller's.
+pub fn import_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<CUmemGenericAllocationHandle> {
+    use std::os::fd::AsRawFd;
+    let f = support!(
+        MemImportFromShareableHandle,
+        fn(*mut CUmemGenericAllocationHandle, *mut c_void, c_uint)
+    )
+    .ok_or(DriverError {
+        call: "cuMemImportFromShareableHandle",
+        rc: MISSING,
+    })?;
+    let mut h: CUmemGenericAllocationHandle = 0;
+    // SAFETY: for POSIX_FILE_DESCRIPTOR the OS handle is the fd's value cast to
+    // a pointer (cuda.h); the fd is open for the duration of the call.
+    check("cuMemImportFromShareableHandle", unsafe {
+        f(
+            &mut h,
+            fd.as_raw_fd() as isize as *mut c_void,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        )
+    })?;
+    Ok(h)
+}
+
+/// A non-blocking stream at the lowest priority, for dedup's own copies.
+pub fn low_priority_stream() -> Result<CUstream> {
+    let create = support!(StreamCreateWithPriority, fn(*mut CUstream, c_uint, c_int)).ok_or(
+        DriverError {
+            call: "cuStreamCreateWithPriority",
+            rc: MISSING,
+        },
+    )?;
+    let mut least: c_int = 0;
+    let mut greatest: c_int = 0;
+    if let Some(range) = support!(CtxGetStreamPriorityRange, fn(*mut c_int, *mut c_int)) {
+        // SAFETY: valid out-pointers.
+        let _ = unsafe { range(&mut least, &mut greatest) };
+    }
+    let mut s: CUstream = core::ptr::null_mut();
+    // SAFETY: valid out-pointer. `least` is the numerically greatest (lowest) priority.
+    check("cuStreamCreateWithPriority", unsafe {
+        create(&mut s, CU_STREAM_NON_BLOCKING, least)
+    })?;
+    Ok(s)
+}
+
+/// Copies `dst.len()` bytes of device memory at `src` to the host, on `stream`,
+/// and waits for it.
+pub fn read_to_host(dst: &mut [u8], src: CUdeviceptr, stream: CUstream) -> Result<()> {
+    let copy = support!(
+        MemcpyDtoHAsyncV2,
+        fn(*mut c_void, CUdeviceptr, usize, CUstream)
+    )
+    .ok_or(DriverError {
+        call: "cuMemcpyDtoHAsync_v2",
+        rc: MISSING,
+    })?;
+    let sync = hooked!(cuStreamSynchronize, fn(CUstream)).ok_or(DriverError {
+        call: "cuStreamSynchronize",
+        rc: MISSING,
+    })?;
+    // SAFETY: `dst` is writable for its length and outlives the synchronise
+    // below; `src` is mapped readable by us.
+    check("cuMemcpyDtoHAsync_v2", unsafe {
+        copy(dst.as_mut_ptr().cast(), src, dst.len(), stream)
+    })?;
+    // SAFETY: our own stream.
+    check("cuStreamSynchronize", unsafe { sync(stream) })
+}
+
+/// Synchronous device-to-device copy of `n` bytes.
+pub fn copy_on_device(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> Result<()> {
+    let f = hooked!(cuMemcpyDtoD_v2, fn(CUdeviceptr, CUdeviceptr, usize)).ok_or(DriverError {
+        call: "cuMemcpyDtoD_v2",
+        rc: MISSING,
+    })?;
+    // SAFETY: both ranges are mapped by us (dst writable).
+    check("cuMemcpyDtoD_v2", unsafe { f(dst, src, n) })
+}
