@@ -260,6 +260,26 @@ CUDA_MIN_FUNCS(CUDA_MIN_DECLARE)
 CUDA_MIN_PT_FUNCS(CUDA_MIN_DECLARE)
 #undef CUDA_MIN_DECLARE
 
+/*
+ * Driver functions a host may call directly by their exported names. They are not in the slot
+ * tables above: the shared workload and the resolution checks do not use them.
+ */
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream);
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                   size_t ByteCount, CUstream hStream);
+/* Unified addressing: either side may be a host pointer (passed as a CUdeviceptr). */
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                            CUstream hStream);
+CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
+CUresult cuStreamGetPriority(CUstream hStream, int *priority);
+CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+
 /* cuGetProcAddress (11030) and cuGetProcAddress_v2 (12000) */
 typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *symbol, void **pfn, int cudaVersion,
                                              uint64_t flags);

@@ -258,6 +258,12 @@ const HOSTS: &[HostSpec] = &[
         rtld_next: false,
     },
     HostSpec {
+        name: "replica",
+        sources: &["replica.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
         name: "rtld_next",
         sources: &["rtld_next.c", "resolve_linked.c"],
         link_cuda: true,

@@ -8,6 +8,7 @@ use std::ffi::{c_char, c_float, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c
 use std::ptr::null_mut;
 
 use crate::kernels::Dims;
+use crate::memory::CopyKind;
 use crate::types::*;
 use crate::{device, events, graphs, kernels, memory, streams, table, vmm};
 
@@ -222,6 +223,29 @@ driver_api! {
     cuMemcpyDtoHAsync_v2_ptsz["cuMemcpyDtoHAsync", 7000, per_thread, init](
         dst: *mut c_void, src: CUdeviceptr, byte_count: usize, stream: Handle,
     ) => memory::memcpy_dtoh(dst, src, byte_count, stream, true, false);
+    cuMemcpyDtoD_v2["cuMemcpyDtoD", 3020, legacy, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, null_mut(), false, true);
+    cuMemcpyDtoD_v2_ptds["cuMemcpyDtoD", 7000, per_thread, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, null_mut(), true, true);
+    cuMemcpyDtoDAsync_v2["cuMemcpyDtoDAsync", 3020, legacy, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, stream, false, false);
+    cuMemcpyDtoDAsync_v2_ptsz["cuMemcpyDtoDAsync", 7000, per_thread, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, stream, true, false);
+    cuMemcpy["cuMemcpy", 4000, legacy, init](dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize)
+        => memory::memcpy(dst, src, byte_count, CopyKind::Unified, null_mut(), false, true);
+    cuMemcpy_ptds["cuMemcpy", 7000, per_thread, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::Unified, null_mut(), true, true);
+    cuMemcpyAsync["cuMemcpyAsync", 4000, legacy, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::Unified, stream, false, false);
+    cuMemcpyAsync_ptsz["cuMemcpyAsync", 7000, per_thread, init](
+        dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
+    ) => memory::memcpy(dst, src, byte_count, CopyKind::Unified, stream, true, false);
     cuMemsetD8_v2["cuMemsetD8", 3020, legacy, init](dst: CUdeviceptr, uc: c_uchar, n: usize)
         => memory::memset(dst, u32::from(uc), 1, n, null_mut(), false, true);
     cuMemsetD8_v2_ptds["cuMemsetD8", 7000, per_thread, init](dst: CUdeviceptr, uc: c_uchar, n: usize)
@@ -256,6 +280,17 @@ driver_api! {
     // ---- streams and events -------------------------------------------------------------------
     cuStreamCreate["cuStreamCreate", 2000, legacy, init](stream: *mut Handle, flags: c_uint)
         => streams::stream_create(stream, flags);
+    cuStreamCreateWithPriority["cuStreamCreateWithPriority", 5050, legacy, init](
+        stream: *mut Handle, flags: c_uint, priority: c_int,
+    ) => streams::stream_create_with_priority(stream, flags, priority);
+    cuStreamGetPriority["cuStreamGetPriority", 5050, legacy, init](stream: Handle, priority: *mut c_int)
+        => streams::stream_get_priority(stream, priority, false);
+    cuStreamGetPriority_ptsz["cuStreamGetPriority", 7000, per_thread, init](
+        stream: Handle, priority: *mut c_int,
+    ) => streams::stream_get_priority(stream, priority, true);
+    cuCtxGetStreamPriorityRange["cuCtxGetStreamPriorityRange", 5050, legacy, init](
+        least_priority: *mut c_int, greatest_priority: *mut c_int,
+    ) => streams::ctx_get_stream_priority_range(least_priority, greatest_priority);
     cuStreamDestroy_v2["cuStreamDestroy", 4000, legacy, init](stream: Handle)
         => streams::stream_destroy(stream);
     cuStreamSynchronize["cuStreamSynchronize", 2000, legacy, init](stream: Handle)

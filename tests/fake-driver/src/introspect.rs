@@ -4,6 +4,16 @@
 //! uint64_t fakecuda_calls(const char *symbol);   /* times that exact exported symbol was entered */
 //! uint64_t fakecuda_kernels_executed(void);      /* direct launches + kernel nodes of launched graphs */
 //! uint64_t fakecuda_bytes_allocated(void);
+//! /* Bytes of physical allocations this process created with cuMemCreate and still references
+//!  * (through its handle or a mapping): released-but-mapped memory counts, released-and-unmapped
+//!  * memory does not. */
+//! uint64_t fakecuda_vmm_created_bytes(void);
+//! /* The same for physical allocations this process imported (cuMemImportFromShareableHandle):
+//!  * they cost this process no device memory. */
+//! uint64_t fakecuda_vmm_imported_bytes(void);
+//! /* What this process costs the device: cuMemAlloc* bytes + fakecuda_vmm_created_bytes().
+//!  * cuMemGetInfo reports total minus this as free. */
+//! uint64_t fakecuda_device_bytes_used(void);
 //! void     fakecuda_reset_counts(void);
 //! /* Where the last kernel this process ran was placed on the (possibly shared) device, in ns on
 //!  * CLOCK_MONOTONIC; both 0 before the first kernel. Returns 0, or -1 for a NULL pointer. */
@@ -101,6 +111,25 @@ pub extern "C" fn fakecuda_kernels_executed() -> u64 {
 #[no_mangle]
 pub extern "C" fn fakecuda_bytes_allocated() -> u64 {
     lock().bytes_allocated
+}
+
+/// `fakecuda_vmm_created_bytes`: see the module docs.
+#[no_mangle]
+pub extern "C" fn fakecuda_vmm_created_bytes() -> u64 {
+    lock().vmm.created_bytes()
+}
+
+/// `fakecuda_vmm_imported_bytes`: see the module docs.
+#[no_mangle]
+pub extern "C" fn fakecuda_vmm_imported_bytes() -> u64 {
+    lock().vmm.imported_bytes()
+}
+
+/// `fakecuda_device_bytes_used`: see the module docs.
+#[no_mangle]
+pub extern "C" fn fakecuda_device_bytes_used() -> u64 {
+    let st = lock();
+    st.memory.bytes() + st.vmm.created_bytes()
 }
 
 #[no_mangle]

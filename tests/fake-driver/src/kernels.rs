@@ -7,8 +7,10 @@
 //! kernel <name> <duration_ns> <op>
 //! ```
 //! ops: `noop`; `add_u32` (params `CUdeviceptr ptr, unsigned n, unsigned value`: `ptr[i] += value`,
-//! wrapping); `fill_u32` (same params: `ptr[i] = value`). Blank lines and lines starting with `#`
-//! are ignored. A kernel's effects are applied at launch; its duration is simulated on the stream.
+//! wrapping); `fill_u32` (same params: `ptr[i] = value`); `sum_u32` (params `CUdeviceptr out,
+//! CUdeviceptr in, unsigned n`: `out[0] = in[0] + ... + in[n-1]`, wrapping; `in` is only read).
+//! Blank lines and lines starting with `#` are ignored. A kernel's effects are applied at launch;
+//! its duration is simulated on the stream.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_uint, c_void, CStr, CString};
@@ -29,6 +31,7 @@ pub enum Op {
     Noop,
     AddU32,
     FillU32,
+    SumU32,
 }
 
 impl Op {
@@ -37,6 +40,7 @@ impl Op {
             "noop" => Some(Op::Noop),
             "add_u32" => Some(Op::AddU32),
             "fill_u32" => Some(Op::FillU32),
+            "sum_u32" => Some(Op::SumU32),
             _ => None,
         }
     }
@@ -88,12 +92,21 @@ pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
     Ok(kernels)
 }
 
-/// Argument values of `add_u32`/`fill_u32`, copied out of the caller's storage.
+/// Argument values of a kernel, copied out of the caller's storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelArgs {
-    pub ptr: CUdeviceptr,
-    pub n: u32,
-    pub value: u32,
+pub enum KernelArgs {
+    /// `add_u32` / `fill_u32`: `(CUdeviceptr ptr, unsigned n, unsigned value)`.
+    Elementwise {
+        ptr: CUdeviceptr,
+        n: u32,
+        value: u32,
+    },
+    /// `sum_u32`: `(CUdeviceptr out, CUdeviceptr in, unsigned n)`.
+    Sum {
+        out: CUdeviceptr,
+        input: CUdeviceptr,
+        n: u32,
+    },
 }
 
 /// A kernel ready to run: what it does, for how long, with which (copied) arguments.
@@ -261,7 +274,10 @@ const CU_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x2;
 /// How many (key, value) pairs of `extra` the fake reads before giving up on a missing END.
 const MAX_EXTRA_PAIRS: usize = 64;
 /// Packed argument buffer of `(CUdeviceptr, unsigned, unsigned)` with natural alignment.
-const PACKED_ARGS_SIZE: usize = 16;
+const PACKED_ELEMENTWISE_SIZE: usize = 16;
+/// Packed argument buffer of `(CUdeviceptr, CUdeviceptr, unsigned)` with natural alignment
+/// (20 bytes of values, padded to the struct's 8-byte alignment).
+const PACKED_SUM_SIZE: usize = 24;
 
 /// Copies the argument values of a kernel out of `kernelParams` or `extra`.
 ///
@@ -283,10 +299,20 @@ pub unsafe fn decode_args(
         // SAFETY: `params` holds one pointer per argument (3 for these ops; caller contract);
         // each pointed-to value is read only after its NULL check.
         unsafe {
-            let ptr = read_in(params.add(0).read().cast::<CUdeviceptr>())?;
-            let n = read_in(params.add(1).read().cast::<u32>())?;
-            let value = read_in(params.add(2).read().cast::<u32>())?;
-            return Ok(Some(KernelArgs { ptr, n, value }));
+            let arg = |i: usize| params.add(i).read();
+            return Ok(Some(if op == Op::SumU32 {
+                KernelArgs::Sum {
+                    out: read_in(arg(0).cast::<CUdeviceptr>())?,
+                    input: read_in(arg(1).cast::<CUdeviceptr>())?,
+                    n: read_in(arg(2).cast::<u32>())?,
+                }
+            } else {
+                KernelArgs::Elementwise {
+                    ptr: read_in(arg(0).cast::<CUdeviceptr>())?,
+                    n: read_in(arg(1).cast::<u32>())?,
+                    value: read_in(arg(2).cast::<u32>())?,
+                }
+            }));
         }
     }
     if extra.is_null() {
@@ -310,64 +336,114 @@ pub unsafe fn decode_args(
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         }
     }
+    let need = if op == Op::SumU32 {
+        PACKED_SUM_SIZE
+    } else {
+        PACKED_ELEMENTWISE_SIZE
+    };
     match size {
-        Some(s) if !buffer.is_null() && s >= PACKED_ARGS_SIZE => {}
+        Some(s) if !buffer.is_null() && s >= need => {}
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
-    // SAFETY: `buffer` is non-NULL and the caller declared it at least 16 bytes long.
+    // SAFETY: `buffer` is non-NULL and the caller declared it at least `need` bytes long; every
+    // read below ends at or before `need`.
     unsafe {
-        Ok(Some(KernelArgs {
-            ptr: buffer.cast::<u64>().read_unaligned(),
-            n: buffer.add(8).cast::<u32>().read_unaligned(),
-            value: buffer.add(12).cast::<u32>().read_unaligned(),
+        Ok(Some(if op == Op::SumU32 {
+            KernelArgs::Sum {
+                out: buffer.cast::<u64>().read_unaligned(),
+                input: buffer.add(8).cast::<u64>().read_unaligned(),
+                n: buffer.add(16).cast::<u32>().read_unaligned(),
+            }
+        } else {
+            KernelArgs::Elementwise {
+                ptr: buffer.cast::<u64>().read_unaligned(),
+                n: buffer.add(8).cast::<u32>().read_unaligned(),
+                value: buffer.add(12).cast::<u32>().read_unaligned(),
+            }
         }))
     }
 }
 
-/// The device range a kernel touches.
-fn footprint(w: &Work) -> Option<(CUdeviceptr, usize)> {
-    let a = w.args?;
-    Some((a.ptr, usize::try_from(u64::from(a.n) * 4).ok()?))
+/// Bytes of `n` u32 words (`None` if that does not fit in `usize`).
+fn words(n: u32) -> Option<usize> {
+    usize::try_from(u64::from(n) * 4).ok()
 }
 
+/// The device ranges a kernel touches, with the access each needs.
+fn footprint(w: &Work) -> Vec<(CUdeviceptr, usize, Access)> {
+    match w.args {
+        None => Vec::new(),
+        Some(KernelArgs::Elementwise { ptr, n, .. }) => {
+            // A range too large for the address space can never be mapped.
+            vec![(ptr, words(n).unwrap_or(usize::MAX), Access::Write)]
+        }
+        Some(KernelArgs::Sum { out, input, n }) => vec![
+            (input, words(n).unwrap_or(usize::MAX), Access::Read),
+            (out, 4, Access::Write),
+        ],
+    }
+}
+
+/// Checks every range the kernel touches: `Unmapped` if any lies outside the device memory the
+/// fake knows, else `Protected` if any lacks the access it needs.
 fn check_work(st: &State, w: &Work) -> Result<(), RangeFault> {
-    match footprint(w) {
-        Some((ptr, len)) => check_range(st, ptr, len, Access::Write),
-        None => Ok(()),
+    let mut protected = false;
+    for (ptr, len, access) in footprint(w) {
+        match check_range(st, ptr, len, access) {
+            Ok(()) => {}
+            Err(RangeFault::Unmapped) => return Err(RangeFault::Unmapped),
+            Err(RangeFault::Protected) => protected = true,
+        }
+    }
+    if protected {
+        Err(RangeFault::Protected)
+    } else {
+        Ok(())
     }
 }
 
 /// Applies a kernel's effect. Call only after `check_work` passed under the same lock.
 fn apply(w: &Work) {
-    let (Some(a), Some((_, len))) = (w.args, footprint(w)) else {
-        return;
-    };
-    if len == 0 {
-        return;
-    }
-    let base = device_ptr(a.ptr).cast::<u32>();
-    for i in 0..a.n as usize {
-        // SAFETY: `check_work` proved `[ptr, ptr + 4n)` lies in live, writable fake-device
-        // memory, and the state lock held by the caller keeps it so.
-        unsafe {
-            let p = base.add(i);
-            let v = match w.op {
-                Op::AddU32 => p.read_unaligned().wrapping_add(a.value),
-                Op::FillU32 => a.value,
-                Op::Noop => continue,
-            };
-            p.write_unaligned(v);
+    match w.args {
+        None => {}
+        Some(KernelArgs::Elementwise { ptr, n, value }) => {
+            let base = device_ptr(ptr).cast::<u32>();
+            for i in 0..n as usize {
+                // SAFETY: `check_work` proved `[ptr, ptr + 4n)` lies in live, writable
+                // fake-device memory, and the state lock held by the caller keeps it so.
+                unsafe {
+                    let p = base.add(i);
+                    let v = match w.op {
+                        Op::AddU32 => p.read_unaligned().wrapping_add(value),
+                        Op::FillU32 => value,
+                        Op::Noop | Op::SumU32 => continue,
+                    };
+                    p.write_unaligned(v);
+                }
+            }
+        }
+        Some(KernelArgs::Sum { out, input, n }) => {
+            let src = device_ptr(input).cast::<u32>().cast_const();
+            let mut sum = 0u32;
+            for i in 0..n as usize {
+                // SAFETY: `check_work` proved `[input, input + 4n)` lies in live, readable
+                // fake-device memory (kept so by the caller's state lock).
+                sum = sum.wrapping_add(unsafe { src.add(i).read_unaligned() });
+            }
+            // SAFETY: `check_work` proved `[out, out + 4)` lies in live, writable fake-device
+            // memory (kept so by the caller's state lock).
+            unsafe { device_ptr(out).cast::<u32>().write_unaligned(sum) };
         }
     }
 }
 
 /// Runs kernels in order on `stream`: effects applied now, durations queued on the stream.
 ///
-/// A kernel whose range lies outside every allocation fails the launch with
+/// A kernel with a range outside every allocation and mapped VMM range fails the launch with
 /// `CUDA_ERROR_INVALID_VALUE` before anything runs. A kernel writing into memory mapped without
-/// write access behaves as on the real GPU: the launch itself succeeds, the faulting kernel does
-/// not write, and the context gets the sticky error `CUDA_ERROR_ILLEGAL_ADDRESS`, which every
-/// later context-bound call returns.
+/// write access (or reading memory mapped without read access) behaves as on the real GPU: the
+/// launch itself succeeds, the faulting kernel does not run, and the context gets the sticky
+/// error `CUDA_ERROR_ILLEGAL_ADDRESS`, which every later context-bound call returns.
 pub fn execute(st: &mut State, works: &[Work], stream: StreamKey) -> CuResult<()> {
     let mut faults = Vec::with_capacity(works.len());
     for w in works {
@@ -461,6 +537,181 @@ pub unsafe fn launch_ex(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exports::*;
+    use crate::testing::{ok, Driver, PROT_NONE, PROT_READ, PROT_READWRITE};
+    use crate::vmm::GRANULARITY;
+
+    /// Loads a module with one 0 ns `sum_u32` kernel: `(module, function)`.
+    fn sum_module() -> (Handle, Handle) {
+        let image = c"tandem-fake-module v1\nkernel sum 0 sum_u32\n";
+        let (mut m, mut sum): (Handle, Handle) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: valid out-pointers and NUL-terminated strings.
+        unsafe {
+            ok(cuModuleLoadData(&mut m, image.as_ptr().cast()));
+            ok(cuModuleGetFunction(&mut sum, m, c"sum".as_ptr()));
+        }
+        (m, sum)
+    }
+
+    /// `sum_u32(out, input, n)` on the legacy stream; the launch's result.
+    fn sum(f: Handle, out: CUdeviceptr, input: CUdeviceptr, n: u32) -> CUresult {
+        let (mut out, mut input, mut n) = (out, input, n);
+        let mut params: [*mut c_void; 3] = [
+            (&raw mut out).cast(),
+            (&raw mut input).cast(),
+            (&raw mut n).cast(),
+        ];
+        // SAFETY: `params` points at three live values of the kernel's parameter types.
+        unsafe {
+            cuLaunchKernel(
+                f,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+    }
+
+    fn words(d: &Driver, p: CUdeviceptr, n: usize) -> Vec<u32> {
+        d.download(p, 4 * n)
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    fn upload_words(d: &Driver, p: CUdeviceptr, w: &[u32]) {
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        d.upload(p, &bytes);
+    }
+
+    #[test]
+    fn sum_u32_sums_wrapping() {
+        let d = Driver::new();
+        let (m, f) = sum_module();
+        let input = d.alloc(4 * 100);
+        let out = d.alloc(8);
+        upload_words(&d, out, &[0xaaaa_aaaa, 0xbbbb_bbbb]);
+        let w: Vec<u32> = (1..=100).collect();
+        upload_words(&d, input, &w);
+        ok(sum(f, out, input, 100));
+        assert_eq!(
+            words(&d, out, 2),
+            [5050, 0xbbbb_bbbb],
+            "only out[0] is written"
+        );
+        ok(sum(f, out + 4, input + 4 * 98, 2));
+        assert_eq!(words(&d, out, 2), [5050, 99 + 100]);
+        upload_words(&d, input, &[u32::MAX, 2, 0x8000_0000, 0x8000_0000]);
+        ok(sum(f, out, input, 4));
+        assert_eq!(words(&d, out, 1), [1]);
+        ok(sum(f, out, input, 0));
+        assert_eq!(words(&d, out, 1), [0], "an empty sum is 0");
+        assert_eq!(d.sticky(), None);
+        // SAFETY: a live module.
+        ok(unsafe { cuModuleUnload(m) });
+        d.free(input);
+        d.free(out);
+    }
+
+    #[test]
+    fn sum_u32_reads_a_read_only_mapping() {
+        let d = Driver::new();
+        let (m, f) = sum_module();
+        let (ro, h) = d.vmm_granule(PROT_READWRITE);
+        let n = GRANULARITY / 4;
+        let w: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        upload_words(&d, ro, &w);
+        d.set_access(ro, GRANULARITY, PROT_READ);
+        let out = d.alloc(4);
+        ok(sum(f, out, ro, n as u32));
+        let want = w.iter().fold(0u32, |a, &v| a.wrapping_add(v));
+        assert_eq!(words(&d, out, 1), [want]);
+        assert_eq!(d.sticky(), None);
+        // SAFETY: no pending work that could fault.
+        ok(unsafe { cuCtxSynchronize() });
+
+        // Writing the sum INTO the read-only mapping faults: nothing written, sticky 700.
+        ok(sum(f, ro, out, 1));
+        assert_eq!(d.sticky(), Some(CUDA_ERROR_ILLEGAL_ADDRESS));
+        // SAFETY: plain calls; every one must now return the sticky error.
+        unsafe {
+            assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+            assert_eq!(cuMemcpyDtoD_v2(out, ro, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+            assert_eq!(cuMemcpy(out, ro, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+            assert_eq!(
+                cuMemcpyAsync(out, ro, 4, std::ptr::null_mut()),
+                CUDA_ERROR_ILLEGAL_ADDRESS
+            );
+            assert_eq!(
+                cuMemcpyDtoDAsync_v2(out, ro, 4, std::ptr::null_mut()),
+                CUDA_ERROR_ILLEGAL_ADDRESS
+            );
+        }
+        assert_eq!(sum(f, out, ro, 1), CUDA_ERROR_ILLEGAL_ADDRESS);
+        crate::state::lock().sticky_error = None;
+        assert_eq!(words(&d, ro, 1), [w[0]], "the faulting kernel wrote");
+        d.vmm_free(ro, h);
+        // SAFETY: a live module.
+        ok(unsafe { cuModuleUnload(m) });
+        d.free(out);
+    }
+
+    #[test]
+    fn sum_u32_faults_on_input_it_cannot_read() {
+        let d = Driver::new();
+        let (m, f) = sum_module();
+        let out = d.alloc(4);
+        upload_words(&d, out, &[0x1234_5678]);
+        let input = d.alloc(64);
+
+        // Outside every device range the fake knows (past the end of an allocation, or a
+        // reserved but unmapped VMM range): the launch fails with CUDA_ERROR_INVALID_VALUE and
+        // nothing runs, as for add_u32/fill_u32.
+        assert_eq!(sum(f, out, input, 17), CUDA_ERROR_INVALID_VALUE);
+        let hole = d.reserve(GRANULARITY);
+        assert_eq!(sum(f, out, hole, 4), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(words(&d, out, 1), [0x1234_5678]);
+        assert_eq!(d.sticky(), None);
+
+        // Mapped without read access: the launch succeeds, the kernel does not run, and the
+        // context is poisoned with CUDA_ERROR_ILLEGAL_ADDRESS.
+        let (none, h) = d.vmm_granule(PROT_NONE);
+        ok(sum(f, out, none, 4));
+        assert_eq!(d.sticky(), Some(CUDA_ERROR_ILLEGAL_ADDRESS));
+        // SAFETY: no arguments.
+        assert_eq!(unsafe { cuCtxSynchronize() }, CUDA_ERROR_ILLEGAL_ADDRESS);
+        crate::state::lock().sticky_error = None;
+        assert_eq!(
+            words(&d, out, 1),
+            [0x1234_5678],
+            "the faulting kernel wrote"
+        );
+
+        // The same for an `out` it may not write, even when `in` is fine.
+        d.set_access(none, GRANULARITY, PROT_READ);
+        ok(sum(f, none, input, 16));
+        assert_eq!(d.sticky(), Some(CUDA_ERROR_ILLEGAL_ADDRESS));
+        crate::state::lock().sticky_error = None;
+        assert_eq!(words(&d, none, 1), [0]);
+
+        d.vmm_free(none, h);
+        // SAFETY: a reservation with nothing mapped; a live module.
+        unsafe {
+            ok(cuMemAddressFree(hole, GRANULARITY));
+            ok(cuModuleUnload(m));
+        }
+        d.free(input);
+        d.free(out);
+    }
 
     #[test]
     fn parses_kernels() {
@@ -469,7 +720,8 @@ mod tests {
                    \n\
                    # a comment\n\
                    kernel add 250000 add_u32\r\n\
-                   kernel fill 0 fill_u32\n";
+                   kernel fill 0 fill_u32\n\
+                   kernel sum 20000 sum_u32\n";
         let ks = parse_image(img).expect("valid image");
         assert_eq!(
             ks,
@@ -488,6 +740,11 @@ mod tests {
                     name: "fill".into(),
                     duration_ns: 0,
                     op: Op::FillU32
+                },
+                KernelDef {
+                    name: "sum".into(),
+                    duration_ns: 20_000,
+                    op: Op::SumU32
                 },
             ]
         );
@@ -554,7 +811,7 @@ mod tests {
             (&raw mut n).cast(),
             (&raw mut value).cast(),
         ];
-        let want = Some(KernelArgs {
+        let want = Some(KernelArgs::Elementwise {
             ptr: 0xdead_0000,
             n: 7,
             value: 9,
@@ -590,5 +847,43 @@ mod tests {
         // SAFETY: as above.
         let noop = unsafe { decode_args(Op::Noop, null, null) };
         assert_eq!(noop, Ok(None));
+    }
+
+    #[test]
+    fn decodes_sum_params_and_extra() {
+        let mut out: u64 = 0x1000;
+        let mut input: u64 = 0x2000;
+        let mut n: u32 = 5;
+        let mut params: [*mut c_void; 3] = [
+            (&raw mut out).cast(),
+            (&raw mut input).cast(),
+            (&raw mut n).cast(),
+        ];
+        let want = Some(KernelArgs::Sum {
+            out: 0x1000,
+            input: 0x2000,
+            n: 5,
+        });
+        // SAFETY: `params` points at three live values.
+        let got = unsafe { decode_args(Op::SumU32, params.as_mut_ptr(), std::ptr::null_mut()) };
+        assert_eq!(got, Ok(want));
+
+        let mut buf = [0u8; 24];
+        buf[..8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        buf[8..16].copy_from_slice(&0x2000u64.to_ne_bytes());
+        buf[16..20].copy_from_slice(&5u32.to_ne_bytes());
+        for (size, expect) in [(24usize, Ok(want)), (16, Err(CUDA_ERROR_INVALID_VALUE))] {
+            let mut size = size;
+            let mut extra: [*mut c_void; 5] = [
+                std::ptr::without_provenance_mut(CU_LAUNCH_PARAM_BUFFER_POINTER),
+                buf.as_mut_ptr().cast(),
+                std::ptr::without_provenance_mut(CU_LAUNCH_PARAM_BUFFER_SIZE),
+                (&raw mut size).cast(),
+                std::ptr::null_mut(),
+            ];
+            // SAFETY: `extra` is END-terminated and points at live storage.
+            let got = unsafe { decode_args(Op::SumU32, std::ptr::null_mut(), extra.as_mut_ptr()) };
+            assert_eq!(got, expect, "buffer size {size}");
+        }
     }
 }

@@ -32,4 +32,6 @@ mod memory;
 mod shared;
 mod state;
 mod streams;
+#[cfg(test)]
+mod testing;
 mod vmm;

@@ -3,6 +3,11 @@
 //!
 //! A `CUdeviceptr` is a host address. Every copy, memset and kernel checks that its range lies
 //! inside one live allocation or inside mapped VMM ranges with the access it needs.
+//!
+//! `cuMemcpy`/`cuMemcpyAsync` (unified addressing) take either side as a device or a host
+//! address: a side is device memory when its address lies in a live allocation or in a reserved
+//! VMM range (mapped or not), and is then checked like any device range; otherwise it is a host
+//! pointer the caller vouches for.
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
@@ -56,6 +61,11 @@ impl Memory {
         }
     }
 
+    /// Bytes of every live `cuMemAlloc*` allocation together.
+    pub fn bytes(&self) -> u64 {
+        self.allocs.values().map(|&s| s as u64).sum()
+    }
+
     /// Whether `[addr, addr + len)` lies inside one live allocation.
     pub fn contains(&self, addr: u64, len: usize) -> bool {
         let Some(end) = addr.checked_add(len as u64) else {
@@ -80,6 +90,12 @@ pub fn check_range(st: &State, addr: u64, len: usize, access: Access) -> Result<
 /// driver answers a copy into a read-only mapping.
 fn check_copy_range(st: &State, addr: u64, len: usize, access: Access) -> CuResult<()> {
     check_range(st, addr, len, access).map_err(|_| CUDA_ERROR_INVALID_VALUE)
+}
+
+/// Whether `addr` is a device address the fake knows: inside a live allocation or a reserved VMM
+/// range (mapped or not). Anything else is, to the unified-addressing copies, a host address.
+fn is_device_addr(st: &State, addr: u64) -> bool {
+    st.memory.contains(addr, 1) || st.vmm.is_reserved(addr)
 }
 
 /// The host pointer behind a fake device address. Every address the fake hands out had its
@@ -216,6 +232,12 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CuResult<()> 
     let st = lock();
     st.require_ctx()?;
     let t = total_mem();
+    // `bytes_allocated` counts `cuMemAlloc*` and `cuMemCreate` memory this process still
+    // references; imported VMM memory belongs to its exporter and is not counted.
+    debug_assert_eq!(
+        st.bytes_allocated,
+        st.memory.bytes() + st.vmm.created_bytes()
+    );
     let f = t.saturating_sub(st.bytes_allocated);
     let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     // SAFETY: both non-NULL, caller contract.
@@ -307,6 +329,60 @@ pub unsafe fn memcpy_dtoh(
     finish_on_stream(st, stream, per_thread_default, sync)
 }
 
+/// How a copy names its sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    /// `cuMemcpyDtoD*`: both sides must be device memory.
+    DeviceToDevice,
+    /// `cuMemcpy`/`cuMemcpyAsync`: each side is device memory if the fake knows its address
+    /// (see [`is_device_addr`]), else a host pointer.
+    Unified,
+}
+
+/// Checks one side of a copy; returns the host pointer to copy through.
+fn copy_side(st: &State, addr: u64, n: usize, access: Access, kind: CopyKind) -> CuResult<*mut u8> {
+    if kind == CopyKind::DeviceToDevice || is_device_addr(st, addr) {
+        check_copy_range(st, addr, n, access)?;
+        return Ok(device_ptr(addr));
+    }
+    if addr == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // A host pointer: the caller vouches for it (cuda.h contract).
+    Ok(std::ptr::with_exposed_provenance_mut(addr as usize))
+}
+
+/// `cuMemcpyDtoD*` (`kind` `DeviceToDevice`) and `cuMemcpy`/`cuMemcpyAsync` (`Unified`), sync
+/// or async: the source must be readable and the destination writable (a read-only VMM mapping
+/// refuses), else `CUDA_ERROR_INVALID_VALUE`. The bytes move at the call; the copy is ordered on
+/// the stream like the other copies, and the synchronous forms wait for the stream.
+///
+/// # Safety
+/// A side that is not device memory the fake knows must be a host pointer valid for `n` bytes
+/// (reads for `src`, writes for `dst`).
+pub unsafe fn memcpy(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    kind: CopyKind,
+    stream: Handle,
+    per_thread_default: bool,
+    sync: bool,
+) -> CuResult<()> {
+    let st = lock();
+    st.require_ctx()?;
+    st.streams.resolve(stream, per_thread_default)?;
+    if n > 0 {
+        let from = copy_side(&st, src, n, Access::Read, kind)?;
+        let to = copy_side(&st, dst, n, Access::Write, kind)?;
+        // SAFETY: each side is either checked live fake-device memory with the access it needs
+        // (kept live by the lock) or a host pointer valid for `n` bytes (caller contract).
+        // `copy` tolerates overlap.
+        unsafe { std::ptr::copy(from.cast_const(), to, n) };
+    }
+    finish_on_stream(st, stream, per_thread_default, sync)
+}
+
 /// `cuMemsetD8/D16/D32` (sync or async): `count` elements of `elem` bytes set to `value`.
 pub fn memset(
     dst: CUdeviceptr,
@@ -351,6 +427,228 @@ pub fn memset(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exports::*;
+    use crate::testing::{host_addr, ok, Driver, PROT_NONE, PROT_READ, PROT_READWRITE};
+    use crate::vmm::GRANULARITY;
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn dtod_copies_between_allocations_and_vmm_ranges() {
+        let d = Driver::new();
+        let n = 4096;
+        let a = d.alloc(n);
+        let b = d.alloc(n);
+        let want = pattern(n, 1);
+        d.upload(a, &want);
+        // SAFETY: plain value arguments.
+        ok(unsafe { cuMemcpyDtoD_v2(b, a, n) });
+        assert_eq!(d.download(b, n), want);
+
+        // Into a read-write mapping (the per-thread form), then out of it into b's second half.
+        let (rw, h) = d.vmm_granule(PROT_READWRITE);
+        // SAFETY: plain value arguments.
+        ok(unsafe { cuMemcpyDtoD_v2_ptds(rw + 100, a, n) });
+        assert_eq!(d.download(rw + 100, n), want);
+        let mut s: Handle = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        ok(unsafe { cuStreamCreate(&mut s, 0) });
+        // SAFETY: plain value arguments; `s` is a live stream.
+        unsafe {
+            ok(cuMemcpyDtoDAsync_v2(b + 2048, rw + 100, 2048, s));
+            ok(cuStreamSynchronize(s));
+        }
+        let got = d.download(b, n);
+        assert_eq!(got[..2048], want[..2048]);
+        assert_eq!(got[2048..], want[..2048]);
+
+        // A source or destination that is not (wholly) device memory is refused.
+        let host = vec![0u8; n];
+        let hp = host_addr(host.as_ptr());
+        // SAFETY: the fake checks every device range; nothing is written on failure.
+        unsafe {
+            assert_eq!(cuMemcpyDtoD_v2(hp, a, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyDtoD_v2(b, hp, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyDtoD_v2(b, a + 1, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyDtoD_v2(b, 0, n), CUDA_ERROR_INVALID_VALUE);
+            // Zero bytes is a no-op, whatever the addresses.
+            ok(cuMemcpyDtoDAsync_v2_ptsz(0, 0, 0, std::ptr::null_mut()));
+            ok(cuStreamDestroy_v2(s));
+        }
+        assert_eq!(host, vec![0u8; n]);
+        d.vmm_free(rw, h);
+        d.free(a);
+        d.free(b);
+    }
+
+    #[test]
+    fn copies_into_a_read_only_mapping_are_refused() {
+        let d = Driver::new();
+        let n = 8192;
+        let a = d.alloc(n);
+        let src = pattern(n, 7);
+        d.upload(a, &src);
+        let (ro, h) = d.vmm_granule(PROT_READWRITE);
+        let before = pattern(GRANULARITY, 3);
+        d.upload(ro, &before);
+        d.set_access(ro, GRANULARITY, PROT_READ);
+        let host = pattern(n, 9);
+        let hp = host_addr(host.as_ptr());
+        let mut s: Handle = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; then plain values, live host buffers of `n` bytes and a
+        // live stream.
+        unsafe {
+            ok(cuStreamCreate(&mut s, 0));
+            assert_eq!(cuMemcpyDtoD_v2(ro, a, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyDtoD_v2_ptds(ro, a, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyDtoDAsync_v2(ro, a, n, s), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(
+                cuMemcpyDtoDAsync_v2_ptsz(ro, a, n, s),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(cuMemcpy(ro, a, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpy_ptds(ro, hp, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyAsync(ro + 64, hp, n, s), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyAsync_ptsz(ro, a, n, s), CUDA_ERROR_INVALID_VALUE);
+            // A range that only ends in the read-only mapping is refused as a whole.
+            assert_eq!(
+                cuMemcpyHtoD_v2(ro + GRANULARITY as u64 - 16, host.as_ptr().cast(), 32),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            ok(cuStreamSynchronize(s));
+        }
+        assert_eq!(d.download(ro, GRANULARITY), before, "a refused copy wrote");
+        // Reading out of it is fine, into device memory and into host memory.
+        let mut back = vec![0u8; n];
+        // SAFETY: plain values and a live host buffer of `n` bytes.
+        unsafe {
+            ok(cuMemcpyDtoD_v2(a, ro, n));
+            ok(cuMemcpy(host_addr(back.as_mut_ptr()), ro, n));
+        }
+        assert_eq!(d.download(a, n), before[..n]);
+        assert_eq!(back, before[..n]);
+        // Nor can a mapping without access be read.
+        d.set_access(ro, GRANULARITY, PROT_NONE);
+        // SAFETY: plain value arguments.
+        unsafe {
+            assert_eq!(cuMemcpyDtoD_v2(a, ro, n), CUDA_ERROR_INVALID_VALUE);
+            ok(cuStreamDestroy_v2(s));
+        }
+        d.vmm_free(ro, h);
+        d.free(a);
+    }
+
+    #[test]
+    fn generic_memcpy_tells_host_from_device() {
+        let d = Driver::new();
+        let n = 1000;
+        let dev = d.alloc(n);
+        let (vm, h) = d.vmm_granule(PROT_READWRITE);
+        let src = pattern(n, 11);
+        let mut dst = vec![0u8; n];
+        let mut dst2 = vec![0u8; n];
+        let (sp, dp, dp2) = (
+            host_addr(src.as_ptr()),
+            host_addr(dst.as_mut_ptr()),
+            host_addr(dst2.as_mut_ptr()),
+        );
+        // SAFETY: the host buffers are live and `n` bytes long; the device ranges are checked.
+        unsafe {
+            // host -> device (a plain allocation), device -> VMM mapping, VMM -> host.
+            ok(cuMemcpy(dev, sp, n));
+            ok(cuMemcpy_ptds(vm + 10, dev, n));
+            ok(cuMemcpy(dp, vm + 10, n));
+            // host -> host is a plain memmove.
+            ok(cuMemcpy(dp2, sp, n));
+        }
+        assert_eq!(d.download(dev, n), src);
+        assert_eq!(dst, src);
+        assert_eq!(dst2, src);
+
+        let mut s: Handle = std::ptr::null_mut();
+        // SAFETY: as above, plus a live stream.
+        unsafe {
+            ok(cuStreamCreate(&mut s, 0));
+            ok(cuMemcpyAsync(dev, sp + 1, n - 1, s));
+            ok(cuMemcpyAsync_ptsz(vm, dev, n, std::ptr::null_mut()));
+            ok(cuStreamSynchronize(s));
+            // A device side must lie wholly in device memory: a range running past the end of
+            // an allocation is not taken for host memory.
+            assert_eq!(cuMemcpy(dev + 1, sp, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpy(dp, dev + 1, n), CUDA_ERROR_INVALID_VALUE);
+            // NULL is never a host buffer.
+            assert_eq!(cuMemcpy(0, dev, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpyAsync(dev, 0, n, s), CUDA_ERROR_INVALID_VALUE);
+            ok(cuStreamDestroy_v2(s));
+        }
+        assert_eq!(d.download(vm, n - 1), src[1..]);
+
+        // A reserved but unmapped VMM address is device memory (unusable), not host memory.
+        // SAFETY: plain values; the fake refuses before touching anything.
+        unsafe {
+            ok(cuMemUnmap(vm, GRANULARITY));
+            assert_eq!(cuMemcpy(vm, sp, n), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(cuMemcpy(dp, vm, n), CUDA_ERROR_INVALID_VALUE);
+            ok(cuMemRelease(h));
+            ok(cuMemAddressFree(vm, GRANULARITY));
+        }
+        d.free(dev);
+    }
+
+    #[test]
+    fn async_copies_are_stream_ordered_and_sync_copies_wait() {
+        let d = Driver::new();
+        let n = 256;
+        let a = d.alloc(n);
+        let b = d.alloc(n);
+        let image = c"tandem-fake-module v1\nkernel slow 300000000 noop\n";
+        let (mut m, mut f, mut s): (Handle, Handle, Handle) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        // SAFETY: valid out-pointers, a NUL-terminated image, live handles, no kernel params
+        // (noop takes none).
+        unsafe {
+            ok(cuModuleLoadData(&mut m, image.as_ptr().cast()));
+            ok(cuModuleGetFunction(&mut f, m, c"slow".as_ptr()));
+            ok(cuStreamCreate(&mut s, 0));
+            let launch = |s: Handle| {
+                cuLaunchKernel(
+                    f,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    s,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            // An async copy behind a 300 ms kernel returns at once: the stream is still busy.
+            ok(launch(s));
+            ok(cuMemcpyDtoDAsync_v2(b, a, n, s));
+            ok(cuMemcpyAsync(b, a, n, s));
+            assert_eq!(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+            // A synchronous copy on the legacy stream waits for the blocking stream `s`.
+            ok(cuMemcpyDtoD_v2(b, a, n));
+            ok(cuStreamQuery(s));
+            ok(launch(s));
+            ok(cuMemcpy(b, a, n));
+            ok(cuStreamQuery(s));
+            ok(cuStreamDestroy_v2(s));
+            ok(cuModuleUnload(m));
+        }
+        d.free(a);
+        d.free(b);
+    }
 
     #[test]
     fn contains_checks_whole_range_inside_one_allocation() {

@@ -8,9 +8,12 @@
 //! implicitly synchronises with every blocking stream (user streams created without
 //! `CU_STREAM_NON_BLOCKING`, and the per-thread default streams): work on it waits for all of
 //! them, and their later work waits for it.
+//!
+//! Stream priorities (`cuStreamCreateWithPriority`) are recorded and reported, with the range of
+//! an H100 (least 0, greatest -5); the simulated device does not schedule by them.
 
 use std::collections::BTreeMap;
-use std::ffi::c_uint;
+use std::ffi::{c_int, c_uint};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -20,6 +23,10 @@ use crate::types::*;
 
 /// `CU_STREAM_NON_BLOCKING`.
 const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// The least (numerically greatest) stream priority, as on an H100; also the default.
+pub const LEAST_PRIORITY: c_int = 0;
+/// The greatest (numerically least) stream priority, as on an H100.
+pub const GREATEST_PRIORITY: c_int = -5;
 
 /// `CLOCK_MONOTONIC` in ns (system-wide: comparable between processes).
 pub fn monotonic_ns() -> u64 {
@@ -88,6 +95,8 @@ fn this_thread() -> u64 {
 struct UserStream {
     ready_at: u64,
     blocking: bool,
+    /// In `GREATEST_PRIORITY..=LEAST_PRIORITY`.
+    priority: c_int,
 }
 
 pub struct Streams {
@@ -113,6 +122,14 @@ impl Streams {
             CU_STREAM_PER_THREAD => Ok(StreamKey::PerThread(this_thread())),
             h if self.user.contains_key(&h) => Ok(StreamKey::User(h)),
             _ => Err(CUDA_ERROR_INVALID_HANDLE),
+        }
+    }
+
+    /// A stream's priority; the default streams have the default (least) priority.
+    pub fn priority(&self, stream: StreamKey) -> c_int {
+        match stream {
+            StreamKey::User(h) => self.user.get(&h).map_or(LEAST_PRIORITY, |s| s.priority),
+            StreamKey::Legacy | StreamKey::PerThread(_) => LEAST_PRIORITY,
         }
     }
 
@@ -188,9 +205,25 @@ impl Streams {
     }
 }
 
+/// `cuStreamCreate`.
+///
 /// # Safety
 /// `out` must be NULL or valid for a write.
 pub unsafe fn stream_create(out: *mut Handle, flags: c_uint) -> CuResult<()> {
+    // SAFETY: forwarded caller contract.
+    unsafe { stream_create_with_priority(out, flags, LEAST_PRIORITY) }
+}
+
+/// `cuStreamCreateWithPriority`: as the real driver, a priority outside the device's range is
+/// clamped into it.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn stream_create_with_priority(
+    out: *mut Handle,
+    flags: c_uint,
+    priority: c_int,
+) -> CuResult<()> {
     if out.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -203,10 +236,48 @@ pub unsafe fn stream_create(out: *mut Handle, flags: c_uint) -> CuResult<()> {
         UserStream {
             ready_at: 0,
             blocking,
+            priority: priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY),
         },
     );
     // SAFETY: non-NULL, caller contract.
     unsafe { write_out(out, handle(h)) }
+}
+
+/// `cuStreamGetPriority` (and its `_ptsz` form).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn stream_get_priority(
+    stream: Handle,
+    out: *mut c_int,
+    per_thread_default: bool,
+) -> CuResult<()> {
+    let st = lock();
+    st.require_ctx()?;
+    let s = st.streams.resolve(stream, per_thread_default)?;
+    // SAFETY: forwarded caller contract.
+    unsafe { write_out(out, st.streams.priority(s)) }
+}
+
+/// `cuCtxGetStreamPriorityRange`: least 0, greatest -5 (an H100). Either pointer may be NULL
+/// (that value is then not returned).
+///
+/// # Safety
+/// `least` and `greatest` must each be NULL or valid for a write.
+pub unsafe fn ctx_get_stream_priority_range(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CuResult<()> {
+    lock().require_ctx()?;
+    if !least.is_null() {
+        // SAFETY: non-NULL, caller contract.
+        unsafe { least.write_unaligned(LEAST_PRIORITY) };
+    }
+    if !greatest.is_null() {
+        // SAFETY: non-NULL, caller contract.
+        unsafe { greatest.write_unaligned(GREATEST_PRIORITY) };
+    }
+    Ok(())
 }
 
 /// `cuStreamDestroy_v2`: returns at once; queued work still "completes" (effects were applied at
@@ -255,6 +326,66 @@ pub fn ctx_synchronize() -> CuResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exports::*;
+    use crate::testing::{ok, Driver};
+
+    #[test]
+    fn stream_priorities() {
+        let _d = Driver::new();
+        let (mut least, mut greatest) = (99, 99);
+        // SAFETY: valid out-pointers (or NULL, which is allowed).
+        unsafe {
+            ok(cuCtxGetStreamPriorityRange(&mut least, &mut greatest));
+            ok(cuCtxGetStreamPriorityRange(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            ));
+        }
+        assert_eq!((least, greatest), (0, -5));
+        let prio = |s: Handle| {
+            let mut p = 99;
+            // SAFETY: a live stream (or a default one) and a valid out-pointer.
+            ok(unsafe { cuStreamGetPriority(s, &mut p) });
+            p
+        };
+        // Asked, clamped into the range, or the default.
+        for (asked, got) in [(-3, -3), (-5, -5), (0, 0), (-100, -5), (7, 0)] {
+            let mut s: Handle = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            ok(unsafe { cuStreamCreateWithPriority(&mut s, CU_STREAM_NON_BLOCKING, asked) });
+            assert_eq!(prio(s), got, "asked {asked}");
+            // SAFETY: a live stream.
+            ok(unsafe { cuStreamDestroy_v2(s) });
+        }
+        let mut s: Handle = std::ptr::null_mut();
+        // SAFETY: valid out-pointers; bad flags and a NULL out-pointer are refused.
+        unsafe {
+            ok(cuStreamCreate(&mut s, 0));
+            assert_eq!(
+                cuStreamCreateWithPriority(&mut s, 0x4, -1),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuStreamCreateWithPriority(std::ptr::null_mut(), 0, -1),
+                CUDA_ERROR_INVALID_VALUE
+            );
+        }
+        assert_eq!(prio(s), 0);
+        assert_eq!(prio(std::ptr::null_mut()), 0);
+        let mut p = 99;
+        // SAFETY: the per-thread default stream; a valid out-pointer.
+        ok(unsafe { cuStreamGetPriority_ptsz(std::ptr::null_mut(), &mut p) });
+        assert_eq!(p, 0);
+        // SAFETY: an unknown handle is refused before anything is written.
+        let rc = unsafe { cuStreamGetPriority(handle(0x1234_5670), &mut p) };
+        assert_eq!(rc, CUDA_ERROR_INVALID_HANDLE);
+        // A high-priority stream is a stream like any other: a copy can run on it.
+        // SAFETY: a live stream.
+        unsafe {
+            ok(cuStreamSynchronize(s));
+            ok(cuStreamDestroy_v2(s));
+        }
+    }
 
     #[test]
     fn idle_stream_starts_now() {
@@ -311,6 +442,7 @@ mod tests {
             UserStream {
                 ready_at: 0,
                 blocking: true,
+                priority: LEAST_PRIORITY,
             },
         );
         s.user.insert(
@@ -318,6 +450,7 @@ mod tests {
             UserStream {
                 ready_at: 0,
                 blocking: false,
+                priority: LEAST_PRIORITY,
             },
         );
         // A long kernel on the non-blocking stream does not hold up the legacy stream.

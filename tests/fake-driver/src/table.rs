@@ -312,6 +312,21 @@ mod tests {
             pick("cuGraphAddKernelNode", 12000, false),
             Ok("cuGraphAddKernelNode_v2")
         );
+        assert_eq!(pick("cuMemcpyDtoD", 3020, false), Ok("cuMemcpyDtoD_v2"));
+        assert_eq!(
+            pick("cuMemcpyDtoDAsync", 12000, false),
+            Ok("cuMemcpyDtoDAsync_v2")
+        );
+        assert_eq!(pick("cuMemcpy", 4000, false), Ok("cuMemcpy"));
+        assert_eq!(pick("cuMemcpyAsync", 13000, false), Ok("cuMemcpyAsync"));
+        assert_eq!(
+            pick("cuStreamCreateWithPriority", 5050, false),
+            Ok("cuStreamCreateWithPriority")
+        );
+        assert_eq!(
+            pick("cuCtxGetStreamPriorityRange", 12000, false),
+            Ok("cuCtxGetStreamPriorityRange")
+        );
     }
 
     #[test]
@@ -338,6 +353,18 @@ mod tests {
         );
         assert_eq!(
             pick("cuInit", -1, false),
+            Err(Selection::VersionNotSufficient)
+        );
+        assert_eq!(
+            pick("cuMemcpyDtoD", 3010, false),
+            Err(Selection::VersionNotSufficient)
+        );
+        assert_eq!(
+            pick("cuMemcpy", 3020, true),
+            Err(Selection::VersionNotSufficient)
+        );
+        assert_eq!(
+            pick("cuStreamCreateWithPriority", 5000, false),
             Err(Selection::VersionNotSufficient)
         );
     }
@@ -376,6 +403,24 @@ mod tests {
         );
         assert_eq!(pick("cuEventRecord", 7000, true), Ok("cuEventRecord_ptsz"));
         assert_eq!(pick("cuGraphLaunch", 10000, true), Ok("cuGraphLaunch_ptsz"));
+        assert_eq!(pick("cuMemcpyDtoD", 7000, true), Ok("cuMemcpyDtoD_v2_ptds"));
+        assert_eq!(pick("cuMemcpyDtoD", 6050, true), Ok("cuMemcpyDtoD_v2"));
+        assert_eq!(
+            pick("cuMemcpyDtoDAsync", 12000, true),
+            Ok("cuMemcpyDtoDAsync_v2_ptsz")
+        );
+        assert_eq!(pick("cuMemcpy", 7000, true), Ok("cuMemcpy_ptds"));
+        assert_eq!(pick("cuMemcpy", 6000, true), Ok("cuMemcpy"));
+        assert_eq!(pick("cuMemcpyAsync", 7000, true), Ok("cuMemcpyAsync_ptsz"));
+        assert_eq!(pick("cuMemcpyAsync", 7000, false), Ok("cuMemcpyAsync"));
+        assert_eq!(
+            pick("cuStreamGetPriority", 12000, true),
+            Ok("cuStreamGetPriority_ptsz")
+        );
+        assert_eq!(
+            pick("cuStreamCreateWithPriority", 12000, true),
+            Ok("cuStreamCreateWithPriority")
+        );
         // A function with no per-thread form gives its legacy form under either flag.
         assert_eq!(pick("cuMemAlloc", 12000, true), Ok("cuMemAlloc_v2"));
         assert_eq!(

@@ -116,6 +116,30 @@ impl Vmm {
         }
     }
 
+    /// Whether `addr` lies in a reserved virtual range (mapped or not).
+    pub fn is_reserved(&self, addr: u64) -> bool {
+        self.reservation_containing(addr, 1).is_some()
+    }
+
+    /// Bytes of the physical allocations this process created (`cuMemCreate`) and still
+    /// references, through its handle or a mapping.
+    pub fn created_bytes(&self) -> u64 {
+        self.phys_bytes(false)
+    }
+
+    /// Bytes of the imported physical allocations this process still references.
+    pub fn imported_bytes(&self) -> u64 {
+        self.phys_bytes(true)
+    }
+
+    fn phys_bytes(&self, imported: bool) -> u64 {
+        self.handles
+            .values()
+            .filter(|p| p.imported == imported)
+            .map(|p| p.size as u64)
+            .sum()
+    }
+
     /// The starts of the mappings that exactly tile `[ptr, ptr + size)`, or `None`.
     fn whole_mappings(&self, ptr: u64, size: usize) -> Option<Vec<u64>> {
         let end = ptr.checked_add(size as u64)?;
@@ -594,6 +618,135 @@ pub unsafe fn import_from_shareable_handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exports::*;
+    use crate::introspect::{
+        fakecuda_device_bytes_used, fakecuda_vmm_created_bytes, fakecuda_vmm_imported_bytes,
+    };
+    use crate::testing::{ok, Driver, PROT_READ, PROT_READWRITE};
+
+    /// (created, imported, used, cuMemGetInfo free).
+    fn accounting() -> (u64, u64, u64, u64) {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        ok(unsafe { cuMemGetInfo_v2(&mut free, &mut total) });
+        assert_eq!(total as u64, crate::memory::total_mem());
+        assert_eq!(
+            free as u64,
+            total as u64 - fakecuda_device_bytes_used(),
+            "cuMemGetInfo's free is total minus what this process costs the device"
+        );
+        (
+            fakecuda_vmm_created_bytes(),
+            fakecuda_vmm_imported_bytes(),
+            fakecuda_device_bytes_used(),
+            free as u64,
+        )
+    }
+
+    #[test]
+    fn created_and_imported_bytes_through_a_memfd_round_trip() {
+        let d = Driver::new();
+        let g = GRANULARITY as u64;
+        let (c0, i0, u0, f0) = accounting();
+
+        // Created: costs the device.
+        let h = d.create(2 * GRANULARITY);
+        assert_eq!(accounting(), (c0 + 2 * g, i0, u0 + 2 * g, f0 - 2 * g));
+
+        // Exported as an fd and imported again: the import costs nothing.
+        let mut fd: c_int = -1;
+        // SAFETY: `fd` is valid for a write of an int.
+        ok(unsafe {
+            cuMemExportToShareableHandle(
+                (&raw mut fd).cast(),
+                h,
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        });
+        assert!(fd >= 0);
+        let mut imp = 0;
+        // SAFETY: valid out-pointer; the fd travels as the pointer's value.
+        ok(unsafe {
+            cuMemImportFromShareableHandle(
+                &mut imp,
+                std::ptr::without_provenance_mut(fd as usize),
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        });
+        // SAFETY: the fd the export handed us, closed once; the import holds its own.
+        unsafe { libc::close(fd) };
+        assert_eq!(
+            accounting(),
+            (c0 + 2 * g, i0 + 2 * g, u0 + 2 * g, f0 - 2 * g)
+        );
+
+        // Both map the same bytes: written through the creator, read through the import,
+        // and the import mapped read-only refuses a write.
+        let size = 2 * GRANULARITY;
+        let (p1, p2) = (d.reserve(size), d.reserve(size));
+        d.map(p1, size, h, PROT_READWRITE);
+        d.map(p2, size, imp, PROT_READ);
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        d.upload(p1 + g + 5, &bytes);
+        assert_eq!(d.download(p2 + g + 5, bytes.len()), bytes);
+        // SAFETY: a live host buffer of that length.
+        let rc = unsafe { cuMemcpyHtoD_v2(p2, bytes.as_ptr().cast(), bytes.len()) };
+        assert_eq!(rc, CUDA_ERROR_INVALID_VALUE);
+
+        // Released but still mapped: still referenced, still counted.
+        // SAFETY: plain value arguments.
+        unsafe {
+            ok(cuMemRelease(imp));
+            ok(cuMemRelease(h));
+        }
+        assert_eq!(
+            accounting(),
+            (c0 + 2 * g, i0 + 2 * g, u0 + 2 * g, f0 - 2 * g)
+        );
+        // Unmapping the import frees nothing of the device; the creator's data is intact.
+        // SAFETY: plain value arguments.
+        ok(unsafe { cuMemUnmap(p2, size) });
+        assert_eq!(accounting(), (c0 + 2 * g, i0, u0 + 2 * g, f0 - 2 * g));
+        assert_eq!(d.download(p1 + g + 5, bytes.len()), bytes);
+        // Unmapping the creator's last mapping gives the memory back.
+        // SAFETY: plain value arguments.
+        ok(unsafe { cuMemUnmap(p1, size) });
+        assert_eq!(accounting(), (c0, i0, u0, f0));
+
+        // A plain allocation is device memory but not VMM memory.
+        let a = d.alloc(12345);
+        assert_eq!(accounting(), (c0, i0, u0 + 12345, f0 - 12345));
+        d.free(a);
+        // An unreleased import with no mapping is still referenced by its handle.
+        let h = d.create(GRANULARITY);
+        let mut fd: c_int = -1;
+        let mut imp = 0;
+        // SAFETY: as above.
+        unsafe {
+            ok(cuMemExportToShareableHandle(
+                (&raw mut fd).cast(),
+                h,
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            ));
+            ok(cuMemImportFromShareableHandle(
+                &mut imp,
+                std::ptr::without_provenance_mut(fd as usize),
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            ));
+            libc::close(fd);
+            ok(cuMemRelease(h));
+        }
+        assert_eq!(accounting(), (c0, i0 + g, u0, f0));
+        // SAFETY: plain value arguments.
+        unsafe {
+            ok(cuMemRelease(imp));
+            ok(cuMemAddressFree(p1, size));
+            ok(cuMemAddressFree(p2, size));
+        }
+        assert_eq!(accounting(), (c0, i0, u0, f0));
+    }
 
     fn vmm_with(maps: &[(u64, usize, Prot)]) -> Vmm {
         let mut v = Vmm::new();
