@@ -2,7 +2,8 @@
  * replica: one replica of a model, for the weight-dedup tests.
  *
  *   replica --weights-mib M --seed S --requests N [--gap-ms G] [--act-mib A]
- *           [--write-after K --write memcpy|memset|d2d|kernel] [--wait-file PATH] [--trace]
+ *           [--write-after K --write memcpy|memset|d2d|kernel [--write-when-shared]]
+ *           [--wait-file PATH] [--trace]
  *
  * Linked against the driver (-lcuda) and calling the exported symbols directly, so an
  * LD_PRELOADed shim sees every call. One module with the fake kernels `sum_u32` and `fill_u32`
@@ -20,6 +21,9 @@
  *   memset  cuMemsetD32_v2 of 0xdeadbeef,
  *   d2d     cuMemcpyDtoD_v2 from the activation buffer (fewer bytes if it is smaller),
  *   kernel  fill_u32(weights, n, 7) then cuCtxSynchronize.
+ * With --write-when-shared the write first waits (polling every 5 ms, at most 30 s, else
+ * `ERROR wait-shared rc=0` and exit 2) until the shim reports shared bytes
+ * (tandem_dedup_shared_bytes() > 0), so a test can be sure the write meets shared memory.
  * The later requests then see this replica's own write. A kernel write that fails (its launch or
  * the sync) ends the process with status 3 after the WRITE line: a poisoned context cannot go
  * on.
@@ -147,12 +151,17 @@ int main(int argc, char **argv)
 {
     uint64_t weights_mib = 0, seed = 0, requests = 0, gap_ms = 5, act_mib = 4, write_after = 0;
     int have_weights = 0, have_seed = 0, have_requests = 0, have_write_after = 0, trace = 0;
+    int when_shared = 0;
     const char *write_kind = NULL, *wait_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--trace") == 0) {
             trace = 1;
+            continue;
+        }
+        if (strcmp(a, "--write-when-shared") == 0) {
+            when_shared = 1;
             continue;
         }
         if (!v)
@@ -192,6 +201,8 @@ int main(int argc, char **argv)
     if (have_write_after != (write_kind != NULL))
         return usage();
     if (have_write_after && write_after >= requests)
+        return usage();
+    if (when_shared && !have_write_after)
         return usage();
 
     const size_t w_bytes = (size_t)(weights_mib * MIB), a_bytes = (size_t)(act_mib * MIB);
@@ -238,6 +249,14 @@ int main(int argc, char **argv)
         if (trace)
             printf("REQ %" PRIu64 " %08" PRIx32 " %08" PRIx32 "\n", i, res[0], res[1]);
         if (have_write_after && i == write_after) {
+            for (int waited = 0; when_shared && shim_stat("tandem_dedup_shared_bytes") == 0;
+                 waited += 5) {
+                if (waited >= 30000) {
+                    printf("ERROR wait-shared rc=0\n");
+                    return 2;
+                }
+                usleep(5000);
+            }
             size_t n = w_bytes < WRITE_BYTES ? w_bytes : WRITE_BYTES;
             CUresult rc;
             const char *call;

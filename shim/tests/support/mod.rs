@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tandem_proto::dedup::Dedup;
 use tandem_proto::wire::{self, Message, RejectReason};
 use tandem_proto::{ring, ClientClass, Consumer, ControlBlock, EventKind, Record, RingLayout};
 
@@ -85,6 +86,12 @@ impl ClientView {
 struct Shared {
     connections: usize,
     clients: Vec<ClientView>,
+    /// Flags every Welcome carries (e.g. `WELCOME_FLAG_SHARE_WEIGHTS`).
+    welcome_flags: u8,
+    /// Dedup messages received: (client id, message, attached fd).
+    dedup_in: Vec<(u64, Dedup, Option<Arc<OwnedFd>>)>,
+    /// Dedup messages to send: (client id, message, fd to attach).
+    dedup_out: Vec<(u64, Dedup, Option<Arc<OwnedFd>>)>,
 }
 
 pub struct Coordinator {
@@ -188,6 +195,41 @@ impl Coordinator {
             stop,
             shared,
             thread: Some(thread),
+        }
+    }
+
+    /// Flags the next Welcomes carry.
+    pub fn set_welcome_flags(&self, flags: u8) {
+        self.shared.lock().unwrap().welcome_flags = flags;
+    }
+
+    /// Dedup messages received so far (client id, message, fd).
+    pub fn dedup_received(&self) -> Vec<(u64, Dedup, Option<Arc<OwnedFd>>)> {
+        self.shared.lock().unwrap().dedup_in.clone()
+    }
+
+    /// Queues a Dedup message (and fd) for client `id`; sent within a few ms.
+    pub fn send_dedup(&self, id: u64, d: Dedup, fd: Option<Arc<OwnedFd>>) {
+        self.shared.lock().unwrap().dedup_out.push((id, d, fd));
+    }
+
+    /// Polls until a received Dedup message satisfies `f`; returns it.
+    pub fn wait_dedup(
+        &self,
+        what: &str,
+        f: impl Fn(u64, &Dedup) -> bool,
+    ) -> (u64, Dedup, Option<Arc<OwnedFd>>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(m) = self
+                .dedup_received()
+                .into_iter()
+                .find(|(id, d, _)| f(*id, d))
+            {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -332,7 +374,7 @@ fn serve(
                         ring_capacity: layout.capacity(),
                         heartbeat_interval_ms: 100,
                         class: h.class,
-                        flags: 0,
+                        flags: shared.lock().unwrap().welcome_flags,
                     });
                     let n = w.encode(&mut buf).expect("encode welcome");
                     if wire::send(sock.as_fd(), &buf[..n], Some(memfd.as_fd())).is_err() {
@@ -351,10 +393,16 @@ fn serve(
         }
         // Rings, messages, hang-ups.
         {
-            let mut sh = shared.lock().unwrap();
+            let mut guard = shared.lock().unwrap();
+            let Shared {
+                clients,
+                dedup_in,
+                dedup_out,
+                ..
+            } = &mut *guard;
             let mut gone = Vec::new();
             for (i, l) in live.iter_mut().enumerate() {
-                let v = &mut sh.clients[l.view];
+                let v = &mut clients[l.view];
                 let _ = l.consumer.drain(|r| v.take(r, keep));
                 loop {
                     match wire::recv(l.sock.as_fd(), &mut buf) {
@@ -371,10 +419,22 @@ fn serve(
                             Ok(Message::Device(d)) => {
                                 v.devices.push((d.ordinal, d.uuid, d.name.to_vec()))
                             }
+                            Ok(Message::Dedup(d)) => {
+                                dedup_in.push((v.id, d, got.fd.map(Arc::new)));
+                            }
                             _ => v.bad_messages += 1,
                         },
                         Err(_) => break,
                     }
+                }
+                for (id, d, fd) in std::mem::take(dedup_out) {
+                    if id != v.id {
+                        dedup_out.push((id, d, fd));
+                        continue;
+                    }
+                    let n = Message::Dedup(d).encode(&mut buf).expect("encode dedup");
+                    wire::send(l.sock.as_fd(), &buf[..n], fd.as_deref().map(|f| f.as_fd()))
+                        .expect("send dedup");
                 }
                 let st = l.consumer.stats();
                 v.ring_dropped = st.dropped_full + st.dropped_busy;
