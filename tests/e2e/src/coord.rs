@@ -755,6 +755,15 @@ pub fn host_command(name: &str, args: &[&str], env: &Env) -> Command {
     cmd
 }
 
+/// The command that runs the program at `bin` (e.g. a copy of a host under
+/// another path) with `args` in `env`.
+pub fn command_at(bin: &Path, args: &[&str], env: &Env) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    env.apply(&mut cmd, artifacts());
+    cmd
+}
+
 /// Starts host `name` with `args` in `env`, running concurrently with the test.
 pub fn spawn_host(name: &str, args: &[&str], env: &Env) -> Proc {
     Proc::spawn(name, host_command(name, args, env))

@@ -1,0 +1,314 @@
+//! Weight dedup end to end: replica processes (tests/hosts/replica.c) under the
+//! shim with `TANDEM_SHARE_WEIGHTS=on`, the real tandemd brokering, the fake
+//! driver's VMM (memfd-backed: shared copies really are shared memory, and a
+//! read-only mapping really is read-only).
+//!
+//! Every replica's digest covers every output it computed, before and after
+//! merging; it must equal the digest of a run with no shim at all. Leaks are
+//! checked where they would show: tandemd's open descriptors (one per shared
+//! copy it holds) and its `dedup_shared_copies`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tandem_e2e::coord::{client_by_pid, client_env, poll, spawn_host, Proc, Tandemd, TestDir};
+use tandem_e2e::Env;
+
+const MIB: u64 = 1 << 20;
+/// Weights of each replica: 4 granules.
+const WEIGHTS_MIB: u64 = 8;
+const WAIT: Duration = Duration::from_secs(60);
+
+fn replica_env(dir: &TestDir) -> Env {
+    client_env(&dir.socket())
+        .var("TANDEM_SHARE_WEIGHTS", "on")
+        .var("TANDEM_DEDUP_SCAN_MS", "20")
+        .var("TANDEM_DEDUP_STABLE_CHECKS", "2")
+}
+
+fn args(requests: u32, wait_file: Option<&Path>, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "--weights-mib",
+        &WEIGHTS_MIB.to_string(),
+        "--seed",
+        "11",
+        "--requests",
+        &requests.to_string(),
+        "--gap-ms",
+        "2",
+        "--act-mib",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(w) = wait_file {
+        v.extend(["--wait-file".to_string(), w.to_str().unwrap().to_string()]);
+    }
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn spawn_replica(name: &str, requests: u32, wait_file: &Path, env: &Env, extra: &[&str]) -> Proc {
+    let a = args(requests, Some(wait_file), extra);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    spawn_host(name, &a, env)
+}
+
+/// The digest of a run without the shim (what every replica must compute).
+fn plain_digest(requests: u32, extra: &[&str]) -> String {
+    let a = args(requests, None, extra);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = tandem_e2e::run_host("replica", &a, &Env::fake_only());
+    out.assert_ok();
+    let done = out.lines("DONE").pop().expect("DONE").to_string();
+    done.split_whitespace()
+        .find(|t| t.starts_with("digest="))
+        .unwrap()
+        .to_string()
+}
+
+fn digest(p: &Proc) -> String {
+    p.lines("DONE")
+        .pop()
+        .unwrap_or_else(|| panic!("no DONE line:\n{}", p.stderr()))
+        .split_whitespace()
+        .find(|t| t.starts_with("digest="))
+        .unwrap()
+        .to_string()
+}
+
+fn gpu(stats: &Value) -> &Value {
+    &stats["gpus"][0]
+}
+
+fn gnum(stats: &Value, key: &str) -> u64 {
+    gpu(stats)[key].as_u64().unwrap_or(0)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn finish(wait_file: &Path, procs: &mut [Proc]) {
+    std::fs::File::create(wait_file).unwrap();
+    for p in procs.iter_mut() {
+        let st = p.wait_exit(WAIT);
+        assert!(st.success(), "replica failed: {st:?}\n{}", p.stderr());
+    }
+}
+
+/// Waits until tandemd holds no shared copy and its descriptors are back at `fds`.
+fn assert_nothing_left(d: &Tandemd, fds: usize) {
+    poll(WAIT, "every shared copy released", || {
+        let s = d.try_stats()?;
+        let (copies, now) = (gnum(&s, "dedup_shared_copies"), open_fds(d.pid()));
+        if copies == 0 && now == fds {
+            Ok(())
+        } else {
+            Err(format!(
+                "{copies} shared copies, {now} fds (baseline {fds})"
+            ))
+        }
+    });
+}
+
+#[test]
+fn three_replicas_hold_their_weights_once_and_compute_the_same() {
+    let dir = TestDir::new("dedup-three");
+    let d = Tandemd::start(&dir);
+    let fds = open_fds(d.pid());
+    let wf = dir.path().join("go");
+    let env = replica_env(&dir);
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|_| spawn_replica("replica", 3000, &wf, &env, &[]))
+        .collect();
+    // (3 - 1) replicas' weights saved, every granule merged.
+    let want_saved = 2 * WEIGHTS_MIB * MIB;
+    let stats = poll(WAIT, "all weights merged", || {
+        let s = d.try_stats()?;
+        let saved = gnum(&s, "dedup_saved_bytes");
+        if saved == want_saved {
+            Ok(s)
+        } else {
+            Err(format!("saved {saved} of {want_saved}: {}", gpu(&s)))
+        }
+    });
+    assert_eq!(gnum(&stats, "dedup_shared_copies"), WEIGHTS_MIB / 2);
+    assert_eq!(gnum(&stats, "dedup_merges"), 2 * WEIGHTS_MIB / 2);
+    for p in &procs {
+        let c = client_by_pid(&stats, p.pid()).expect("client in stats");
+        assert_eq!(c["dedup"]["shared_bytes"], WEIGHTS_MIB * MIB, "{c}");
+    }
+    finish(&wf, &mut procs);
+    let want = plain_digest(3000, &[]);
+    for p in &procs {
+        assert_eq!(digest(p), want, "outputs changed by sharing");
+        let shim = p.lines("SHIM").pop().unwrap();
+        assert!(
+            shim.contains(&format!("shared_bytes={}", WEIGHTS_MIB * MIB)),
+            "{shim}"
+        );
+    }
+    assert_nothing_left(&d, fds);
+}
+
+#[test]
+fn kill_9_of_any_replica_and_a_coordinator_restart_keep_outputs_and_leak_nothing() {
+    let dir = TestDir::new("dedup-kill");
+    let mut d = Tandemd::start(&dir);
+    let fds = open_fds(d.pid());
+    let wf = dir.path().join("go");
+    let env = replica_env(&dir);
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|_| spawn_replica("replica", 3000, &wf, &env, &[]))
+        .collect();
+    let want_saved = 2 * WEIGHTS_MIB * MIB;
+    poll(WAIT, "all weights merged", || {
+        let s = d.try_stats()?;
+        let saved = gnum(&s, "dedup_saved_bytes");
+        (saved == want_saved)
+            .then_some(())
+            .ok_or(format!("saved {saved} of {want_saved}"))
+    });
+    // kill -9 the first (whether it published or merged): the others keep the
+    // copies; one replica's worth fewer bytes saved.
+    let mut dead = procs.remove(0);
+    dead.kill9();
+    poll(WAIT, "the dead replica's share dropped", || {
+        let s = d.try_stats()?;
+        let (saved, copies) = (
+            gnum(&s, "dedup_saved_bytes"),
+            gnum(&s, "dedup_shared_copies"),
+        );
+        (saved == WEIGHTS_MIB * MIB && copies == WEIGHTS_MIB / 2)
+            .then_some(())
+            .ok_or(format!("saved {saved}, copies {copies}"))
+    });
+
+    // Restart tandemd mid-run: merged memory stays mapped in the replicas
+    // (orphans, uncounted); the new daemon starts with an empty index.
+    d.kill9();
+    let d = Tandemd::start(&dir);
+    let fds_new = open_fds(d.pid());
+    for p in &procs {
+        poll(WAIT, "replica re-registered", || {
+            let s = d.try_stats()?;
+            client_by_pid(&s, p.pid())
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_string())
+        });
+    }
+    let s = d.stats();
+    assert_eq!(gnum(&s, "dedup_shared_copies"), 0, "{}", gpu(&s));
+    finish(&wf, &mut procs);
+    let want = plain_digest(3000, &[]);
+    for p in &procs {
+        assert_eq!(digest(p), want, "outputs changed");
+    }
+    assert_nothing_left(&d, fds_new);
+    let _ = fds;
+}
+
+#[test]
+fn trust_groups_keep_jobs_apart() {
+    let dir = TestDir::new("dedup-groups");
+    // Two copies of the replica binary: group "a" is one path, "b" the other.
+    let bin = tandem_e2e::host("replica");
+    let (a_bin, b_bin): (PathBuf, PathBuf) =
+        (dir.path().join("replica-a"), dir.path().join("replica-b"));
+    std::fs::copy(&bin, &a_bin).unwrap();
+    std::fs::copy(&bin, &b_bin).unwrap();
+    let config = format!(
+        "{}\n[[dedup.group]]\nname = \"a\"\nexecutables = [{:?}]\n\n[[dedup.group]]\nname = \"b\"\nexecutables = [{:?}]\n",
+        tandem_e2e::coord::default_config(),
+        a_bin.to_str().unwrap(),
+        b_bin.to_str().unwrap()
+    );
+    let d = Tandemd::start_with_config(&dir, &config);
+    let wf = dir.path().join("go");
+    let env = replica_env(&dir);
+    let run = |bin: &Path| {
+        let a = args(3000, Some(&wf), &[]);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        Proc::spawn("replica", tandem_e2e::coord::command_at(bin, &a, &env))
+    };
+    let mut procs = vec![run(&a_bin), run(&b_bin)];
+    // Both offer candidates, but across groups nothing merges...
+    poll(WAIT, "candidates from both groups", || {
+        let s = d.try_stats()?;
+        let ready = procs.iter().all(|p| {
+            client_by_pid(&s, p.pid())
+                .is_some_and(|c| c["dedup"]["candidate_granules"].as_u64().unwrap_or(0) > 0)
+        });
+        ready.then_some(s).ok_or_else(|| "not yet".into())
+    });
+    // ...while a second job of group "a" merges with the first at once.
+    procs.push(run(&a_bin));
+    let s = poll(WAIT, "group a merged", || {
+        let s = d.try_stats()?;
+        let saved = gnum(&s, "dedup_saved_bytes");
+        (saved == WEIGHTS_MIB * MIB)
+            .then_some(s)
+            .ok_or(format!("saved {saved}"))
+    });
+    let b = client_by_pid(&s, procs[1].pid()).unwrap();
+    assert_eq!(b["dedup"]["shared_bytes"], 0, "group b shared: {b}");
+    assert_eq!(b["dedup"]["trust_group"], "b");
+    finish(&wf, &mut procs);
+    let want = plain_digest(3000, &[]);
+    for p in &procs {
+        assert_eq!(digest(p), want);
+    }
+}
+
+#[test]
+fn two_hundred_start_stop_cycles_leak_nothing() {
+    let dir = TestDir::new("dedup-cycles");
+    let d = Tandemd::start(&dir);
+    let fds = open_fds(d.pid());
+    let wf = dir.path().join("go");
+    let env = replica_env(&dir);
+    // A resident replica publishes; each short-lived one merges with it, breaks
+    // one granule by a copy (copy-on-write), and exits (freeing everything).
+    let mut resident = vec![spawn_replica("replica", 1_000_000, &wf, &env, &[])];
+    let short_wf = dir.path().join("short-go");
+    std::fs::File::create(&short_wf).unwrap();
+    // Kernels must keep running while the shim scans (its stability rule), so
+    // the write (which waits until something is shared) comes late.
+    let extra = [
+        "--gap-ms",
+        "3",
+        "--write-after",
+        "25",
+        "--write",
+        "memcpy",
+        "--write-when-shared",
+    ];
+    let want = plain_digest(30, &extra);
+    for i in 0..200 {
+        let mut p = spawn_replica("replica", 30, &short_wf, &env, &extra);
+        let st = p.wait_exit(WAIT);
+        assert!(st.success(), "cycle {i}: {st:?}\n{}", p.stderr());
+        assert_eq!(digest(&p), want, "cycle {i}");
+    }
+    let s = poll(WAIT, "only the resident's copies left", || {
+        let s = d.try_stats()?;
+        let (copies, saved) = (
+            gnum(&s, "dedup_shared_copies"),
+            gnum(&s, "dedup_saved_bytes"),
+        );
+        (copies <= WEIGHTS_MIB / 2 && saved == 0)
+            .then_some(s)
+            .ok_or(format!("{copies} copies, {saved} saved"))
+    });
+    // Each short replica merged (all but possibly the first, which may have
+    // published instead) and wrote into memory once something was shared.
+    assert!(gnum(&s, "dedup_merges") >= 199, "{}", gpu(&s));
+    assert!(gnum(&s, "dedup_cow_breaks") >= 1, "{}", gpu(&s));
+    std::fs::File::create(&wf).unwrap();
+    resident[0].kill9();
+    assert_nothing_left(&d, fds);
+}
