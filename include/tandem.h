@@ -32,7 +32,7 @@ extern "C" {
 /* ---- versions and geometry ---- */
 #define TANDEM_PROTOCOL_VERSION 1u
 #define TANDEM_RING_MAGIC 0x47524d45444e4154ull /* "TANDEMRG" little-endian */
-#define TANDEM_RING_LAYOUT_VERSION 2u
+#define TANDEM_RING_LAYOUT_VERSION 3u
 #define TANDEM_RECORD_SIZE 64u
 #define TANDEM_RING_HEADER_SIZE 384u
 #define TANDEM_CONTROL_BLOCK_SIZE 256u
@@ -64,7 +64,9 @@ extern "C" {
 
 /* ---- gate values (struct tandem_control_block.gate) ---- */
 #define TANDEM_GATE_OPEN 0u
-#define TANDEM_GATE_CLOSED 1u
+#define TANDEM_GATE_CLOSED 1u /* bit 0: closed; other bits: limit sequence */
+#define TANDEM_GATE_SEQ_STEP 2u /* added to the gate word when the launch limit is raised */
+#define TANDEM_LAUNCH_UNLIMITED 0u /* launch_limit: no limit */
 
 /* ---- one event, 64 bytes ---- */
 struct tandem_record {
@@ -138,28 +140,32 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_ring_header, pad2) == 264, "tandem_r
 
 /* ---- control block: coordinator line, then shim line ---- */
 struct tandem_control_block {
-    uint32_t gate;                   /* @0   TANDEM_GATE_*; futex word */
+    uint32_t gate;                   /* @0   bit 0: TANDEM_GATE_CLOSED; bits 1-31: limit sequence; futex word */
     uint32_t reserved0;              /* @4   */
     uint64_t heartbeat;              /* @8   coordinator liveness counter */
     uint64_t client_id;              /* @16  */
-    uint64_t pad0[13];               /* @24  */
+    uint64_t launch_limit;           /* @24  launch n (1-based) starts only while n <= this; 0 = unlimited */
+    uint64_t pad0[12];               /* @32  */
     uint64_t gate_waits;             /* @128 shim: waits on a closed gate */
     uint64_t gate_timeouts;          /* @136 shim: waits that hit their bound */
     uint64_t stale_opens;            /* @144 shim: fail-opens on a stale coordinator */
     uint64_t gate_wait_ns;           /* @152 shim: ns launches waited at a closed gate */
-    uint64_t pad1[12];               /* @160 */
+    uint64_t launches;               /* @160 shim: gated launches started (graph launch = 1) */
+    uint64_t pad1[11];               /* @168 */
 };
 TANDEM_STATIC_ASSERT(sizeof(struct tandem_control_block) == 256, "struct tandem_control_block must be 256 bytes");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate) == 0, "tandem_control_block.gate offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, reserved0) == 4, "tandem_control_block.reserved0 offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, heartbeat) == 8, "tandem_control_block.heartbeat offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, client_id) == 16, "tandem_control_block.client_id offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 24, "tandem_control_block.pad0 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, launch_limit) == 24, "tandem_control_block.launch_limit offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 32, "tandem_control_block.pad0 offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_waits) == 128, "tandem_control_block.gate_waits offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_timeouts) == 136, "tandem_control_block.gate_timeouts offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, stale_opens) == 144, "tandem_control_block.stale_opens offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_wait_ns) == 152, "tandem_control_block.gate_wait_ns offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 160, "tandem_control_block.pad1 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, launches) == 160, "tandem_control_block.launches offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 168, "tandem_control_block.pad1 offset");
 
 /* ---- explicit API (exported by libtandem.so) ----
  * When a program may run without libtandem.so loaded, declare the functions

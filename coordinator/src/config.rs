@@ -102,6 +102,24 @@ request_idle_gap_ns = 2000000
 request_hold_ns = 200000
 # Estimate for a kernel never measured.
 default_kernel_ns = 50000
+
+# p99 request-latency targets for inference jobs (none by default). With a
+# target, the scheduler adapts the training room of the job's GPU while its
+# requests run (within min/max_active_budget_ns): smaller while the job's p99
+# is above the target, larger while well under it. The first entry a job
+# matches wins. An entry matches when every criterion it names matches: uids
+# (numeric), executables (exact paths), cgroups (cgroup v2 path prefixes), as
+# the kernel reports them, never as the job says. An entry naming no criterion
+# matches every inference job: put one last for a default. /stats shows each
+# inference job's slo_p99_target_ms beside its measured p99_ms.
+#
+# [[scheduler.slo]]
+# p99_ms = 50.0
+# executables = ["/opt/serving/bin/server"]
+#
+# [[scheduler.slo]]
+# p99_ms = 200.0
+# cgroups = ["/serving.slice"]
 "#;
 
 /// A class the operator may grant ("auto" is a claim, not a grant).
@@ -508,6 +526,14 @@ mod tests {
             (
                 "[scheduler]\nactive_budget_ns = 5000000",
                 "scheduler.active_budget_ns",
+            ),
+            (
+                "[[scheduler.slo]]\np99_ms = 50.0\n[[scheduler.slo]]\np99_ms = -1.0",
+                "scheduler.slo[1].p99_ms",
+            ),
+            (
+                "[[scheduler.slo]]\np99_ms = 5.0\ncgroups = [\"serving\"]",
+                "scheduler.slo[0].cgroups",
             ),
         ] {
             let e = parse(text).unwrap_err();

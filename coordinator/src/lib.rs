@@ -21,6 +21,7 @@ pub mod config;
 pub mod control;
 pub mod ctl;
 pub mod daemon;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod notify;

@@ -86,7 +86,7 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     type SchedField = fn(&SchedStats) -> Option<f64>;
-    let per_sched: [(&str, &str, &str, SchedField); 6] = [
+    let per_sched: [(&str, &str, &str, SchedField); 7] = [
         (
             "tandem_gate_open",
             "gauge",
@@ -118,6 +118,12 @@ pub fn render(s: &Snapshot) -> String {
             |s| s.p99_ms.map(|v| v / 1e3),
         ),
         (
+            "tandem_request_latency_p99_target_seconds",
+            "gauge",
+            "The inference job's p99 target from [[scheduler.slo]] (absent: none).",
+            |s| s.slo_p99_target_ms.map(|v| v / 1e3),
+        ),
+        (
             "tandem_training_share",
             "gauge",
             "Share (0..1) of the recent GPU work on the client's GPU that was training.",
@@ -130,6 +136,21 @@ pub fn render(s: &Snapshot) -> String {
             if let Some(v) = c.sched.as_ref().and_then(f) {
                 let _ = writeln!(out, "{name}{{{}}} {v}", labels(c));
             }
+        }
+    }
+    header(
+        &mut out,
+        "tandem_gpu_training_share",
+        "gauge",
+        "Share (0..1) of the recent estimated GPU work on the GPU that was training.",
+    );
+    for g in &s.gpus {
+        if let Some(v) = g.training_share {
+            let _ = writeln!(
+                out,
+                "tandem_gpu_training_share{{gpu=\"{}\"}} {v}",
+                escape_label(&g.uuid)
+            );
         }
     }
     header(

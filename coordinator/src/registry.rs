@@ -13,6 +13,7 @@ use tandem_proto::{monotonic_ns, ControlBlock, EventKind, Record};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::limits::Limits;
 use crate::policy::{decide, Decision, Who};
 use crate::sched::{self, Class, Input, Output, SchedConfig, Scheduler};
 use crate::state::{
@@ -122,6 +123,8 @@ pub struct Registry {
     sched_cfg: SchedConfig,
     /// Scratch for the scheduler's outputs (reused: no allocation per record).
     sched_out: Vec<Output>,
+    /// The scheduler's launch allowances as stored launch limits.
+    limits: Limits,
 }
 
 impl Default for Registry {
@@ -187,17 +190,32 @@ fn sched_input(client: u64, r: &Record, ts_ns: u64) -> Option<Input> {
     })
 }
 
-/// Apply the scheduler's gate changes to the clients' control blocks.
-/// Returns how many gates it opened.
-fn apply_gates(clients: &BTreeMap<u64, Client>, out: &mut Vec<Output>) -> usize {
-    let mut opened = 0;
-    for o in out.drain(..) {
-        let Output::Gate { client, open } = o;
-        let Some(cb) = clients
-            .get(&client)
+/// Apply the scheduler's outputs to the clients' control blocks: launch
+/// limits first (so a gate that opens finds its limit in place), then gate
+/// changes. Returns how many gates it opened.
+fn apply_gates(
+    clients: &BTreeMap<u64, Client>,
+    limits: &mut Limits,
+    out: &mut Vec<Output>,
+) -> usize {
+    let control = |id: u64| {
+        clients
+            .get(&id)
             .and_then(|c| c.ring.as_ref())
             .and_then(Ring::control)
-        else {
+    };
+    for o in out.iter() {
+        if let Output::Limit { client, beyond } = *o {
+            limits.set(client, beyond);
+        }
+    }
+    limits.store(control);
+    let mut opened = 0;
+    for o in out.drain(..) {
+        let Output::Gate { client, open } = o else {
+            continue;
+        };
+        let Some(cb) = control(client) else {
             continue;
         };
         if open {
@@ -227,6 +245,7 @@ impl Registry {
             sched: Scheduler::new(sched_cfg.clone()),
             sched_cfg,
             sched_out: Vec::new(),
+            limits: Limits::default(),
         }
     }
 
@@ -235,7 +254,7 @@ impl Registry {
         self.sched
             .handle(monotonic_ns(), input, &mut self.sched_out);
         // A gate opened here is looked at again at the reader's next pass.
-        apply_gates(&self.clients, &mut self.sched_out);
+        apply_gates(&self.clients, &mut self.limits, &mut self.sched_out);
     }
 
     /// The scheduler's view (for tests and the stats).
@@ -328,11 +347,15 @@ impl Registry {
         self.totals.clients_registered += 1;
         // The GPU comes with the Device message (then the client registers
         // again with the scheduler, in its GPU's group).
+        let slo_p99_ns = self
+            .clients
+            .get(&id)
+            .and_then(|c| slo_of(&self.sched_cfg, c));
         self.sched_event(Input::Register {
             client: id,
             class: sched_class(granted),
             gpu: 0,
-            slo_p99_ns: None,
+            slo_p99_ns,
         });
         Ok((welcome, fd))
     }
@@ -359,6 +382,7 @@ impl Registry {
             }
             c.gpu = Some(d.uuid);
             let class = sched_class(c.decision.class);
+            let slo_p99_ns = slo_of(&self.sched_cfg, c);
             let g = self.gpus.entry(d.uuid).or_default();
             if g.name.is_empty() || !name.is_empty() {
                 g.name = name;
@@ -367,7 +391,7 @@ impl Registry {
                 client: id,
                 class,
                 gpu: gpu_key(&d.uuid),
-                slo_p99_ns: None,
+                slo_p99_ns,
             });
         }
     }
@@ -377,6 +401,10 @@ impl Registry {
     pub fn poll(&mut self, now: Instant) -> Poll {
         let mut total = 0;
         for c in self.clients.values_mut() {
+            // The launch counter before the records: see crate::limits.
+            if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
+                self.limits.observe(c.id, cb);
+            }
             total += drain_client(c, &mut self.totals, &mut self.sched, &mut self.sched_out);
             if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
                 if now.duration_since(c.last_beat) >= c.heartbeat {
@@ -387,7 +415,7 @@ impl Registry {
             c.stats.tick_rate(now);
         }
         let next_tick_ns = self.sched.tick(monotonic_ns(), &mut self.sched_out);
-        let gates_opened = apply_gates(&self.clients, &mut self.sched_out);
+        let gates_opened = apply_gates(&self.clients, &mut self.limits, &mut self.sched_out);
         Poll {
             records: total,
             next_tick_ns,
@@ -415,6 +443,7 @@ impl Registry {
         snap.sched = sched_stats(&sched, id);
         self.departed.push_back(snap);
         self.sched_event(Input::Depart { client: id });
+        self.limits.forget(id);
         self.retired_launches += c.stats.launches;
         self.retired_dropped += c.dropped;
         if let Some(g) = c.gpu {
@@ -486,7 +515,20 @@ impl Registry {
             self.sched_cfg = cfg.scheduler.clone();
             self.sched
                 .reconfigure(cfg.scheduler.clone(), &mut self.sched_out);
-            apply_gates(&self.clients, &mut self.sched_out);
+            // SLO targets may have changed: register every placed client again.
+            for c in self.clients.values() {
+                if let Some(uuid) = c.gpu {
+                    let input = Input::Register {
+                        client: c.id,
+                        class: sched_class(c.decision.class),
+                        gpu: gpu_key(&uuid),
+                        slo_p99_ns: slo_of(&self.sched_cfg, c),
+                    };
+                    self.sched
+                        .handle(monotonic_ns(), input, &mut self.sched_out);
+                }
+            }
+            apply_gates(&self.clients, &mut self.limits, &mut self.sched_out);
         }
     }
 
@@ -517,6 +559,11 @@ impl Registry {
                     name: g.name.clone(),
                     clients: on.iter().map(|c| c.id).collect(),
                     launches: g.retired_launches + on.iter().map(|c| c.stats.launches).sum::<u64>(),
+                    training_share: sched
+                        .gpus
+                        .iter()
+                        .find(|s| s.gpu == gpu_key(uuid))
+                        .map(|s| s.training_share),
                 }
             })
             .collect();
@@ -526,6 +573,13 @@ impl Registry {
         totals.dropped = self.retired_dropped + clients.iter().map(|c| c.dropped).sum::<u64>();
         (gpus, clients, totals)
     }
+}
+
+/// Client `c`'s p99 target from `[[scheduler.slo]]` (the kernel's view of
+/// who it is), ns.
+fn slo_of(cfg: &SchedConfig, c: &Client) -> Option<u64> {
+    cfg.slo_for(c.who.uid, c.who.exe.as_deref(), c.who.cgroup.as_deref())
+        .map(|m| m.p99_ns)
 }
 
 /// The scheduler's statistics of client `id` in the stats' shape.
@@ -538,8 +592,12 @@ fn sched_stats(s: &sched::SchedSnapshot, id: u64) -> Option<SchedStats> {
         requests: c.requests,
         p50_ms: c.p50_ns.map(ms),
         p99_ms: c.p99_ns.map(ms),
-        slo_p99_ms: c.slo_p99_ns.map(ms),
+        slo_p99_target_ms: c.slo_p99_ns.map(ms),
         train_share: c.train_share,
+        launch_allowance: match c.allowance {
+            sched::Allowance::Unlimited => None,
+            sched::Allowance::Launches(n) => Some(n),
+        },
     })
 }
 

@@ -222,6 +222,10 @@ pub struct GpuSnapshot {
     pub clients: Vec<u64>,
     /// Launches on it, by every client ever seen on it.
     pub launches: u64,
+    /// Share (0..1) of the recent estimated GPU work on it that was training
+    /// (the scheduler's view; null while it tracks no client there).
+    #[serde(default)]
+    pub training_share: Option<f64>,
 }
 
 /// One kernel of `top_kernels`.
@@ -314,11 +318,15 @@ pub struct SchedStats {
     pub p50_ms: Option<f64>,
     /// p99 request latency over the recent window, ms.
     pub p99_ms: Option<f64>,
-    /// The p99 target, ms (none configured: null).
-    pub slo_p99_ms: Option<f64>,
+    /// The p99 target from `[[scheduler.slo]]`, ms (none configured: null).
+    pub slo_p99_target_ms: Option<f64>,
     /// Share (0..1) of the recent GPU work on the client's GPU that was
     /// training.
     pub train_share: f64,
+    /// Launches the client may start beyond those the scheduler has seen
+    /// (its launch limit is its launch counter plus this); null: unlimited.
+    #[serde(default)]
+    pub launch_allowance: Option<u64>,
 }
 
 /// Daemon-wide counters.

@@ -1,25 +1,60 @@
-//! The per-client control block: the gate the scheduler drives, the
-//! coordinator's heartbeat, and a few client-side counters.
+//! The per-client control block: the gate and the launch limit the scheduler
+//! drives, the coordinator's heartbeat, and a few client-side counters.
 //!
 //! It lives in the ring region at [`CONTROL_OFFSET`](crate::ring::CONTROL_OFFSET)
 //! (see [`ring::control_block`](crate::ring::control_block)).
 //!
+//! # Layout
+//!
+//! | offset | field | written by | meaning |
+//! | ---: | --- | --- | --- |
+//! | 0 | `gate: u32` | coordinator | bit 0: closed ([`GATE_CLOSED`]); bits 1-31: a sequence advanced on every raise of `launch_limit`; the futex word |
+//! | 4 | `reserved0: u32` | - | 0 |
+//! | 8 | `heartbeat: u64` | coordinator | liveness counter |
+//! | 16 | `client_id: u64` | coordinator | the client's id |
+//! | 24 | `launch_limit: u64` | coordinator | 0: unlimited; else the shim starts launch n (1-based) only while n <= launch_limit |
+//! | 32 | `pad0` | - | to 128 |
+//! | 128 | `gate_waits: u64` | shim | launches that waited |
+//! | 136 | `gate_timeouts: u64` | shim | waits that hit their bound |
+//! | 144 | `stale_opens: u64` | shim | waits abandoned (coordinator looked dead) |
+//! | 152 | `gate_wait_ns: u64` | shim | ns launches waited |
+//! | 160 | `launches: u64` | shim | gated launches started on this session |
+//! | 168 | `pad1` | - | to 256 |
+//!
 //! # Gate protocol
 //!
-//! * The shim does **one Acquire load** of `gate` per launch
-//!   ([`ControlBlock::gate_is_open`]). `GATE_OPEN` (0, also the value of fresh
-//!   zeroed memory) or any value other than `GATE_CLOSED` means go.
-//! * When closed, the shim calls [`ControlBlock::wait_open`], which sleeps in
-//!   `FUTEX_WAIT` on the gate word in bounded slices and returns when the gate
-//!   opens, when the caller's total bound expires, or when the coordinator's
-//!   heartbeat has not moved for `stale_after` (the coordinator is presumed
-//!   dead or stalled and the shim fails open). Every outcome lets the job
-//!   proceed; none waits longer than `max_wait`.
-//! * The coordinator [`close_gate`](ControlBlock::close_gate)s with a Release
-//!   store and [`open_gate`](ControlBlock::open_gate)s with a Release store
-//!   followed by `FUTEX_WAKE` of all waiters, and calls
-//!   [`beat`](ControlBlock::beat) at least every heartbeat interval (announced
-//!   in the Welcome message).
+//! * Per launch the shim does **one Acquire load** of `gate`, **one Acquire
+//!   load** of `launch_limit` and one Relaxed load of its own `launches`
+//!   ([`ControlBlock::launch_allowed`]): launch number `n = launches + 1` may
+//!   start iff bit 0 of `gate` is clear (`GATE_OPEN`, 0, is also the value of
+//!   fresh zeroed memory) and `launch_limit` is 0 or `n <= launch_limit`.
+//!   Once it may, it counts the launch ([`ControlBlock::count_launch`], one
+//!   `fetch_add`). Graph launches count 1, like any launch.
+//! * When it may not, the shim calls [`ControlBlock::wait_launch`], which
+//!   sleeps in `FUTEX_WAIT` on the gate word in bounded slices and returns
+//!   when the launch may start, when the caller's total bound expires, or when
+//!   the coordinator's heartbeat has not moved for `stale_after` (the
+//!   coordinator is presumed dead or stalled and the shim fails open). Every
+//!   outcome lets the job proceed; none waits longer than `max_wait`.
+//! * The coordinator [`close_gate`](ControlBlock::close_gate)s (sets bit 0,
+//!   Release) and [`open_gate`](ControlBlock::open_gate)s (clears it,
+//!   Release, then `FUTEX_WAKE` of all waiters). It sets the limit with
+//!   [`set_launch_limit`](ControlBlock::set_launch_limit): a Release store and,
+//!   when the limit was raised (or lifted to unlimited), an advance of the
+//!   gate word's sequence bits followed by `FUTEX_WAKE`. Changing the word is
+//!   what makes the wake race-free: a waiter that read the old limit sleeps
+//!   only while the word still holds the value it read with it, so a raise
+//!   between its check and its `FUTEX_WAIT` makes the wait return at once.
+//!   It calls [`beat`](ControlBlock::beat) at least every heartbeat interval
+//!   (announced in the Welcome message).
+//! * The limit may be lowered (the coordinator takes back allowance it has
+//!   not seen used); a launch already counted in `launches` is never taken
+//!   back, since the limit is checked only before a launch starts.
+//!
+//! With several launching threads, two may both find `launches + 1 <=
+//! launch_limit` before either counts: the limit is exact for one launching
+//! thread and may be exceeded by at most one launch per other thread that
+//! checks at the same instant.
 //!
 //! The heartbeat is a counter, not a timestamp: the two processes may live in
 //! different time namespaces, so only the shim's own clock measures staleness.
@@ -30,10 +65,16 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-/// Gate value: launches may proceed.
+/// Gate value: launches may proceed (bit 0 clear; the other bits are the
+/// limit sequence and say nothing about the gate).
 pub const GATE_OPEN: u32 = 0;
-/// Gate value: launches should wait (bounded) for the gate to open.
+/// Gate bit: set, launches should wait (bounded) for the gate to open.
 pub const GATE_CLOSED: u32 = 1;
+/// What the coordinator adds to the gate word each time it raises the launch
+/// limit (the sequence lives in bits 1-31; bit 0 is never touched by it).
+pub const GATE_SEQ_STEP: u32 = 2;
+/// `launch_limit` value meaning "no limit" (also zeroed memory).
+pub const LAUNCH_UNLIMITED: u64 = 0;
 
 /// Size of [`ControlBlock`] in bytes.
 pub const CONTROL_BLOCK_SIZE: usize = 256;
@@ -47,13 +88,15 @@ pub struct ControlBlock {
     pub(crate) reserved0: AtomicU32,
     pub(crate) heartbeat: AtomicU64,
     pub(crate) client_id: AtomicU64,
-    pub(crate) pad0: [AtomicU64; 13],
+    pub(crate) launch_limit: AtomicU64,
+    pub(crate) pad0: [AtomicU64; 12],
     // ---- line 1: shim writes, coordinator reads (untrusted statistics) ----
     pub(crate) gate_waits: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
     pub(crate) stale_opens: AtomicU64,
     pub(crate) gate_wait_ns: AtomicU64,
-    pub(crate) pad1: [AtomicU64; 12],
+    pub(crate) launches: AtomicU64,
+    pub(crate) pad1: [AtomicU64; 11],
 }
 
 const _: () = {
@@ -63,12 +106,14 @@ const _: () = {
     assert!(offset_of!(ControlBlock, reserved0) == 4);
     assert!(offset_of!(ControlBlock, heartbeat) == 8);
     assert!(offset_of!(ControlBlock, client_id) == 16);
-    assert!(offset_of!(ControlBlock, pad0) == 24);
+    assert!(offset_of!(ControlBlock, launch_limit) == 24);
+    assert!(offset_of!(ControlBlock, pad0) == 32);
     assert!(offset_of!(ControlBlock, gate_waits) == 128);
     assert!(offset_of!(ControlBlock, gate_timeouts) == 136);
     assert!(offset_of!(ControlBlock, stale_opens) == 144);
     assert!(offset_of!(ControlBlock, gate_wait_ns) == 152);
-    assert!(offset_of!(ControlBlock, pad1) == 160);
+    assert!(offset_of!(ControlBlock, launches) == 160);
+    assert!(offset_of!(ControlBlock, pad1) == 168);
 };
 
 /// Why [`ControlBlock::wait_open`] returned. In every case the caller proceeds.
@@ -95,6 +140,8 @@ pub struct ClientCounters {
     pub stale_opens: u64,
     /// Nanoseconds launches spent waiting at a closed gate, all waits together.
     pub gate_wait_ns: u64,
+    /// Gated launches the shim has started on this session.
+    pub launches: u64,
 }
 
 impl ControlBlock {
@@ -104,6 +151,8 @@ impl ControlBlock {
         self.reserved0.store(0, Ordering::Relaxed);
         self.heartbeat.store(0, Ordering::Relaxed);
         self.client_id.store(client_id, Ordering::Relaxed);
+        self.launch_limit.store(LAUNCH_UNLIMITED, Ordering::Relaxed);
+        self.launches.store(0, Ordering::Relaxed);
         self.gate_waits.store(0, Ordering::Relaxed);
         self.gate_timeouts.store(0, Ordering::Relaxed);
         self.stale_opens.store(0, Ordering::Relaxed);
@@ -112,13 +161,39 @@ impl ControlBlock {
 
     // ---------------- shim side ----------------
 
-    /// The launch fast path: one Acquire load. Acquire pairs with the
-    /// coordinator's Release store in [`open_gate`](Self::open_gate), so
-    /// anything it wrote before opening is visible after this returns `true`.
+    /// Whether the gate is open (bit 0 of the gate word clear): one Acquire
+    /// load. Acquire pairs with the coordinator's Release in
+    /// [`open_gate`](Self::open_gate), so anything it wrote before opening is
+    /// visible after this returns `true`.
     #[inline(always)]
     #[must_use]
     pub fn gate_is_open(&self) -> bool {
-        self.gate.load(Ordering::Acquire) != GATE_CLOSED
+        self.gate.load(Ordering::Acquire) & GATE_CLOSED == 0
+    }
+
+    /// The launch fast path: may the next launch (number `launches + 1`)
+    /// start now? Two Acquire loads (gate, limit) and one Relaxed load of the
+    /// shim's own counter. Call [`count_launch`](Self::count_launch) once
+    /// the launch goes ahead (whether or not it had to wait).
+    #[inline(always)]
+    #[must_use]
+    pub fn launch_allowed(&self) -> bool {
+        self.gate_is_open() && self.within_limit()
+    }
+
+    /// `launch_limit` allows launch number `launches + 1`.
+    #[inline(always)]
+    fn within_limit(&self) -> bool {
+        // Acquire pairs with the Release store in set_launch_limit.
+        let limit = self.launch_limit.load(Ordering::Acquire);
+        limit == LAUNCH_UNLIMITED || self.launches.load(Ordering::Relaxed) < limit
+    }
+
+    /// Count a launch that starts (shim; one `fetch_add`, Relaxed: the
+    /// coordinator reads it as a statistic and to place the next limit).
+    #[inline(always)]
+    pub fn count_launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Wait (bounded) for the gate to open. See the module docs.
@@ -126,21 +201,46 @@ impl ControlBlock {
     /// `max_wait` bounds the whole call; `stale_after` is how long the
     /// heartbeat may stand still before the coordinator is presumed dead
     /// (use a few heartbeat intervals). Returns immediately if the gate is open.
+    /// The launch limit is not looked at (see [`wait_launch`](Self::wait_launch)).
     pub fn wait_open(&self, max_wait: Duration, stale_after: Duration) -> GateWait {
-        if self.gate_is_open() {
+        self.wait_until(max_wait, stale_after, Self::gate_is_open)
+    }
+
+    /// Wait (bounded) until the next launch may start: the gate is open and
+    /// the launch limit allows it ([`launch_allowed`](Self::launch_allowed)).
+    /// Same bounds and outcomes as [`wait_open`](Self::wait_open); a wait for
+    /// the limit is counted in `gate_waits`/`gate_timeouts`/`gate_wait_ns`
+    /// exactly like a wait for a closed gate. Does not count the launch.
+    pub fn wait_launch(&self, max_wait: Duration, stale_after: Duration) -> GateWait {
+        self.wait_until(max_wait, stale_after, Self::launch_allowed)
+    }
+
+    fn wait_until(
+        &self,
+        max_wait: Duration,
+        stale_after: Duration,
+        go: fn(&Self) -> bool,
+    ) -> GateWait {
+        if go(self) {
             return GateWait::Open;
         }
         // Several launching threads may wait at once: fetch_add, Relaxed (a statistic).
         self.gate_waits.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let outcome = self.wait_closed(start, max_wait, stale_after);
+        let outcome = self.wait_closed(start, max_wait, stale_after, go);
         let waited = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.gate_wait_ns.fetch_add(waited, Ordering::Relaxed);
         outcome
     }
 
-    /// The body of [`Self::wait_open`] once the gate was found closed at `start`.
-    fn wait_closed(&self, start: Instant, max_wait: Duration, stale_after: Duration) -> GateWait {
+    /// The body of [`Self::wait_until`] once `go` was found false at `start`.
+    fn wait_closed(
+        &self,
+        start: Instant,
+        max_wait: Duration,
+        stale_after: Duration,
+        go: fn(&Self) -> bool,
+    ) -> GateWait {
         let mut beat = self.heartbeat.load(Ordering::Acquire);
         let mut beat_seen = start;
         loop {
@@ -160,14 +260,20 @@ impl ControlBlock {
             }
             let slice =
                 (max_wait - waited).min(stale_after.saturating_sub(now.duration_since(beat_seen)));
-            // Sleep only while the word still says CLOSED; the kernel checks
-            // that atomically, so an open_gate between our load and this call
-            // is never missed (FUTEX_WAIT returns EAGAIN instead).
-            match futex_wait(&self.gate, GATE_CLOSED, slice) {
+            // Read the word, then decide on it: every change the coordinator
+            // makes that could let us go (opening the gate, raising the limit)
+            // changes the word after its other stores, so either `go` sees the
+            // change or FUTEX_WAIT finds the word changed and returns at once
+            // (EAGAIN); the kernel compares atomically, no wake is missed.
+            let word = self.gate.load(Ordering::Acquire);
+            if go(self) {
+                return GateWait::Open;
+            }
+            match futex_wait(&self.gate, word, slice) {
                 Ok(_) => {}
                 Err(e) => return GateWait::FutexFailed(e.errno().unwrap_or(0)),
             }
-            if self.gate_is_open() {
+            if go(self) {
                 return GateWait::Open;
             }
         }
@@ -189,14 +295,43 @@ impl ControlBlock {
 
     /// Close the gate: launches that load it from now on will wait (bounded).
     pub fn close_gate(&self) {
-        self.gate.store(GATE_CLOSED, Ordering::Release);
+        self.gate.fetch_or(GATE_CLOSED, Ordering::Release);
     }
 
     /// Open the gate and wake every waiting thread of the client.
     pub fn open_gate(&self) -> Result<u32> {
         // Release: pairs with the shim's Acquire load in gate_is_open.
-        self.gate.store(GATE_OPEN, Ordering::Release);
+        self.gate.fetch_and(!GATE_CLOSED, Ordering::Release);
         futex_wake(&self.gate, u32::MAX)
+    }
+
+    /// Set the launch limit ([`LAUNCH_UNLIMITED`]: none). When the new limit
+    /// lets more launches start than the old one (raised, or lifted), the
+    /// gate word's sequence is advanced and every waiter woken, so a thread
+    /// waiting for the limit re-checks at once. Returns whether it woke.
+    pub fn set_launch_limit(&self, limit: u64) -> Result<bool> {
+        // Release: pairs with the shim's Acquire load in launch_allowed.
+        let old = self.launch_limit.swap(limit, Ordering::AcqRel);
+        let raised = old != LAUNCH_UNLIMITED && (limit == LAUNCH_UNLIMITED || limit > old);
+        if !raised {
+            return Ok(false);
+        }
+        // Release: the new limit is visible to whoever sees the new word.
+        self.gate.fetch_add(GATE_SEQ_STEP, Ordering::Release);
+        futex_wake(&self.gate, u32::MAX)?;
+        Ok(true)
+    }
+
+    /// The launch limit as last set ([`LAUNCH_UNLIMITED`]: none).
+    #[must_use]
+    pub fn launch_limit(&self) -> u64 {
+        self.launch_limit.load(Ordering::Relaxed)
+    }
+
+    /// Gated launches the shim says it started (untrusted).
+    #[must_use]
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Acquire)
     }
 
     /// Advance the heartbeat (call at least once per heartbeat interval).
@@ -218,6 +353,7 @@ impl ControlBlock {
             gate_timeouts: self.gate_timeouts.load(Ordering::Relaxed),
             stale_opens: self.stale_opens.load(Ordering::Relaxed),
             gate_wait_ns: self.gate_wait_ns.load(Ordering::Relaxed),
+            launches: self.launches.load(Ordering::Relaxed),
         }
     }
 }
@@ -310,9 +446,19 @@ mod tests {
             GateWait::Open
         );
         assert_eq!(cb.client_counters(), ClientCounters::default());
-        // Unknown gate values fail open.
-        cb.gate.store(7, Ordering::Relaxed);
+        // Only bit 0 closes; the sequence bits say nothing about the gate.
+        cb.gate.store(6, Ordering::Relaxed);
         assert!(cb.gate_is_open());
+        cb.gate.store(7, Ordering::Relaxed);
+        assert!(!cb.gate_is_open());
+        cb.gate.store(0, Ordering::Relaxed);
+        // No limit: any number of launches.
+        assert_eq!(cb.launch_limit(), LAUNCH_UNLIMITED);
+        for _ in 0..1000 {
+            assert!(cb.launch_allowed());
+            cb.count_launch();
+        }
+        assert_eq!(cb.launches(), 1000);
     }
 
     #[test]
@@ -375,6 +521,85 @@ mod tests {
             h.join().unwrap()
         });
         assert_eq!(r, GateWait::Open);
+    }
+
+    #[test]
+    fn the_limit_counts_launches_and_a_raise_wakes_the_waiter() {
+        let (m, layout) = setup();
+        let _c = Consumer::init(&m, layout, 1).unwrap();
+        let cb = control_block(&m, layout).unwrap();
+        assert!(!cb.set_launch_limit(3).unwrap(), "limiting is not a raise");
+        for _ in 0..3 {
+            assert!(cb.launch_allowed());
+            cb.count_launch();
+        }
+        assert!(!cb.launch_allowed(), "launch 4 is beyond a limit of 3");
+        assert!(cb.gate_is_open(), "the gate itself stays open");
+        // Over the limit, a wait is a gate wait: counted, bounded.
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    cb.beat();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+            let r = cb.wait_launch(Duration::from_millis(30), Duration::from_secs(10));
+            stop.store(true, Ordering::Relaxed);
+            r
+        });
+        assert_eq!(r, GateWait::TimedOut);
+        let k = cb.client_counters();
+        assert_eq!((k.gate_waits, k.gate_timeouts, k.launches), (1, 1, 3));
+        assert!(k.gate_wait_ns >= 30_000_000, "{k:?}");
+        // A raise wakes a waiter that would otherwise sleep a minute.
+        let r = std::thread::scope(|s| {
+            let h = s.spawn(|| cb.wait_launch(Duration::from_secs(60), Duration::from_secs(60)));
+            while cb.client_counters().gate_waits < 2 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            assert!(cb.set_launch_limit(4).unwrap(), "3 -> 4 is a raise");
+            h.join().unwrap()
+        });
+        assert_eq!(r, GateWait::Open);
+        cb.count_launch();
+        assert!(!cb.launch_allowed());
+        // Lowering never wakes; lifting the limit does.
+        assert!(!cb.set_launch_limit(2).unwrap());
+        assert!(
+            !cb.launch_allowed(),
+            "counted launches are never taken back"
+        );
+        assert!(cb.set_launch_limit(LAUNCH_UNLIMITED).unwrap());
+        assert!(cb.launch_allowed());
+    }
+
+    #[test]
+    fn a_raise_changes_the_gate_word_and_keeps_the_gate_bit() {
+        let (m, layout) = setup();
+        let _c = Consumer::init(&m, layout, 1).unwrap();
+        let cb = control_block(&m, layout).unwrap();
+        cb.set_launch_limit(1).unwrap();
+        cb.count_launch();
+        cb.close_gate();
+        let word = cb.gate();
+        cb.set_launch_limit(2).unwrap();
+        assert!(!cb.gate_is_open(), "a raise leaves a closed gate closed");
+        assert_ne!(cb.gate(), word, "the sequence moved");
+        // A waiter that read the word before the raise does not sleep on it.
+        assert_eq!(
+            futex_wait(&cb.gate, word, Duration::from_secs(10)),
+            Ok(FutexWait::ValueChanged)
+        );
+        assert!(!cb.launch_allowed(), "closed gate");
+        cb.open_gate().unwrap();
+        assert!(cb.launch_allowed());
+        assert_eq!(cb.gate() & GATE_CLOSED, 0);
+        // The sequence wraps without touching bit 0.
+        cb.gate.store(u32::MAX - 1, Ordering::Relaxed);
+        cb.set_launch_limit(3).unwrap();
+        assert!(cb.gate_is_open());
     }
 
     #[test]

@@ -15,7 +15,9 @@
 use core::fmt::Write as _;
 use core::mem::{offset_of, size_of};
 
-use crate::control::{ControlBlock, CONTROL_BLOCK_SIZE, GATE_CLOSED, GATE_OPEN};
+use crate::control::{
+    ControlBlock, CONTROL_BLOCK_SIZE, GATE_CLOSED, GATE_OPEN, GATE_SEQ_STEP, LAUNCH_UNLIMITED,
+};
 use crate::record::{EventKind, Record, FLAGS, RECORD_SIZE};
 use crate::ring::{
     RingHeader, CONTROL_OFFSET, DEFAULT_CAPACITY, MAX_CAPACITY, MIN_CAPACITY, RECORDS_OFFSET,
@@ -303,7 +305,7 @@ pub(crate) fn control_fields() -> Vec<CField> {
             "uint32_t",
             "gate",
             4,
-            "TANDEM_GATE_*; futex word"
+            "bit 0: TANDEM_GATE_CLOSED; bits 1-31: limit sequence; futex word"
         ),
         field!(ControlBlock, reserved0, "uint32_t", "reserved0", 4, ""),
         field!(
@@ -315,7 +317,15 @@ pub(crate) fn control_fields() -> Vec<CField> {
             "coordinator liveness counter"
         ),
         field!(ControlBlock, client_id, "uint64_t", "client_id", 8, ""),
-        field!(ControlBlock, pad0, "uint64_t", "pad0[13]", 104, ""),
+        field!(
+            ControlBlock,
+            launch_limit,
+            "uint64_t",
+            "launch_limit",
+            8,
+            "launch n (1-based) starts only while n <= this; 0 = unlimited"
+        ),
+        field!(ControlBlock, pad0, "uint64_t", "pad0[12]", 96, ""),
         field!(
             ControlBlock,
             gate_waits,
@@ -348,7 +358,15 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "shim: ns launches waited at a closed gate"
         ),
-        field!(ControlBlock, pad1, "uint64_t", "pad1[12]", 96, ""),
+        field!(
+            ControlBlock,
+            launches,
+            "uint64_t",
+            "launches",
+            8,
+            "shim: gated launches started (graph launch = 1)"
+        ),
+        field!(ControlBlock, pad1, "uint64_t", "pad1[11]", 88, ""),
     ]
 }
 
@@ -473,7 +491,18 @@ extern \"C\" {
         "/* ---- gate values (struct tandem_control_block.gate) ---- */"
     );
     let _ = writeln!(o, "#define TANDEM_GATE_OPEN {GATE_OPEN}u");
-    let _ = writeln!(o, "#define TANDEM_GATE_CLOSED {GATE_CLOSED}u");
+    let _ = writeln!(
+        o,
+        "#define TANDEM_GATE_CLOSED {GATE_CLOSED}u /* bit 0: closed; other bits: limit sequence */"
+    );
+    let _ = writeln!(
+        o,
+        "#define TANDEM_GATE_SEQ_STEP {GATE_SEQ_STEP}u /* added to the gate word when the launch limit is raised */"
+    );
+    let _ = writeln!(
+        o,
+        "#define TANDEM_LAUNCH_UNLIMITED {LAUNCH_UNLIMITED}u /* launch_limit: no limit */"
+    );
     o.push('\n');
 
     let _ = writeln!(o, "/* ---- one event, 64 bytes ---- */");

@@ -46,7 +46,7 @@ use crate::shm::Mapping;
 /// Magic number at offset 0 of every ring region (`"TANDEMRG"` in ASCII, little-endian).
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"TANDEMRG");
 /// Version of the region layout (header, control block, record). Bump on any change.
-pub const RING_LAYOUT_VERSION: u32 = 2;
+pub const RING_LAYOUT_VERSION: u32 = 3;
 /// Smallest allowed capacity, in records.
 pub const MIN_CAPACITY: u32 = 16;
 /// Largest allowed capacity, in records (256 MiB of records).

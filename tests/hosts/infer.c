@@ -14,6 +14,7 @@
  * Output (stdout):
  *   READY pid=<pid> shim=<0|1> client_id=<id>
  *   REQ i=<n> latency_us=<x>                        one per request, in order
+ *   RESULT launches=<n> sum=<hex>                   the device buffer's checksum (sched_host.h)
  *   DONE requests=<n> p50_us=<x> p99_us=<x> max_us=<x> mean_us=<x> explicit=<0|1>
  * Percentiles are nearest-rank. Exit codes as every host (workload.h).
  */
@@ -133,6 +134,9 @@ int main(int argc, char **argv)
         printf("REQ i=%zu latency_us=%.1f\n", i, (double)lat[i] / 1e3);
     }
 
+    rc = sh_result(&g);
+    if (rc)
+        return rc;
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += (double)lat[i];

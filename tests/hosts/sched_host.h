@@ -2,6 +2,13 @@
  * Helpers shared by the scheduling hosts (infer.c, train.c): the clock, the
  * driver set-up with one fake kernel of a given duration, and the optional
  * shim / fake-driver introspection they print.
+ *
+ * The kernel does real (fake-device) work: launch number k (from 1) adds
+ * k * 2654435761 to each of SH_WORDS u32 words of a device buffer (the fake's
+ * add_u32 op), so the buffer read back at the end (sh_result) tells whether
+ * every launch ran exactly once with its own arguments. Its checksum is the
+ * job's RESULT: the same with or without the shim, with or without a
+ * coordinator, for the same launches.
  */
 #ifndef TANDEM_SCHED_HOST_H
 #define TANDEM_SCHED_HOST_H
@@ -49,12 +56,21 @@ static inline void sh_sleep_until(uint64_t t)
 
 /* The driver resolved by linking, a context, one stream and one kernel named `name` that
  * runs `ns` nanoseconds on the fake device. */
+#define SH_WORDS 16u
+
 struct sh_gpu {
     struct drv d;
     CUstream stream;
     CUfunction fn;
     PFN_cuLaunchKernel launch;
     PFN_cuStreamSynchronize sync;
+    CUdeviceptr buf;
+    /* The kernel's arguments (add_u32: ptr, n, value); `value` changes per launch. */
+    CUdeviceptr arg_ptr;
+    unsigned arg_n;
+    unsigned arg_value;
+    void *params[3];
+    uint64_t launches;
 };
 
 static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
@@ -63,7 +79,9 @@ static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
-    snprintf(image, sizeof(image), "tandem-fake-module v1\nkernel %s %" PRIu64 " noop\n", name, ns);
+    static const uint32_t zero[SH_WORDS];
+    snprintf(image, sizeof(image), "tandem-fake-module v1\nkernel %s %" PRIu64 " add_u32\n", name,
+             ns);
     wl_drv_init(&g->d, "linked");
     resolve_linked(&g->d, 0);
     SH_CK(((PFN_cuInit)g->d.fn[SLOT_cuInit])(0));
@@ -73,14 +91,43 @@ static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
     SH_CK(((PFN_cuModuleLoadData)g->d.fn[SLOT_cuModuleLoadData])(&mod, image));
     SH_CK(((PFN_cuModuleGetFunction)g->d.fn[SLOT_cuModuleGetFunction])(&g->fn, mod, name));
     SH_CK(((PFN_cuStreamCreate)g->d.fn[SLOT_cuStreamCreate])(&g->stream, CU_STREAM_DEFAULT));
+    SH_CK(((PFN_cuMemAlloc)g->d.fn[SLOT_cuMemAlloc])(&g->buf, sizeof(zero)));
+    SH_CK(((PFN_cuMemcpyHtoD)g->d.fn[SLOT_cuMemcpyHtoD])(g->buf, zero, sizeof(zero)));
     g->launch = (PFN_cuLaunchKernel)g->d.fn[SLOT_cuLaunchKernel];
     g->sync = (PFN_cuStreamSynchronize)g->d.fn[SLOT_cuStreamSynchronize];
+    g->arg_ptr = g->buf;
+    g->arg_n = SH_WORDS;
+    g->params[0] = &g->arg_ptr;
+    g->params[1] = &g->arg_n;
+    g->params[2] = &g->arg_value;
+    g->launches = 0;
     return WL_EXIT_OK;
 }
 
+/* Launch number k (from 1): buf[i] += k * 2654435761 (the fake applies it at launch). */
 static inline CUresult sh_launch(struct sh_gpu *g)
 {
-    return g->launch(g->fn, 1, 1, 1, 1, 1, 1, 0, g->stream, NULL, NULL);
+    g->arg_value = (unsigned)((g->launches + 1) * 2654435761u);
+    CUresult rc = g->launch(g->fn, 1, 1, 1, 1, 1, 1, 0, g->stream, g->params, NULL);
+    if (rc == CUDA_SUCCESS)
+        g->launches++;
+    return rc;
+}
+
+/* Waits for the stream, reads the buffer back and prints
+ * `RESULT launches=<n> sum=<fnv-1a 64 of the buffer, hex>`. */
+static inline int sh_result(struct sh_gpu *g)
+{
+    uint32_t host[SH_WORDS];
+    uint64_t h = 0xcbf29ce484222325ull;
+    SH_CK(g->sync(g->stream));
+    SH_CK(((PFN_cuMemcpyDtoH)g->d.fn[SLOT_cuMemcpyDtoH])(host, g->buf, sizeof(host)));
+    for (size_t i = 0; i < sizeof(host); i++) {
+        h ^= ((const unsigned char *)host)[i];
+        h *= 0x100000001b3ull;
+    }
+    printf("RESULT launches=%" PRIu64 " sum=%016" PRIx64 "\n", g->launches, h);
+    return WL_EXIT_OK;
 }
 
 /* An optional export of the shim or the fake driver (NULL when absent). */

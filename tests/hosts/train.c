@@ -13,6 +13,8 @@
  *
  * Output (stdout):
  *   READY pid=<pid> shim=<0|1> client_id=<id>
+ *   RESULT launches=<n> sum=<hex>   the device buffer's checksum (sched_host.h); not with
+ *                                   --sync-every 0, which never waits for the stream
  *   DONE kernels=<n> seconds=<s> last_start_ns=<t> last_end_ns=<t>
  * `kernels` were launched and (unless M is 0) have completed. last_* is where
  * the fake driver placed the last kernel (CLOCK_MONOTONIC ns; `-` without the
@@ -75,11 +77,18 @@ int main(int argc, char **argv)
     }
     if (sync_every)
         SH_CK(g.sync(g.stream));
-
-    printf("DONE kernels=%" PRIu64 " seconds=%.3f", launched, (double)(sh_now_ns() - start) / 1e9);
+    /* The fake's last-kernel window, read before sh_result's own sync and copy. */
     sh_window_fn window = (sh_window_fn)sh_sym("fakecuda_last_kernel");
     uint64_t ws = 0, we = 0;
-    if (window && window(&ws, &we) == 0)
+    int have_window = window && window(&ws, &we) == 0;
+    if (sync_every) {
+        rc = sh_result(&g);
+        if (rc)
+            return rc;
+    }
+
+    printf("DONE kernels=%" PRIu64 " seconds=%.3f", launched, (double)(sh_now_ns() - start) / 1e9);
+    if (have_window)
         printf(" last_start_ns=%" PRIu64 " last_end_ns=%" PRIu64 "\n", ws, we);
     else
         printf(" last_start_ns=- last_end_ns=-\n");

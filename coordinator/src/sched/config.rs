@@ -13,7 +13,7 @@ pub const MAX_PARAM_NS: u64 = 10_000_000_000;
 /// The scheduler's parameters (`[scheduler]` in `tandemd.toml`). Every field
 /// is optional in the file; [`SchedConfig::default`] gives the documented
 /// defaults. See the [module docs](super) for how each one is used.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedConfig {
     /// Whether the policy closes gates at all. `false`: every gate stays open
@@ -42,6 +42,64 @@ pub struct SchedConfig {
     pub request_hold_ns: u64,
     /// Estimated duration of a kernel never measured. Default 50 us.
     pub default_kernel_ns: u64,
+    /// `[[scheduler.slo]]`: p99 latency targets for inference jobs, first
+    /// matching entry wins ([`SchedConfig::slo_for`]). Default: none.
+    pub slo: Vec<SloRule>,
+}
+
+/// Largest p99 target (ms) a `[[scheduler.slo]]` entry may set (10 s).
+pub const MAX_SLO_P99_MS: f64 = 10_000.0;
+
+/// One `[[scheduler.slo]]` entry: a p99 request-latency target for the
+/// inference jobs it matches. A job matches when every criterion the entry
+/// names matches (any value of a list does); an entry that names none matches
+/// every job (a default, when it comes last). Identity is the kernel's
+/// (SO_PEERCRED, /proc), never the job's claim.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloRule {
+    /// The target, ms (0 < p99_ms <= 10000).
+    pub p99_ms: f64,
+    /// Numeric user ids.
+    #[serde(default)]
+    pub uids: Vec<u32>,
+    /// Exact executable paths (`/proc/PID/exe`).
+    #[serde(default)]
+    pub executables: Vec<String>,
+    /// cgroup v2 path prefixes (whole path components).
+    #[serde(default)]
+    pub cgroups: Vec<String>,
+}
+
+impl SloRule {
+    /// Whether a job of `uid`, running `exe`, in `cgroup`, matches.
+    #[must_use]
+    pub fn matches(&self, uid: u32, exe: Option<&str>, cgroup: Option<&str>) -> bool {
+        (self.uids.is_empty() || self.uids.contains(&uid))
+            && (self.executables.is_empty()
+                || exe.is_some_and(|e| self.executables.iter().any(|x| x == e)))
+            && (self.cgroups.is_empty()
+                || cgroup.is_some_and(|c| {
+                    self.cgroups
+                        .iter()
+                        .any(|p| crate::policy::cgroup_under(c, p))
+                }))
+    }
+
+    /// The target in ns.
+    #[must_use]
+    pub fn p99_ns(&self) -> u64 {
+        (self.p99_ms * 1e6).round().clamp(1.0, MAX_PARAM_NS as f64) as u64
+    }
+}
+
+/// Which `[[scheduler.slo]]` entry gave a job its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SloMatch {
+    /// Index of the entry (0-based, in file order).
+    pub rule: usize,
+    /// Its target, ns.
+    pub p99_ns: u64,
 }
 
 impl Default for SchedConfig {
@@ -55,6 +113,7 @@ impl Default for SchedConfig {
             request_idle_gap_ns: 2_000_000,
             request_hold_ns: 200_000,
             default_kernel_ns: 50_000,
+            slo: Vec::new(),
         }
     }
 }
@@ -63,8 +122,9 @@ impl Default for SchedConfig {
 /// `[scheduler]`) and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedConfigError {
-    /// The key inside `[scheduler]`, e.g. `"idle_budget_ns"`.
-    pub field: &'static str,
+    /// The key inside `[scheduler]`, e.g. `"idle_budget_ns"`, or
+    /// `"slo[2].p99_ms"` for an entry of `[[scheduler.slo]]`.
+    pub field: String,
     /// What is wrong, for a human.
     pub problem: String,
 }
@@ -93,14 +153,14 @@ impl SchedConfig {
         for (field, v, lo) in ranged {
             if v < lo || v > MAX_PARAM_NS {
                 return Err(SchedConfigError {
-                    field,
+                    field: field.into(),
                     problem: format!("{v} is out of range: use {lo} to {MAX_PARAM_NS} (ns)"),
                 });
             }
         }
         if self.min_active_budget_ns > self.max_active_budget_ns {
             return Err(SchedConfigError {
-                field: "min_active_budget_ns",
+                field: "min_active_budget_ns".into(),
                 problem: format!(
                     "{} is larger than max_active_budget_ns ({})",
                     self.min_active_budget_ns, self.max_active_budget_ns
@@ -111,7 +171,7 @@ impl SchedConfig {
             || self.active_budget_ns > self.max_active_budget_ns
         {
             return Err(SchedConfigError {
-                field: "active_budget_ns",
+                field: "active_budget_ns".into(),
                 problem: format!(
                     "{} is outside min_active_budget_ns..=max_active_budget_ns ({}..={})",
                     self.active_budget_ns, self.min_active_budget_ns, self.max_active_budget_ns
@@ -122,7 +182,7 @@ impl SchedConfig {
         // have to close as time passes, with no event to say so.
         if self.idle_budget_ns < self.max_active_budget_ns {
             return Err(SchedConfigError {
-                field: "idle_budget_ns",
+                field: "idle_budget_ns".into(),
                 problem: format!(
                     "{} is smaller than max_active_budget_ns ({}): training must get at least as \
                      much room while no inference request is active as while one is",
@@ -130,6 +190,47 @@ impl SchedConfig {
                 ),
             });
         }
+        for (i, r) in self.slo.iter().enumerate() {
+            let bad = |key: &str, problem: String| SchedConfigError {
+                field: format!("slo[{i}].{key}"),
+                problem,
+            };
+            if !(r.p99_ms > 0.0 && r.p99_ms <= MAX_SLO_P99_MS) {
+                return Err(bad(
+                    "p99_ms",
+                    format!(
+                        "{} is out of range: use a p99 target above 0 and at most {MAX_SLO_P99_MS} (ms)",
+                        r.p99_ms
+                    ),
+                ));
+            }
+            if let Some(e) = r.executables.iter().find(|e| !e.starts_with('/')) {
+                return Err(bad(
+                    "executables",
+                    format!("{e:?} is not an absolute path (executables are matched exactly, as /proc/PID/exe names them)"),
+                ));
+            }
+            if let Some(c) = r.cgroups.iter().find(|c| !c.starts_with('/')) {
+                return Err(bad(
+                    "cgroups",
+                    format!("{c:?} is not a cgroup path such as \"/serving.slice\""),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The p99 target of a job of `uid`, running `exe`, in `cgroup`: the first
+    /// `[[scheduler.slo]]` entry it matches, if any.
+    #[must_use]
+    pub fn slo_for(&self, uid: u32, exe: Option<&str>, cgroup: Option<&str>) -> Option<SloMatch> {
+        self.slo
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.matches(uid, exe, cgroup))
+            .map(|(rule, r)| SloMatch {
+                rule,
+                p99_ns: r.p99_ns(),
+            })
     }
 }

@@ -42,6 +42,13 @@ pub(crate) struct KernelTable {
     touched: Vec<u64>,
     /// Estimated ns of pending launches of kernels the table had no room for.
     untracked_pending_ns: u64,
+    /// Estimated ns of one launch call, recent mean (see
+    /// [`KernelTable::mean_launch_ns`]); 0 until the first launch.
+    mean_ns: u64,
+    /// Launch calls since the last drain point (a graph launch is one).
+    pending_calls: u64,
+    /// A drain point has measured launches of this client.
+    measured: bool,
 }
 
 impl KernelTable {
@@ -61,8 +68,43 @@ impl KernelTable {
         self.map.get(&func).map_or(0, |e| e.samples)
     }
 
+    /// The client's recent mean estimate of one launch call (a graph launch
+    /// is one call of all its kernels): at each drain point that measured
+    /// something, the mean over the launches since the previous one, at
+    /// their new estimates (so what a sync just taught applies at once);
+    /// between drain points an EWMA (weight 1/8 per launch) of each launch's
+    /// estimate; `default_ns` before the first launch. At least
+    /// [`MIN_KERNEL_NS`].
+    pub(crate) fn mean_launch_ns(&self, default_ns: u64) -> u64 {
+        if self.mean_ns == 0 {
+            default_ns.max(MIN_KERNEL_NS)
+        } else {
+            self.mean_ns.max(MIN_KERNEL_NS)
+        }
+    }
+
+    /// Whether a drain point has measured any of this client's launches
+    /// (until then every estimate is the default, a guess).
+    pub(crate) fn measured(&self) -> bool {
+        self.measured
+    }
+
     /// Record `count` launches of `func`; returns their estimated total ns.
     pub(crate) fn launch(&mut self, func: u64, count: u32, default_ns: u64) -> u64 {
+        let ns = self.launch_inner(func, count, default_ns);
+        self.pending_calls = self.pending_calls.saturating_add(1);
+        // One launch call is one unit of the launch limit: its whole
+        // estimate (all kernels of a graph) is one sample of the mean.
+        let sample = ns.clamp(MIN_KERNEL_NS, MAX_KERNEL_NS);
+        self.mean_ns = if self.mean_ns == 0 {
+            sample
+        } else {
+            (self.mean_ns * 7 + sample) / 8
+        };
+        ns
+    }
+
+    fn launch_inner(&mut self, func: u64, count: u32, default_ns: u64) -> u64 {
         let room = self.map.len() < MAX_KERNELS_PER_CLIENT;
         let entry = match self.map.get_mut(&func) {
             Some(e) => Some(e),
@@ -102,6 +144,7 @@ impl KernelTable {
             .map(|e| u128::from(e.est_ns) * u128::from(e.pending))
             .sum::<u128>()
             + u128::from(self.untracked_pending_ns);
+        let mut new_total = u128::from(self.untracked_pending_ns);
         for f in self.touched.drain(..) {
             let Some(e) = self.map.get_mut(&f) else {
                 continue;
@@ -118,8 +161,17 @@ impl KernelTable {
                 };
                 e.samples = e.samples.saturating_add(1);
             }
+            new_total += u128::from(e.est_ns) * u128::from(e.pending);
             e.pending = 0;
         }
+        if measured_ns.is_some() {
+            if let Some(mean) = new_total.checked_div(u128::from(self.pending_calls)) {
+                self.measured = true;
+                self.mean_ns =
+                    mean.clamp(u128::from(MIN_KERNEL_NS), u128::from(MAX_KERNEL_NS)) as u64;
+            }
+        }
+        self.pending_calls = 0;
         self.untracked_pending_ns = 0;
     }
 }
@@ -233,6 +285,49 @@ mod tests {
         t.drain(Some(9_000));
         // Only the one launch since the last drain was measured.
         assert_eq!(t.estimate(3, 1_000), 9_000);
+    }
+
+    #[test]
+    fn the_mean_follows_launches_and_their_current_estimates() {
+        let mut t = KernelTable::default();
+        assert_eq!(
+            t.mean_launch_ns(50_000),
+            50_000,
+            "no launch yet: the default"
+        );
+        assert_eq!(t.mean_launch_ns(10), MIN_KERNEL_NS, "never below the floor");
+        assert!(!t.measured());
+        t.launch(1, 1, 8_000);
+        assert_eq!(
+            t.mean_launch_ns(50_000),
+            8_000,
+            "the first launch replaces it"
+        );
+        t.launch(2, 1, 8_000);
+        // A sync measures 2 launches at 40 us: each kernel is now 20 us, and
+        // so is the mean, at once.
+        t.drain(Some(40_000));
+        assert_eq!(t.mean_launch_ns(50_000), 20_000);
+        assert!(t.measured());
+        // Between syncs: an EWMA of the launches' estimates.
+        t.launch(3, 1, 8_000);
+        assert_eq!(t.mean_launch_ns(50_000), (7 * 20_000 + 8_000) / 8);
+        // A graph launch of 4 kernels is one launch of 4 kernels' worth.
+        let before = t.mean_launch_ns(50_000);
+        t.launch(GRAPH_FUNC, 4, 8_000);
+        assert_eq!(t.mean_launch_ns(50_000), (7 * before + 4 * 8_000) / 8);
+        // A drain with nothing measured leaves the mean alone.
+        let before = t.mean_launch_ns(50_000);
+        t.drain(None);
+        assert_eq!(t.mean_launch_ns(50_000), before);
+        // The next measured interval: 1 launch of kernel 3 + 1 graph launch of
+        // 4 kernels = 2 calls of 5 kernels estimated at 8 us each; it took
+        // 100 us: 20 us a kernel (first samples), 50 us a call.
+        t.launch(3, 1, 8_000);
+        t.launch(GRAPH_FUNC, 4, 8_000);
+        t.drain(Some(100_000));
+        assert_eq!(t.estimate(3, 0), 20_000);
+        assert_eq!(t.mean_launch_ns(50_000), 50_000);
     }
 
     #[test]

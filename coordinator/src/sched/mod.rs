@@ -73,6 +73,39 @@
 //! changes are reported; a new client's gate is taken to start open (as a
 //! fresh control block is).
 //!
+//! **Launch limits.** A gate acts only once the coordinator has read the
+//! launches that filled the budget, so a burst faster than the reader would
+//! pass it whole. So each training client also gets an [`Allowance`]: how
+//! many more launches it may start beyond those the scheduler has seen,
+//! which the shim enforces itself (the control block's `launch_limit`). On a
+//! GPU with a gate to keep it is
+//! `ceil((budget - backlog) / mean)` launches ([`allowance_for`]), with
+//! `budget` the effective budget above and `mean` the client's recent mean
+//! estimate of one launch call (a graph launch is one call of all its
+//! kernels): the work the gate would let in before closing, counted before
+//! it is launched. It is 0 exactly when the gate is closed and at least 1
+//! when it is open, so it says the same as the gate, only sooner; like the
+//! gate it may overshoot the budget by less than one mean launch. Until a
+//! sync has measured some of a client's launches its estimates are only the
+//! default (50 us, often a hundredth of a training kernel), so its allowance
+//! is at most 1: a guess is not allowed to grant a burst (each further
+//! launch then waits for the reader to see the last one; the first sync
+//! ends this). It is
+//! [`Allowance::Unlimited`] whenever the gate is held open regardless of
+//! backlog: inference clients, every client of a GPU with no inference
+//! client, and everything while `enabled = false`. The caller turns it
+//! into an absolute limit, `launches + n`, with the client's launch counter
+//! as it read it before handing the scheduler that client's records, so
+//! launches that counter has seen but the scheduler has not are charged to
+//! the allowance (never given on top of it). The absolute limit is never
+//! below the launches counted (n >= 0), but it is lowered when the
+//! allowance shrinks: allowance granted and not yet used is taken back when
+//! the gate closes (an arriving inference request must not find it usable).
+//! Nothing waits on a tick to grow an allowance: a client stopped at its
+//! limit has launched everything it was allowed, the scheduler sees those
+//! records, and either the gate is still open (a new allowance >= 1 follows
+//! at once) or it closed (and the tick that reopens it grants again).
+//!
 //! The rule "budget 0 while inference work is queued" is an addition to the
 //! contract's v1 rule; the simulator (`sim.rs`, run its test with
 //! `--nocapture`) compares both and other variants. In its three scenarios it
@@ -105,6 +138,7 @@
 //! | `request_idle_gap_ns` | 2 ms | an inference launch after this long idle begins a request |
 //! | `request_hold_ns` | 200 us | the GPU stays active this long after a request ended |
 //! | `default_kernel_ns` | 50 us | estimate of a kernel never measured |
+//! | `[[scheduler.slo]]` | none | p99 targets: `p99_ms` and match criteria (`uids`, `executables`, `cgroups` prefixes); the first entry a job matches gives its `slo_p99_ns` ([`SchedConfig::slo_for`], fed in by the registry with [`Input::Register`]) |
 //!
 //! # What the model cannot see
 //!
@@ -128,9 +162,13 @@
 //!   is pessimistic. Neither is visible in the record stream.
 //! * **Launch order vs reading order.** Gate changes take effect when the
 //!   coordinator applies them: work launched between a record and the
-//!   reader seeing it is not yet counted. The reader's delay adds directly to
-//!   what inference queues behind (in the simulator, polling every 1 ms
-//!   instead of 100 us doubled p99).
+//!   reader seeing it is not yet counted. Without launch limits the reader's
+//!   delay added directly to what inference queues behind (in the simulator,
+//!   polling every 1 ms instead of 100 us nearly doubled p99, and more with
+//!   two training clients); with them the shim stops at its allowance on its
+//!   own, and the slow reader costs no p99 there (it costs a little training
+//!   throughput: a client at its limit waits for the reader to grant more).
+//!   Inference work launched before the reader sees it is still not counted.
 //! * **Which kernel is which.** Syncs measure sums. When every interval
 //!   between syncs holds the same mix of kernels (a training step), the
 //!   per-kernel shares cannot be told apart: the total is right, the split is
@@ -148,7 +186,8 @@
 //! Feed every record of every client as the matching [`Input`] (LAUNCH and
 //! LAUNCH_EX as [`Input::Launch`], with the record's `ts_ns`), registry events
 //! as `Register`/`SetClass`/`Depart`, and apply each [`Output::Gate`] to that
-//! client's control block. After a batch of inputs, [`Scheduler::next_tick`]
+//! client's control block, and each [`Output::Limit`] as described under
+//! "Launch limits". After a batch of inputs, [`Scheduler::next_tick`]
 //! (or the value [`Scheduler::tick`] returned) says when to call
 //! [`Scheduler::tick`] again; `None` means only new inputs can change a gate.
 //! No output is emitted for a departing client.
@@ -164,11 +203,13 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use config::{SchedConfig, SchedConfigError, MAX_PARAM_NS};
+pub use config::{SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS};
 pub use estimate::{
     GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MIN_KERNEL_NS,
 };
-pub use scheduler::{Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY};
+pub use scheduler::{
+    allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -260,6 +301,16 @@ pub enum Input {
     },
 }
 
+/// How many more launches a client may start beyond those the scheduler has
+/// seen (see "Launch limits" in the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Allowance {
+    /// No limit (inference; training with nothing to protect; disabled).
+    Unlimited,
+    /// At most this many more launch calls (a graph launch is one).
+    Launches(u64),
+}
+
 /// What the scheduler asks for. Only changes are emitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -269,6 +320,17 @@ pub enum Output {
         client: ClientId,
         /// `true`: open.
         open: bool,
+    },
+    /// `client` may start this many launches beyond the ones it had started
+    /// when the caller last read its launch counter (the control block's
+    /// `launches`): store `launches + n` as its `launch_limit`
+    /// ([`Allowance::Unlimited`]: 0). Emitted when the allowance changes; the
+    /// caller re-stores `launches + n` whenever it reads a new `launches`.
+    Limit {
+        /// Whose.
+        client: ClientId,
+        /// How many more.
+        beyond: Allowance,
     },
 }
 
@@ -316,6 +378,14 @@ pub struct ClientSnapshot {
     pub train_share: f64,
     /// Distinct kernels with an estimate.
     pub kernels_known: usize,
+    /// The launch allowance as last emitted.
+    pub allowance: Allowance,
+    /// The recent mean estimate of one launch, ns (what an allowance is
+    /// counted in).
+    pub mean_launch_ns: u64,
+    /// A sync has measured some of the client's launches (until then its
+    /// estimates are the default and its allowance is at most 1).
+    pub measured: bool,
 }
 
 /// One GPU in a [`SchedSnapshot`].

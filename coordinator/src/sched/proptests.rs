@@ -1,6 +1,8 @@
 //! Property tests: random input streams (several inference and training
 //! clients on two GPUs, monotone time) against the contract's invariants.
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 
 use super::*;
@@ -120,9 +122,26 @@ fn to_input(op: &Op, ts: u64) -> Option<Input> {
 /// Everything one run produced, for the determinism check.
 type Trace = Vec<(u64, Vec<Output>, Option<u64>)>;
 
-/// The checks after every step: (1), (2), (4), inference gates open, and that a
-/// closed gate has asked for a tick no later than its backlog allows reopening.
-fn check(s: &Scheduler, gates: &std::collections::BTreeMap<u64, bool>) -> Result<(), String> {
+type Gates = BTreeMap<u64, bool>;
+type Allowances = BTreeMap<u64, Allowance>;
+
+/// The checks after every step: (1), (2), (4), (6), inference gates open, and
+/// that a closed gate has asked for a tick no later than its backlog allows
+/// reopening.
+fn check(s: &Scheduler, gates: &Gates, allowances: &Allowances) -> Result<(), String> {
+    // Every GPU evaluated at the current time (an input evaluates only its
+    // own client's GPU): its allowances must cover all of the room.
+    let mut copy = s.clone();
+    copy.tick(s.snapshot().now_ns, &mut Vec::new());
+    let fresh = copy.snapshot();
+    for c in &fresh.clients {
+        let g = fresh
+            .gpus
+            .iter()
+            .find(|g| g.gpu == c.gpu)
+            .ok_or("client's GPU missing")?;
+        check_allowance(&fresh, c, g, true)?;
+    }
     let snap = s.snapshot();
     let now = snap.now_ns;
     let next = s.next_tick();
@@ -135,6 +154,14 @@ fn check(s: &Scheduler, gates: &std::collections::BTreeMap<u64, bool>) -> Result
         if gates.get(&c.client).copied().unwrap_or(true) != c.gate_open {
             return Err(format!("emitted gate state differs from snapshot: {c:?}"));
         }
+        let emitted = allowances
+            .get(&c.client)
+            .copied()
+            .unwrap_or(Allowance::Unlimited);
+        if emitted != c.allowance {
+            return Err(format!("emitted allowance differs from snapshot: {c:?}"));
+        }
+        check_allowance(&snap, c, g, false)?;
         match c.class {
             Class::Inference => {
                 if !c.gate_open {
@@ -180,24 +207,92 @@ fn check(s: &Scheduler, gates: &std::collections::BTreeMap<u64, bool>) -> Result
     Ok(())
 }
 
+/// (6) The launch allowance: unlimited exactly where the gate is held open
+/// regardless of backlog (inference; a GPU with no inference client);
+/// otherwise 0 exactly when the gate is closed (so always 0 while inference
+/// work is queued), and the launches it allows, at the client's mean
+/// estimate, end less than one launch beyond the budget, but reach it.
+fn check_allowance(
+    snap: &SchedSnapshot,
+    c: &ClientSnapshot,
+    g: &GpuSnapshot,
+    fresh: bool,
+) -> Result<(), String> {
+    let guarded = snap
+        .clients
+        .iter()
+        .any(|o| o.gpu == c.gpu && o.class == Class::Inference);
+    let n = match c.allowance {
+        Allowance::Unlimited if c.class == Class::Inference || !guarded => return Ok(()),
+        Allowance::Unlimited => {
+            return Err(format!("(6) unlimited training beside inference: {c:?}"))
+        }
+        Allowance::Launches(_) if c.class == Class::Inference || !guarded => {
+            return Err(format!("(6) a limit where nothing is protected: {c:?}"))
+        }
+        Allowance::Launches(n) => n,
+    };
+    if (n == 0) == c.gate_open {
+        return Err(format!(
+            "(6) allowance {n} with gate open = {}: {c:?}",
+            c.gate_open
+        ));
+    }
+    // Less than one mean launch beyond the room (the room only grows while
+    // no input comes, so an allowance computed earlier is checked too) ...
+    let room = g.training_budget_ns.saturating_sub(c.backlog_ns);
+    let granted = u128::from(n) * u128::from(c.mean_launch_ns);
+    if granted >= u128::from(room) + u128::from(c.mean_launch_ns) {
+        return Err(format!(
+            "(6) allowance {n} x {} ns beyond the room {room} ns: {c:?} {g:?}",
+            c.mean_launch_ns
+        ));
+    }
+    // ... and, evaluated now, all of the room (at most one launch while no
+    // sync has measured the client's launches).
+    if !c.measured && n > 1 {
+        return Err(format!("(6) allowance {n} before any measurement: {c:?}"));
+    }
+    if fresh && c.measured && granted < u128::from(room) {
+        return Err(format!(
+            "(6) allowance {n} x {} ns short of the room {room} ns: {c:?} {g:?}",
+            c.mean_launch_ns
+        ));
+    }
+    Ok(())
+}
+
 /// Run one stream; ticks at every time the scheduler asked for before later
 /// inputs; checks every step; finally lets time run with no input until no
 /// tick is wanted, and checks every gate ended open (5).
 fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
     let mut s = Scheduler::new(cfg.clone());
-    let mut gates = std::collections::BTreeMap::new();
+    let mut gates = Gates::new();
+    let mut allowances = Allowances::new();
     let mut trace = Trace::new();
     let mut out = Vec::new();
     let mut now = 10 * MS;
     let apply = |out: &mut Vec<Output>,
-                 gates: &mut std::collections::BTreeMap<u64, bool>|
+                 gates: &mut Gates,
+                 allowances: &mut Allowances|
      -> Result<Vec<Output>, String> {
         for o in out.iter() {
-            let Output::Gate { client, open } = *o;
-            let prev = gates.insert(client, open).unwrap_or(true);
-            // (4) only changes are reported.
-            if prev == open {
-                return Err(format!("(4) repeated state {o:?}"));
+            match *o {
+                Output::Gate { client, open } => {
+                    let prev = gates.insert(client, open).unwrap_or(true);
+                    // (4) only changes are reported.
+                    if prev == open {
+                        return Err(format!("(4) repeated state {o:?}"));
+                    }
+                }
+                Output::Limit { client, beyond } => {
+                    let prev = allowances
+                        .insert(client, beyond)
+                        .unwrap_or(Allowance::Unlimited);
+                    if prev == beyond {
+                        return Err(format!("(4) repeated allowance {o:?}"));
+                    }
+                }
             }
         }
         Ok(std::mem::take(out))
@@ -214,7 +309,7 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
             &mut out,
         );
     }
-    let o = apply(&mut out, &mut gates)?;
+    let o = apply(&mut out, &mut gates, &mut allowances)?;
     trace.push((now, o, s.next_tick()));
     for (dt, lag, op) in ops {
         let target = now + dt;
@@ -222,24 +317,42 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
         while let Some(t) = s.next_tick().filter(|&t| t <= target) {
             now = t;
             let next = s.tick(now, &mut out);
-            let o = apply(&mut out, &mut gates)?;
-            check(&s, &gates)?;
+            let o = apply(&mut out, &mut gates, &mut allowances)?;
+            check(&s, &gates, &allowances)?;
             trace.push((now, o, next));
         }
-        // Those ticks were enough: a tick right now (on a copy) changes nothing.
+        // Those ticks were enough: a tick right now (on a copy) changes no
+        // gate. It may grow allowances (backlogs drain with time), and only
+        // grow them: nothing waits for that (see "Launch limits").
         let mut copy = s.clone();
         let mut pending = Vec::new();
         copy.tick(target, &mut pending);
-        if !pending.is_empty() {
-            return Err(format!(
-                "(2) a change was due by {target} but no tick asked: {pending:?}"
-            ));
+        for o in &pending {
+            let grew = match *o {
+                Output::Gate { .. } => false,
+                Output::Limit { client, beyond } => {
+                    let was = allowances
+                        .get(&client)
+                        .copied()
+                        .unwrap_or(Allowance::Unlimited);
+                    match (was, beyond) {
+                        (Allowance::Launches(a), Allowance::Launches(b)) => b > a,
+                        _ => false,
+                    }
+                }
+            };
+            if !grew {
+                return Err(format!(
+                    "(2) a change was due by {target} but no tick asked: {pending:?}"
+                ));
+            }
         }
         now = target;
         match to_input(op, now.saturating_sub(*lag)) {
             Some(input) => {
                 if let Input::Depart { client } = input {
                     gates.remove(&client);
+                    allowances.remove(&client);
                 }
                 s.handle(now, input, &mut out);
             }
@@ -247,8 +360,8 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
                 s.tick(now, &mut out);
             }
         }
-        let o = apply(&mut out, &mut gates)?;
-        check(&s, &gates)?;
+        let o = apply(&mut out, &mut gates, &mut allowances)?;
+        check(&s, &gates, &allowances)?;
         trace.push((now, o, s.next_tick()));
     }
     // (5) With no more input, every gate opens (no gate is stuck closed).
@@ -256,8 +369,8 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
         let Some(t) = s.next_tick() else { break };
         now = t;
         s.tick(now, &mut out);
-        let o = apply(&mut out, &mut gates)?;
-        check(&s, &gates)?;
+        let o = apply(&mut out, &mut gates, &mut allowances)?;
+        check(&s, &gates, &allowances)?;
         trace.push((now, o, s.next_tick()));
     }
     if s.next_tick().is_some() {
@@ -265,6 +378,15 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
     }
     if let Some(c) = s.snapshot().clients.iter().find(|c| !c.gate_open) {
         return Err(format!("(5) gate stuck closed: {c:?}"));
+    }
+    // ... and no client is left without a launch it may start.
+    if let Some(c) = s
+        .snapshot()
+        .clients
+        .iter()
+        .find(|c| c.allowance == Allowance::Launches(0))
+    {
+        return Err(format!("(5) no launch allowed: {c:?}"));
     }
     Ok(trace)
 }

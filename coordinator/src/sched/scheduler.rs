@@ -5,7 +5,9 @@ use std::ops::Bound;
 
 use super::config::SchedConfig;
 use super::estimate::{quantile, KernelTable, LatencyWindow, GRAPH_FUNC, LATENCY_WINDOW};
-use super::{Class, ClientId, ClientSnapshot, GpuSnapshot, Input, Output, SchedSnapshot};
+use super::{
+    Allowance, Class, ClientId, ClientSnapshot, GpuSnapshot, Input, Output, SchedSnapshot,
+};
 
 /// Most clients the scheduler tracks. A client registered beyond this is not
 /// tracked: its gate is never closed (fail-open).
@@ -64,6 +66,8 @@ struct Client {
     gpu: u64,
     slo_p99_ns: Option<u64>,
     gate_open: bool,
+    /// Launch allowance as last emitted.
+    allowance: Allowance,
     /// Estimated time at which all work launched so far has drained.
     busy_until: u64,
     /// Last timestamp seen from this client (its records are in order).
@@ -96,6 +100,7 @@ impl Client {
             gpu,
             slo_p99_ns,
             gate_open: true,
+            allowance: Allowance::Unlimited,
             busy_until: 0,
             last_ts: 0,
             last_activity: None,
@@ -412,6 +417,9 @@ impl Scheduler {
                 work_share: share(c.work_cur + c.work_prev),
                 train_share: share(gpu_train),
                 kernels_known: c.kernels.len(),
+                allowance: c.allowance,
+                mean_launch_ns: c.kernels.mean_launch_ns(self.cfg.default_kernel_ns),
+                measured: c.kernels.measured(),
             });
         }
         let gpus = self
@@ -719,18 +727,51 @@ impl Scheduler {
         // from estimates (never corrected for a job that does not sync) would
         // only throttle training below what the GPU can do.
         let unguarded = n_inference == 0;
+        let default_ns = self.cfg.default_kernel_ns;
         for id in &g.members {
             let Some(c) = self.clients.get_mut(id) else {
                 continue;
             };
-            let open = !self.cfg.enabled
-                || unguarded
-                || c.class == Class::Inference
-                || c.backlog(now) < budget;
+            let held_open = !self.cfg.enabled || unguarded || c.class == Class::Inference;
+            let allowance = if held_open {
+                Allowance::Unlimited
+            } else {
+                match allowance_for(budget, c.backlog(now), c.kernels.mean_launch_ns(default_ns)) {
+                    // Unmeasured estimates are a guess: one launch at a time.
+                    Allowance::Launches(n) if !c.kernels.measured() => {
+                        Allowance::Launches(n.min(1))
+                    }
+                    a => a,
+                }
+            };
+            let open = held_open || c.backlog(now) < budget;
+            debug_assert_eq!(open, allowance != Allowance::Launches(0));
+            // The limit first: a gate that opens finds its allowance in place.
+            if allowance != c.allowance {
+                c.allowance = allowance;
+                out.push(Output::Limit {
+                    client: *id,
+                    beyond: allowance,
+                });
+            }
             if open != c.gate_open {
                 c.gate_open = open;
                 out.push(Output::Gate { client: *id, open });
             }
         }
     }
+}
+
+/// The launch allowance of a gated training client with `backlog_ns` of work
+/// queued under a budget of `budget_ns`, one launch estimated at `mean_ns`:
+/// `ceil((budget - backlog) / mean)`, so 0 exactly when the backlog has
+/// reached the budget (the gate is closed), and the launches allowed add up
+/// to less than one mean launch beyond the budget.
+#[must_use]
+pub fn allowance_for(budget_ns: u64, backlog_ns: u64, mean_ns: u64) -> Allowance {
+    Allowance::Launches(
+        budget_ns
+            .saturating_sub(backlog_ns)
+            .div_ceil(mean_ns.max(1)),
+    )
 }

@@ -16,9 +16,14 @@
 //! * **Training client**: an endless loop of kernels (true durations 50 us -
 //!   2 ms, a fixed cycle of func ids), launched as fast as its CPU allows,
 //!   with a CPU stall (data loading, Python) every few launches and a sync
-//!   every `sync_every` launches. Before each launch it checks its gate; a
-//!   closed gate blocks its CPU thread until the gate opens, at most
+//!   every `sync_every` launches. Before each launch it checks its gate and
+//!   (with `launch_limits`) its launch limit; a closed gate or a launch
+//!   beyond the limit blocks its CPU thread until it may go, at most
 //!   [`MAX_GATE_WAIT_NS`] (the shim's bound).
+//! * **Launch limits** (`launch_limits: true`): as tandemd's registry does,
+//!   each training client's limit is its launch count as of the reader's
+//!   last poll (read before that poll's records are handed over) plus its
+//!   latest [`Allowance`].
 //! * **Reader**: records are delivered to the scheduler at the reader's next
 //!   poll (every `poll_ns`), in order; the scheduler's ticks run at the times it
 //!   asks for.
@@ -87,6 +92,8 @@ pub(crate) struct Scenario {
     pub(crate) warmup_ns: u64,
     pub(crate) poll_ns: u64,
     pub(crate) seed: u64,
+    /// The shims enforce the scheduler's launch allowances.
+    pub(crate) launch_limits: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -138,6 +145,25 @@ struct Train {
     wait_gen: u64,
     launches: u64,
     last_end: u64,
+    allowance: Allowance,
+    /// `launches` as the reader last read it.
+    launches_read: u64,
+    /// A wait hit the shim's bound: the next launch goes regardless.
+    bounded_pass: bool,
+}
+
+impl Train {
+    /// The launch limit in force (`None`: unlimited).
+    fn limit(&self, enforce: bool) -> Option<u64> {
+        match self.allowance {
+            Allowance::Launches(n) if enforce => Some(self.launches_read + n),
+            _ => None,
+        }
+    }
+    /// The next launch may start.
+    fn may_launch(&self, enforce: bool) -> bool {
+        self.gate_open && self.limit(enforce).is_none_or(|l| self.launches < l)
+    }
 }
 
 /// Inference clients get ids 1.., training clients 101...
@@ -183,6 +209,9 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
             wait_gen: 0,
             launches: 0,
             last_end: 0,
+            allowance: Allowance::Unlimited,
+            launches_read: 0,
+            bounded_pass: false,
         })
         .collect();
     let start = 10 * MS;
@@ -283,7 +312,8 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
             Ev::TrainStep(j) => {
                 let spec = &sc.training[j];
                 let tr = &mut trains[j];
-                if !tr.gate_open && tr.waiting.is_none() {
+                let pass = std::mem::take(&mut tr.bounded_pass);
+                if !pass && !tr.may_launch(sc.launch_limits) && tr.waiting.is_none() {
                     tr.waiting = Some(now);
                     tr.wait_gen += 1;
                     push(
@@ -293,8 +323,8 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
                     );
                     continue;
                 }
-                if tr.waiting.is_some() {
-                    continue; // woken by the gate or the bound only
+                if !pass && tr.waiting.is_some() {
+                    continue; // woken by the gate, the limit or the bound only
                 }
                 let k = (tr.launches % spec.kernels.len() as u64) as usize;
                 let d = spec.kernels[k];
@@ -341,13 +371,17 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
                     tr.waiting = None;
                     res.bounded_waits += 1;
                     // Proceed as the shim does: launch once, gate or not.
-                    tr.gate_open = true;
+                    tr.bounded_pass = true;
                     push(&mut q, now, Ev::TrainStep(j));
                 }
             }
             Ev::Poll | Ev::Tick => {
                 let Some(s) = sched.as_mut() else { continue };
                 if ev == Ev::Poll {
+                    // The launch counters, read before the records.
+                    for tr in &mut trains {
+                        tr.launches_read = tr.launches;
+                    }
                     // Records are pushed in event (time) order, but a sync's
                     // begin is stamped when the CPU gets there: sort by ts.
                     pending.sort_by_key(ts_of);
@@ -364,14 +398,22 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
                 }
                 let next = s.tick(now, &mut out);
                 for o in out.drain(..) {
-                    let Output::Gate { client, open } = o;
-                    if client >= 101 {
-                        let j = (client - 101) as usize;
-                        let tr = &mut trains[j];
-                        tr.gate_open = open;
-                        if open && tr.waiting.take().is_some() {
-                            push(&mut q, now, Ev::TrainStep(j));
+                    let (client, set): (ClientId, &dyn Fn(&mut Train)) = match o {
+                        Output::Gate { client, open } => (client, &move |t| t.gate_open = open),
+                        Output::Limit { client, beyond } => {
+                            (client, &move |t| t.allowance = beyond)
                         }
+                    };
+                    if client >= 101 {
+                        set(&mut trains[(client - 101) as usize]);
+                    }
+                }
+                // Wake every waiter that may launch now (a gate opened, or a
+                // limit moved with the counter or the allowance).
+                for (j, tr) in trains.iter_mut().enumerate() {
+                    if tr.waiting.is_some() && tr.may_launch(sc.launch_limits) {
+                        tr.waiting = None;
+                        push(&mut q, now, Ev::TrainStep(j));
                     }
                 }
                 if let Some(t) = next {
@@ -447,6 +489,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         warmup_ns: 1_000 * MS,
         poll_ns: 100 * US,
         seed,
+        launch_limits: true,
     };
     vec![
         base(
@@ -643,6 +686,34 @@ fn policy_on_beats_off_for_inference_and_keeps_training() {
             ms(on_slow.p99),
             on_slow.train_kept
         );
+        // The same without the shim-side launch limits (the gate alone).
+        let kept = || Some((SchedConfig::default(), Knobs::default()));
+        for (label, poll_ns) in [("poll 100 us", sc.poll_ns), ("poll 1 ms", MS)] {
+            let no_limits = Scenario {
+                poll_ns,
+                launch_limits: false,
+                ..sc.clone()
+            };
+            let r = row(&no_limits, kept(), alone_train);
+            // What the limits are for: the reader's delay no longer lets
+            // bursts through, so with a slow reader the limits win clearly.
+            if poll_ns == MS {
+                assert!(
+                    on_slow.p99 < r.p99,
+                    "{}: poll 1 ms, p99 with limits {} vs without {}",
+                    sc.name,
+                    on_slow.p99,
+                    r.p99
+                );
+            }
+            println!(
+                "   on, kept, no limits, {:10} p50 {:7.3} ms  p99 {:7.3} ms  training kept {:.3}",
+                format!("{label}:"),
+                ms(r.p50),
+                ms(r.p99),
+                r.train_kept
+            );
+        }
         // Training alone is not slowed by the policy (the count-cap lesson).
         assert!(alone_train_on as f64 > 0.95 * alone_train as f64);
     }

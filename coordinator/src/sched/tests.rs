@@ -10,6 +10,8 @@ const T0: u64 = 1_000 * MS;
 struct H {
     s: Scheduler,
     out: Vec<Output>,
+    /// Every `Output::Limit` emitted so far (the gate tests see only gates).
+    limits: Vec<Output>,
 }
 
 impl H {
@@ -17,6 +19,7 @@ impl H {
         H {
             s: Scheduler::new(cfg),
             out: Vec::new(),
+            limits: Vec::new(),
         }
     }
     fn default() -> H {
@@ -33,10 +36,16 @@ impl H {
                 },
             ),
             out: Vec::new(),
+            limits: Vec::new(),
         }
     }
+    /// The gate changes since the last call; limit changes go to `limits`.
     fn take(&mut self) -> Vec<Output> {
-        std::mem::take(&mut self.out)
+        let (limits, gates): (Vec<Output>, Vec<Output>) = std::mem::take(&mut self.out)
+            .into_iter()
+            .partition(|o| matches!(o, Output::Limit { .. }));
+        self.limits.extend(limits);
+        gates
     }
     fn input(&mut self, now: u64, i: Input) -> Vec<Output> {
         self.s.handle(now, i, &mut self.out);
@@ -678,7 +687,13 @@ fn reconfigure_keeps_estimates_and_reevaluates() {
         },
         &mut out,
     );
-    assert_eq!(out, vec![gate(1, true)]);
+    // The limit first (one launch: no sync has measured the client yet),
+    // then the gate.
+    let limit = Output::Limit {
+        client: 1,
+        beyond: Allowance::Launches(1),
+    };
+    assert_eq!(out, vec![limit, gate(1, true)]);
     h.s.reconfigure(
         SchedConfig {
             enabled: false,
@@ -703,4 +718,300 @@ fn shares_count_estimated_work_per_gpu() {
     let c2 = h.client(2);
     assert!((c2.train_share - 0.75).abs() < 1e-9, "{c2:?}");
     assert!((h.gpu(0).training_share - 0.75).abs() < 1e-9);
+}
+
+// ---- launch limits ----
+
+fn limit(client: ClientId, beyond: Allowance) -> Output {
+    Output::Limit { client, beyond }
+}
+
+#[test]
+fn allowance_is_the_room_in_mean_launches_rounded_up() {
+    assert_eq!(allowance_for(4 * MS, 0, 50 * US), Allowance::Launches(80));
+    assert_eq!(allowance_for(4 * MS, 1, 50 * US), Allowance::Launches(80));
+    assert_eq!(
+        allowance_for(4 * MS, 50 * US + 1, 50 * US),
+        Allowance::Launches(79)
+    );
+    // Under one launch of room still allows one (the gate is open) ...
+    assert_eq!(
+        allowance_for(4 * MS, 4 * MS - 1, 5 * MS),
+        Allowance::Launches(1)
+    );
+    // ... none at or over the budget (the gate is closed).
+    assert_eq!(
+        allowance_for(4 * MS, 4 * MS, 50 * US),
+        Allowance::Launches(0)
+    );
+    assert_eq!(allowance_for(0, 0, 50 * US), Allowance::Launches(0));
+    assert_eq!(allowance_for(4 * MS, 9 * MS, 0), Allowance::Launches(0));
+}
+
+#[test]
+fn training_beside_inference_gets_an_allowance_that_shrinks_as_it_launches() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    assert!(
+        h.limits.is_empty(),
+        "alone on its GPU: unlimited, nothing emitted"
+    );
+    h.reg(T0, 9, Class::Inference, 0);
+    // Nothing measured yet: one launch at a time.
+    assert_eq!(h.limits, vec![limit(1, Allowance::Launches(1))]);
+    assert_eq!(h.client(9).allowance, Allowance::Unlimited);
+    assert!(h.launch(T0, 1, 99).is_empty());
+    assert_eq!(h.client(1).allowance, Allowance::Launches(1));
+    // A sync measures it at 50 us: the idle budget, 4 ms, is 80 launches.
+    h.sync(T0, T0 + 50 * US, 1);
+    assert_eq!(h.limits.last(), Some(&limit(1, Allowance::Launches(80))));
+    let t = T0 + 50 * US;
+    h.limits.clear();
+    h.launch(t, 1, 99);
+    assert_eq!(h.limits, vec![limit(1, Allowance::Launches(79))]);
+    // Filling the budget takes the allowance to 0 exactly as the gate closes.
+    assert_eq!(fill(&mut h, t, 1), 79);
+    assert_eq!(h.client(1).allowance, Allowance::Launches(0));
+    assert_eq!(h.limits.last(), Some(&limit(1, Allowance::Launches(0))));
+    // Reopening grants again, limit before gate.
+    h.limits.clear();
+    h.s.tick(t + 1, &mut h.out);
+    assert_eq!(
+        std::mem::take(&mut h.out),
+        vec![limit(1, Allowance::Launches(1)), gate(1, true)]
+    );
+}
+
+#[test]
+fn queued_inference_work_takes_the_allowance_to_zero_and_departure_lifts_it() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.reg(T0, 2, Class::Inference, 0);
+    h.limits.clear();
+    assert_eq!(h.launch(T0, 2, 1), vec![gate(1, false)]);
+    assert_eq!(h.limits, vec![limit(1, Allowance::Launches(0))]);
+    // The inference job leaves: nothing to protect, no limit.
+    h.limits.clear();
+    assert_eq!(
+        h.input(T0 + US, Input::Depart { client: 2 }),
+        vec![gate(1, true)]
+    );
+    assert_eq!(h.limits, vec![limit(1, Allowance::Unlimited)]);
+}
+
+#[test]
+fn the_allowance_counts_in_the_clients_mean_launch_and_a_graph_is_one_launch() {
+    let mut h = H::default();
+    h.reg(T0, 9, Class::Inference, 0);
+    h.reg(T0, 1, Class::Training, 0);
+    // One launch, measured by a sync at 1 ms: the mean is 1 ms at once (not
+    // an average with the 50 us default it was launched with).
+    h.launch(T0, 1, 7);
+    h.sync(T0, T0 + MS, 1);
+    assert_eq!(h.client(1).mean_launch_ns, MS);
+    let t = T0 + 2 * MS;
+    h.launch(t, 1, 7);
+    // Backlog 1 ms: 3 ms of room is 3 launches.
+    let c = h.client(1);
+    assert_eq!(c.backlog_ns, MS);
+    assert_eq!(c.mean_launch_ns, MS);
+    assert_eq!(c.allowance, Allowance::Launches(3));
+    // A graph of 8 of the default kernels is one launch of 400 us.
+    h.input(
+        t,
+        Input::GraphLaunch {
+            client: 1,
+            kernels: 8,
+            ts_ns: t,
+        },
+    );
+    let c = h.client(1);
+    let mean = (7 * MS + 400 * US) / 8;
+    assert_eq!(c.mean_launch_ns, mean);
+    assert_eq!(c.backlog_ns, 1_400 * US);
+    // 2.6 ms of room at 925 us a launch: 2.8, rounded up.
+    assert_eq!(c.allowance, Allowance::Launches(3));
+    assert_eq!(c.allowance, allowance_for(4 * MS, c.backlog_ns, mean));
+}
+
+#[test]
+fn disabled_and_inference_are_never_limited() {
+    let mut h = H::new(SchedConfig {
+        enabled: false,
+        ..SchedConfig::default()
+    });
+    h.reg(T0, 9, Class::Inference, 0);
+    h.reg(T0, 1, Class::Training, 0);
+    for _ in 0..200 {
+        h.launch(T0, 1, 99);
+        h.launch(T0, 9, 98);
+    }
+    assert!(h.limits.is_empty(), "{:?}", h.limits);
+    // Training set to inference while limited: the limit is lifted.
+    let mut h = H::default();
+    h.reg(T0, 9, Class::Inference, 0);
+    h.reg(T0, 1, Class::Training, 0);
+    h.limits.clear();
+    h.input(
+        T0,
+        Input::SetClass {
+            client: 1,
+            class: Class::Inference,
+        },
+    );
+    assert_eq!(h.limits, vec![limit(1, Allowance::Unlimited)]);
+}
+
+// ---- SLO targets from the configuration ----
+
+#[test]
+fn slo_rules_first_match_wins_and_every_named_criterion_must_match() {
+    #[derive(serde::Deserialize)]
+    struct File {
+        scheduler: SchedConfig,
+    }
+    let f: File = toml::from_str(
+        r#"
+        [[scheduler.slo]]
+        p99_ms = 20.0
+        executables = ["/opt/serve"]
+        uids = [1000, 1001]
+
+        [[scheduler.slo]]
+        p99_ms = 50.5
+        cgroups = ["/serving.slice"]
+
+        [[scheduler.slo]]
+        p99_ms = 200.0
+        "#,
+    )
+    .unwrap();
+    let c = f.scheduler;
+    assert_eq!(c.validate(), Ok(()));
+    let rule = |uid, exe, cg| c.slo_for(uid, exe, cg).map(|m| (m.rule, m.p99_ns));
+    // Both criteria of the first entry.
+    assert_eq!(rule(1001, Some("/opt/serve"), None), Some((0, 20 * MS)));
+    // Only one of them: falls through to the cgroup entry, then the default.
+    assert_eq!(
+        rule(7, Some("/opt/serve"), Some("/serving.slice/a.scope")),
+        Some((1, 50_500_000))
+    );
+    assert_eq!(
+        rule(1000, Some("/opt/other"), Some("/serving.sliced")),
+        Some((2, 200 * MS))
+    );
+    // Unknown exe and cgroup never match a criterion that names them.
+    assert_eq!(rule(1000, None, None), Some((2, 200 * MS)));
+    // No entries: no target.
+    assert_eq!(
+        SchedConfig::default().slo_for(0, Some("/x"), Some("/")),
+        None
+    );
+}
+
+#[test]
+fn slo_errors_name_the_entry_and_the_key() {
+    let with = |r: SloRule| SchedConfig {
+        slo: vec![
+            SloRule {
+                p99_ms: 10.0,
+                uids: vec![],
+                executables: vec![],
+                cgroups: vec![],
+            },
+            r,
+        ],
+        ..SchedConfig::default()
+    };
+    let ok = SloRule {
+        p99_ms: 10.0,
+        uids: vec![3],
+        executables: vec!["/bin/x".into()],
+        cgroups: vec!["/a".into()],
+    };
+    assert_eq!(with(ok.clone()).validate(), Ok(()));
+    for (r, field) in [
+        (
+            SloRule {
+                p99_ms: 0.0,
+                ..ok.clone()
+            },
+            "slo[1].p99_ms",
+        ),
+        (
+            SloRule {
+                p99_ms: f64::NAN,
+                ..ok.clone()
+            },
+            "slo[1].p99_ms",
+        ),
+        (
+            SloRule {
+                p99_ms: MAX_SLO_P99_MS * 2.0,
+                ..ok.clone()
+            },
+            "slo[1].p99_ms",
+        ),
+        (
+            SloRule {
+                executables: vec!["server".into()],
+                ..ok.clone()
+            },
+            "slo[1].executables",
+        ),
+        (
+            SloRule {
+                cgroups: vec!["serving.slice".into()],
+                ..ok.clone()
+            },
+            "slo[1].cgroups",
+        ),
+    ] {
+        let e = with(r).validate().unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(
+            e.to_string().starts_with(&format!("scheduler.{field}: ")),
+            "{e}"
+        );
+    }
+    // Unknown keys in an entry are rejected by name.
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct File {
+        scheduler: SchedConfig,
+    }
+    let e =
+        toml::from_str::<File>("[[scheduler.slo]]\np99_ms = 1.0\nusers = [\"a\"]\n").unwrap_err();
+    assert!(e.to_string().contains("users"), "{e}");
+}
+
+#[test]
+fn an_slo_target_reaches_the_adaptation_and_the_snapshot() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    h.input(
+        T0,
+        Input::Register {
+            client: 2,
+            class: Class::Inference,
+            gpu: 0,
+            slo_p99_ns: Some(2 * MS),
+        },
+    );
+    assert_eq!(h.client(2).slo_p99_ns, Some(2 * MS));
+    // Requests of 10 ms against a 2 ms target: the active budget shrinks.
+    let before = h.gpu(0).active_budget_ns;
+    requests(&mut h, T0 + MS, SLO_EVAL_EVERY, 10 * MS);
+    assert!(h.gpu(0).active_budget_ns < before);
+    // A reload without the target: registered again with none.
+    h.input(
+        T0 + 10_000 * MS,
+        Input::Register {
+            client: 2,
+            class: Class::Inference,
+            gpu: 0,
+            slo_p99_ns: None,
+        },
+    );
+    assert_eq!(h.client(2).slo_p99_ns, None);
 }

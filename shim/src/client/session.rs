@@ -78,13 +78,18 @@ impl Session {
         }
     }
 
-    /// Obeys the coordinator's gate: one Acquire load when open; when closed, a
-    /// bounded wait (at most 50 ms; less when the coordinator looks dead).
+    /// Obeys the coordinator's gate and launch limit, then counts the launch:
+    /// when allowed, two Acquire loads (gate, limit), one Relaxed load and one
+    /// `fetch_add` of the session's launch counter; when the gate is closed or
+    /// the launch is beyond the limit, a bounded wait first (at most 50 ms;
+    /// less when the coordinator looks dead). Call once per launch (a graph
+    /// launch is one), just before the real call.
     #[inline(always)]
     pub fn gate(&self) {
-        if !self.control.gate_is_open() {
+        if !self.control.launch_allowed() {
             self.wait_gate();
         }
+        self.control.count_launch();
     }
 
     #[cold]
@@ -102,7 +107,7 @@ impl Session {
                 return;
             }
         }
-        let _ = self.control.wait_open(MAX_GATE_WAIT, self.stale_after);
+        let _ = self.control.wait_launch(MAX_GATE_WAIT, self.stale_after);
     }
 
     /// Pushes one record (never blocks: a full or busy ring drops it, counted).
@@ -283,6 +288,30 @@ mod tests {
         s.gate();
         assert_eq!(s.socket(), None);
         assert!(!s.send(b"x"), "no socket: nothing sent, no panic");
+    }
+
+    #[test]
+    fn each_gate_pass_counts_one_launch_and_the_limit_holds_the_next() {
+        let (s, _consumer) = session();
+        for _ in 0..3 {
+            s.gate();
+        }
+        assert_eq!(s.control.client_counters().launches, 3);
+        assert_eq!(
+            s.control.client_counters().gate_waits,
+            0,
+            "no limit: no wait"
+        );
+        // Allow one more; the fifth launch waits (bounded: the beat never
+        // moves, so at most stale_after) and still goes ahead: fail open.
+        s.control.set_launch_limit(4).unwrap();
+        s.gate();
+        assert_eq!(s.control.client_counters().gate_waits, 0);
+        s.gate();
+        let k = s.control.client_counters();
+        assert_eq!(k.launches, 5, "a launch that waited is counted too");
+        assert_eq!(k.gate_waits, 1, "{k:?}");
+        assert_eq!(k.gate_timeouts + k.stale_opens, 1, "{k:?}");
     }
 
     #[test]
