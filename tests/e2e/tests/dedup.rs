@@ -273,7 +273,7 @@ fn two_hundred_start_stop_cycles_leak_nothing() {
     let env = replica_env(&dir);
     // A resident replica publishes; each short-lived one merges with it, breaks
     // one granule by a copy (copy-on-write), and exits (freeing everything).
-    let mut resident = vec![spawn_replica("replica", 1_000_000, &wf, &env, &[])];
+    let mut resident = spawn_replica("replica", 1_000_000, &wf, &env, &[]);
     let short_wf = dir.path().join("short-go");
     std::fs::File::create(&short_wf).unwrap();
     // Kernels must keep running while the shim scans (its stability rule), so
@@ -309,6 +309,6 @@ fn two_hundred_start_stop_cycles_leak_nothing() {
     assert!(gnum(&s, "dedup_merges") >= 199, "{}", gpu(&s));
     assert!(gnum(&s, "dedup_cow_breaks") >= 1, "{}", gpu(&s));
     std::fs::File::create(&wf).unwrap();
-    resident[0].kill9();
+    resident.kill9();
     assert_nothing_left(&d, fds);
 }
