@@ -52,8 +52,13 @@ admins = []
 tcp_listen = ""
 
 [policy]
-# The class a client that claims "auto" is granted: "inference" or "training".
-auto_class = "training"
+# The class a client that claims "auto" (TANDEM_CLASS unset) is granted:
+# "inference", "training", or "detect": start as inference (if the client may
+# claim inference, see below; else training) and become training at the first
+# kernel whose name shows a backward pass or an optimizer step (backward,
+# autograd, dgrad, wgrad, bprop, multi_tensor_apply, _foreach_, adam, sgd,
+# optimizer; ASCII case-insensitive). The stats show the kernel that decided.
+auto_class = "detect"
 
 # Who may claim the inference class. root and the user tandemd runs as always
 # may; anyone else needs to match one of these (uid, gid including supplementary
@@ -173,12 +178,24 @@ pub struct StatsConfig {
     pub tcp_listen: String,
 }
 
+/// What a client claiming "auto" gets (`[policy] auto_class`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoClass {
+    /// Always inference (subject to who may claim it).
+    Inference,
+    /// Always training.
+    Training,
+    /// From the kernel stream (`crate::autoclass`).
+    Detect,
+}
+
 /// `[policy]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// What "auto" gets.
-    pub auto_class: GrantClass,
+    pub auto_class: AutoClass,
     /// Who may claim inference.
     pub inference: InferenceAllow,
     /// Operator overrides (first match wins).
@@ -189,7 +206,7 @@ pub struct PolicyConfig {
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
-            auto_class: GrantClass::Training,
+            auto_class: AutoClass::Detect,
             inference: InferenceAllow::default(),
             overrides: Vec::new(),
         }
@@ -572,7 +589,7 @@ mod tests {
         );
         assert_eq!(c.ring_capacity, 64);
         assert_eq!(c.policy.overrides.len(), 1);
-        assert_eq!(c.policy.auto_class, GrantClass::Inference);
+        assert_eq!(c.policy.auto_class, AutoClass::Inference);
         assert!(c.stats_tcp().is_some());
         assert_eq!(c.level(), tracing::Level::DEBUG);
     }

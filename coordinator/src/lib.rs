@@ -16,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod autoclass;
 pub mod client;
 pub mod config;
 pub mod control;

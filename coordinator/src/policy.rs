@@ -4,7 +4,7 @@
 
 use tandem_proto::wire::ClientClass;
 
-use crate::config::{Config, GrantClass};
+use crate::config::{AutoClass, Config, GrantClass};
 use crate::sock::PeerCred;
 
 /// What the kernel says about a peer.
@@ -78,6 +78,19 @@ pub struct Decision {
     pub class: ClientClass,
     /// Shown in the stats.
     pub reason: String,
+    /// `auto_class = "detect"` granted inference for now: the kernel stream
+    /// may still turn it into training (`crate::autoclass`).
+    pub detecting: bool,
+}
+
+impl Decision {
+    fn fixed(class: ClientClass, reason: String) -> Decision {
+        Decision {
+            class,
+            reason,
+            detecting: false,
+        }
+    }
 }
 
 /// Decide the class of `who` claiming `claimed`, under `cfg`, for a daemon
@@ -103,36 +116,49 @@ pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -
             } else {
                 format!("cgroup {}", o.cgroup.as_deref().unwrap_or(""))
             };
-            return Decision {
-                class: o.class.into(),
-                reason: format!("operator override #{i} ({what})"),
-            };
+            return Decision::fixed(o.class.into(), format!("operator override #{i} ({what})"));
         }
     }
     match claimed {
-        ClientClass::Training => Decision {
-            class: ClientClass::Training,
-            reason: "claimed training".into(),
-        },
-        ClientClass::Auto => Decision {
-            class: p.auto_class.into(),
-            reason: format!(
-                "claimed auto: policy.auto_class = {}",
-                ClientClass::from(p.auto_class).name()
+        ClientClass::Training => Decision::fixed(ClientClass::Training, "claimed training".into()),
+        ClientClass::Auto => match p.auto_class {
+            AutoClass::Inference => Decision::fixed(
+                ClientClass::Inference,
+                "claimed auto: policy.auto_class = inference".into(),
             ),
+            AutoClass::Training => Decision::fixed(
+                ClientClass::Training,
+                "claimed auto: policy.auto_class = training".into(),
+            ),
+            AutoClass::Detect => match inference_allowed(cfg, daemon_euid, who) {
+                Some(why) => Decision {
+                    class: ClientClass::Inference,
+                    reason: format!(
+                        "auto: inference until a training kernel is seen (may claim inference: {why})"
+                    ),
+                    detecting: true,
+                },
+                None => Decision::fixed(
+                    ClientClass::Training,
+                    format!(
+                        "auto: uid {} may not claim inference (see [policy.inference]): training",
+                        who.uid
+                    ),
+                ),
+            },
         },
         ClientClass::Inference => match inference_allowed(cfg, daemon_euid, who) {
-            Some(why) => Decision {
-                class: ClientClass::Inference,
-                reason: format!("claimed inference, allowed ({why})"),
-            },
-            None => Decision {
-                class: GrantClass::Training.into(),
-                reason: format!(
+            Some(why) => Decision::fixed(
+                ClientClass::Inference,
+                format!("claimed inference, allowed ({why})"),
+            ),
+            None => Decision::fixed(
+                GrantClass::Training.into(),
+                format!(
                     "claimed inference, not allowed for uid {} (see [policy.inference] in tandemd.toml): granted training",
                     who.uid
                 ),
-            },
+            ),
         },
     }
 }

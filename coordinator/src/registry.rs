@@ -72,6 +72,8 @@ pub struct Client {
     pub decision: Decision,
     /// An operator set the class (policy reloads leave it alone).
     pub operator_set: bool,
+    /// `auto_class = "detect"` saw a training kernel of this client.
+    pub seen_training_kernel: bool,
     /// GPU from the Device message.
     pub gpu: Option<[u8; 16]>,
     /// Registration time.
@@ -330,6 +332,7 @@ impl Registry {
                 claimed: hello.class,
                 decision,
                 operator_set: false,
+                seen_training_kernel: false,
                 gpu: None,
                 connected: now,
                 heartbeat: Duration::from_millis(u64::from(cfg.heartbeat_interval_ms)),
@@ -360,13 +363,33 @@ impl Registry {
         Ok((welcome, fd))
     }
 
-    /// A FuncName from client `id`.
+    /// A FuncName from client `id`. For a client whose class is being
+    /// detected (`auto_class = "detect"`), a training kernel makes it training.
     pub fn func_name(&mut self, id: u64, func_id: u64, name: &[u8]) {
-        if let Some(c) = self.clients.get_mut(&id) {
-            if !c.stats.set_name(func_id, name) {
-                debug!(client = id, "kernel name table full; name ignored");
-            }
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if !c.stats.set_name(func_id, name) {
+            debug!(client = id, "kernel name table full; name ignored");
         }
+        if !c.decision.detecting {
+            return;
+        }
+        let Some(marker) = crate::autoclass::training_marker(name) else {
+            return;
+        };
+        let shown: String = String::from_utf8_lossy(name).chars().take(120).collect();
+        c.decision = Decision {
+            class: ClientClass::Training,
+            reason: format!("auto: saw training kernel {shown:?} ({marker})"),
+            detecting: false,
+        };
+        c.seen_training_kernel = true;
+        info!(client = id, kernel = %shown, "auto: training kernel seen; class training");
+        self.sched_event(Input::SetClass {
+            client: id,
+            class: sched_class(ClientClass::Training),
+        });
     }
 
     /// A Device from client `id`.
@@ -481,6 +504,7 @@ impl Registry {
             c.decision = Decision {
                 class,
                 reason: format!("set by operator (uid {by_uid})"),
+                detecting: false,
             };
             c.operator_set = true;
         }
@@ -501,6 +525,11 @@ impl Registry {
         let mut changed = Vec::new();
         for c in self.clients.values_mut().filter(|c| !c.operator_set) {
             let d = decide(cfg, daemon_euid, &c.who, c.claimed);
+            // What the kernel stream showed stays true under a new config that
+            // still detects.
+            if d.detecting && c.decision.class == ClientClass::Training && c.seen_training_kernel {
+                continue;
+            }
             if d != c.decision {
                 info!(client = c.id, class = d.class.name(), reason = %d.reason, "class changed by new configuration");
                 changed.push((c.id, sched_class(d.class)));
