@@ -13,6 +13,7 @@ use tandem_proto::{monotonic_ns, ControlBlock, EventKind, Record};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::dedup::stats::ClientDedup;
 use crate::policy::{decide, Decision, Who};
 use crate::sched::{self, Class, Input, Output, SchedConfig, Scheduler};
 use crate::state::{
@@ -90,6 +91,9 @@ pub struct Client {
     pub gate_timeouts: u64,
     /// Nanoseconds the client's launches waited at a closed gate (control block).
     pub gate_wait_ns: u64,
+    /// Its trust group, when it was given the share flag (decided once, at
+    /// registration).
+    pub trust_group: Option<String>,
     warned_kind: bool,
 }
 
@@ -284,13 +288,15 @@ impl Registry {
             .cgroup
             .clone()
             .unwrap_or_else(|| String::from_utf8_lossy(hello.cgroup).into_owned());
+        let flags = cfg.dedup.welcome_flags(hello.flags, granted);
+        let trust_group = (flags != 0).then(|| cfg.dedup.group_of(&who));
         let welcome = Welcome {
             client_id: id,
             region_len: ring.layout.region_len() as u64,
             ring_capacity: ring.layout.capacity(),
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             class: decision.class,
-            flags: 0,
+            flags,
         };
         info!(
             client = id,
@@ -299,6 +305,7 @@ impl Registry {
             exe = %exe,
             class = decision.class.name(),
             reason = %decision.reason,
+            share_weights = trust_group.as_deref().unwrap_or("no"),
             "client registered"
         );
         let now = Instant::now();
@@ -321,6 +328,7 @@ impl Registry {
                 gate_waits: 0,
                 gate_timeouts: 0,
                 gate_wait_ns: 0,
+                trust_group,
                 warned_kind: false,
                 who,
             },
@@ -517,6 +525,7 @@ impl Registry {
                     name: g.name.clone(),
                     clients: on.iter().map(|c| c.id).collect(),
                     launches: g.retired_launches + on.iter().map(|c| c.stats.launches).sum::<u64>(),
+                    dedup: Default::default(),
                 }
             })
             .collect();
@@ -643,5 +652,12 @@ fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         gate_timeouts: c.gate_timeouts,
         top_kernels: c.stats.top_kernels(TOP_KERNELS),
         sched: None,
+        dedup: ClientDedup {
+            share_weights: c.trust_group.is_some(),
+            trust_group: c.trust_group.clone(),
+            shared_bytes: 0,
+            candidate_granules: 0,
+            private_bytes: c.stats.bytes_allocated,
+        },
     }
 }
