@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::ring::{MAX_CAPACITY, MIN_CAPACITY};
 use tandem_proto::wire::{ClientClass, MAX_HEARTBEAT_INTERVAL_MS};
 
+use crate::dedup::DedupConfig;
 use crate::sched::SchedConfig;
 
 /// Where tandemd looks for its configuration unless `--config` says otherwise.
@@ -125,6 +126,38 @@ default_kernel_ns = 50000
 # [[scheduler.slo]]
 # p99_ms = 200.0
 # cgroups = ["/serving.slice"]
+# Weight deduplication: identical 2 MiB pieces of device memory of jobs that
+# share (TANDEM_SHARE_WEIGHTS=on, or the class defaults below) are merged into
+# one read-only copy, only between processes of one trust group, only after a
+# byte-for-byte comparison. Changes apply to clients that register after a
+# reload: the sharing and the trust group of a registered client never change
+# under it.
+[dedup]
+# Master switch: when false no client is told it may share.
+enabled = true
+# Share weights of jobs that did not set TANDEM_SHARE_WEIGHTS, by class (the
+# class granted at registration). A job's explicit TANDEM_SHARE_WEIGHTS=off
+# always wins.
+default_inference = false
+default_training = false
+# A PUBLISH or OFFER not answered within this many ms is given up (1..=600000).
+timeout_ms = 5000
+# Granules tracked per client at most (candidates, merged, refused); more
+# candidates are ignored and counted (1..=16777216).
+max_candidates_per_client = 262144
+
+# Trust groups: only processes in one group ever share memory. A process
+# matching no group is in the group of its own user id ("uid:<uid>"):
+# processes of one user can already read each other. A group matches when
+# every criterion it lists matches (users and uids together are one
+# criterion); the first matching group wins. Identity is what the kernel
+# reports (uid, /proc/PID/exe, /proc/PID/cgroup), never what the job claims.
+#
+# [[dedup.group]]
+# name = "models"
+# users = ["alice"]          # and/or uids = [1000]
+# executables = ["/usr/bin/python3"]
+# cgroups = ["/kubepods/inference"]   # cgroup path prefix
 "#;
 
 /// A class the operator may grant ("auto" is a claim, not a grant).
@@ -168,6 +201,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// `[scheduler]`: the gate policy's parameters.
     pub scheduler: SchedConfig,
+    /// `[dedup]`: weight sharing and trust groups.
+    pub dedup: DedupConfig,
 }
 
 /// `[stats]`.
@@ -258,6 +293,7 @@ impl Default for Config {
             stats: StatsConfig::default(),
             policy: PolicyConfig::default(),
             scheduler: SchedConfig::default(),
+            dedup: DedupConfig::default(),
         }
     }
 }
@@ -318,7 +354,7 @@ impl Config {
 
     /// Parse and validate `text` (from `path`, named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| {
             let span = e.span();
             let (location, key) = match &span {
                 Some(s) => (Some(line_col(text, s.start)), key_at(text, s.start)),
@@ -331,12 +367,14 @@ impl Config {
                 problem: e.message().trim().to_string(),
             }
         })?;
-        cfg.validate().map_err(|(key, problem)| ConfigError {
+        let bad = |(key, problem): (String, String)| ConfigError {
             path: path.to_path_buf(),
             location: None,
             key: Some(key),
             problem,
-        })?;
+        };
+        cfg.validate().map_err(bad)?;
+        cfg.dedup.resolve_users().map_err(bad)?;
         Ok(cfg)
     }
 
@@ -395,6 +433,7 @@ impl Config {
         self.scheduler
             .validate()
             .map_err(|e| (format!("scheduler.{}", e.field), e.problem))?;
+        self.dedup.validate()?;
         for (i, o) in self.policy.overrides.iter().enumerate() {
             let n = usize::from(o.exe.is_some())
                 + usize::from(o.uid.is_some())

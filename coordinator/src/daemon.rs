@@ -15,14 +15,15 @@ use std::time::{Duration, Instant};
 
 use tandem_proto::wire::{
     self, Control, ControlOp, ControlReply, Message, Reject, RejectReason, MAX_MESSAGE_LEN,
-    PROTOCOL_VERSION,
+    MESSAGE_TYPE_DEDUP, PROTOCOL_VERSION,
 };
 use tandem_proto::Error as ProtoError;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, Source};
+use crate::dedup::{Broker, Index};
 use crate::policy::Who;
-use crate::registry::Registry;
+use crate::registry::{gpu_key, Registry};
 use crate::sock::{self, Epoll, PeerCred, Probe};
 use crate::state::Snapshot;
 
@@ -30,6 +31,8 @@ use crate::state::Snapshot;
 pub const MAX_PENDING: usize = 1024;
 /// Messages handled per client per wake-up (fairness under a flood).
 const MAX_MESSAGES_PER_WAKE: usize = 64;
+
+mod dedup_io;
 
 const TOKEN_LISTENER: u64 = 0;
 const TOKEN_STOP: u64 = 1;
@@ -39,6 +42,8 @@ const FIRST_CONN_TOKEN: u64 = 16;
 /// State shared by the daemon's threads.
 pub struct Shared {
     registry: Mutex<Registry>,
+    /// The dedup index (never locked while holding the registry's lock).
+    dedup: Mutex<Index>,
     config: Mutex<Arc<Config>>,
     /// Start time.
     pub started: Instant,
@@ -61,6 +66,12 @@ impl Shared {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Lock the dedup index (poisoning ignored, as for the registry). Never
+    /// taken while the registry's lock is held.
+    pub fn dedup(&self) -> MutexGuard<'_, Index> {
+        self.dedup.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         Arc::clone(&self.config.lock().unwrap_or_else(|e| e.into_inner()))
@@ -74,9 +85,17 @@ impl Shared {
     pub fn snapshot(&self) -> Snapshot {
         let now = Instant::now();
         let reg = self.registry();
-        let (gpus, clients, totals) = reg.snapshot(now);
+        let (mut gpus, mut clients, totals) = reg.snapshot(now);
         let departed = reg.departed.iter().cloned().collect();
+        let gpu_keys: Vec<u64> = reg.gpus.keys().map(gpu_key).collect();
         drop(reg);
+        let dedup = crate::dedup::stats::annotate(
+            &self.dedup(),
+            self.config().dedup.enabled,
+            &gpu_keys,
+            &mut gpus,
+            &mut clients,
+        );
         Snapshot {
             version: env!("CARGO_PKG_VERSION").into(),
             protocol: PROTOCOL_VERSION,
@@ -88,6 +107,7 @@ impl Shared {
             clients,
             totals,
             departed,
+            dedup,
         }
     }
 }
@@ -159,6 +179,10 @@ pub struct Daemon {
     out: Vec<u8>,
     last_status_clients: Option<usize>,
     pending_full_warned: bool,
+    /// Registered clients' connection tokens.
+    client_tokens: HashMap<u64, u64>,
+    /// The shared copies' fds; runs the dedup index's actions.
+    broker: Broker,
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
@@ -256,6 +280,7 @@ impl Daemon {
         let euid = unsafe { libc::geteuid() };
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::new(opts.config.scheduler.clone())),
+            dedup: Mutex::new(Index::new(opts.config.dedup.index_config())),
             config: Mutex::new(Arc::new(opts.config)),
             started: Instant::now(),
             socket,
@@ -297,6 +322,8 @@ impl Daemon {
             out: vec![0u8; MAX_MESSAGE_LEN],
             last_status_clients: None,
             pending_full_warned: false,
+            client_tokens: HashMap::new(),
+            broker: Broker::new(),
         })
     }
 
@@ -331,7 +358,10 @@ impl Daemon {
                     ConnState::Client { .. } => None,
                 })
                 .min()
-                .map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
+                .map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
+                .into_iter()
+                .chain(self.dedup_wait())
+                .min();
             events.clear();
             if let Err(e) = self.epoll.wait(&mut events, timeout) {
                 break Err(e);
@@ -352,6 +382,7 @@ impl Daemon {
                 }
             }
             self.expire_pending();
+            self.dedup_tick();
             self.update_status();
             if stop {
                 break Ok(());
@@ -384,11 +415,11 @@ impl Daemon {
                 ConnState::Pending { .. } => None,
             })
             .collect();
-        {
-            let mut reg = self.shared.registry();
-            for id in ids {
-                reg.reclaim(id, "tandemd stopping");
-            }
+        // Nothing more is sent: a publish the departures would start is
+        // undelivered (and so dropped) at once.
+        self.client_tokens.clear();
+        for id in ids {
+            self.reclaim(id, "tandemd stopping");
         }
         self.conns.clear();
         info!("tandemd stopped");
@@ -419,6 +450,8 @@ impl Daemon {
                 self.shared
                     .registry()
                     .reapply_policy(&cfg, self.shared.euid);
+                // Sharing and trust groups of registered clients stay as they are.
+                self.shared.dedup().set_config(cfg.dedup.index_config());
                 self.shared.set_config(cfg);
                 self.shared.registry().totals.reloads += 1;
                 let msg = match src {
@@ -529,7 +562,16 @@ impl Daemon {
     fn close(&mut self, token: u64) -> Option<Conn> {
         let c = self.conns.remove(&token)?;
         self.epoll.delete(c.fd.as_raw_fd());
+        if let ConnState::Client { id } = c.state {
+            self.client_tokens.remove(&id);
+        }
         Some(c)
+    }
+
+    /// Remove registered client `id` everywhere (registry, dedup index).
+    fn reclaim(&mut self, id: u64, why: &str) {
+        self.shared.registry().reclaim(id, why);
+        self.dedup_leave(id);
     }
 
     /// Send a Reject (non-blocking, best effort), count it, and close.
@@ -546,9 +588,7 @@ impl Daemon {
                 let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
             }
             if let ConnState::Client { id } = c.state {
-                self.shared
-                    .registry()
-                    .reclaim(id, "refused after a bad message");
+                self.reclaim(id, "refused after a bad message");
             }
         }
         self.shared.registry().totals.rejected += 1;
@@ -634,7 +674,9 @@ impl Daemon {
                             Ok(()) => {
                                 if let Some(c) = self.conns.get_mut(&token) {
                                     c.state = ConnState::Client { id };
+                                    self.client_tokens.insert(id, token);
                                 }
+                                self.dedup_join(id);
                             }
                             Err(e) => {
                                 warn!(
@@ -642,7 +684,7 @@ impl Daemon {
                                     client = id,
                                     "could not send Welcome: {e}; dropping the client"
                                 );
-                                self.shared.registry().reclaim(id, "Welcome not delivered");
+                                self.reclaim(id, "Welcome not delivered");
                                 self.close(token);
                             }
                         }
@@ -705,15 +747,24 @@ impl Daemon {
                     gone = Some("hung up".into());
                     break;
                 }
-                Ok(g) if g.fd.is_some() => {
-                    bad = Some("a file descriptor was attached".into());
-                    break;
-                }
                 Ok(g) => match Message::decode(&buf[..g.len]) {
+                    // Dedup messages are checked against the index's state;
+                    // what does not fit is counted, never a disconnect.
+                    Ok(Message::Dedup(m)) => self.dedup_message(id, &m, g.fd),
+                    Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_DEDUP) => {
+                        self.dedup_malformed(id, &e);
+                    }
+                    _ if g.fd.is_some() => {
+                        bad = Some("a file descriptor was attached".into());
+                        break;
+                    }
                     Ok(Message::FuncName(f)) => {
                         self.shared.registry().func_name(id, f.func_id, f.name);
                     }
-                    Ok(Message::Device(d)) => self.shared.registry().device(id, &d),
+                    Ok(Message::Device(d)) => {
+                        self.shared.registry().device(id, &d);
+                        self.dedup_gpu(id, gpu_key(&d.uuid));
+                    }
                     Ok(m) => {
                         bad = Some(format!(
                             "unexpected {} message after registration",
@@ -738,7 +789,7 @@ impl Daemon {
             self.refuse(token, RejectReason::MALFORMED, &why);
         } else if let Some(why) = gone {
             self.close(token);
-            self.shared.registry().reclaim(id, &why);
+            self.reclaim(id, &why);
         }
     }
 

@@ -6,6 +6,8 @@
 //! * [`registry`] — registered clients, their rings, reclaim.
 //! * [`policy`] — who may claim which class.
 //! * [`sched`] — when training may launch: the pure scheduling policy core.
+//! * [`dedup`] — weight deduplication: trust groups, the content index, the
+//!   shared copies' fds.
 //! * [`reader`] — the ring-reader thread (adaptive polling, heartbeats).
 //! * [`state`] — per-client and per-GPU statistics; the stats snapshot.
 //! * [`stats_http`] and [`metrics`] — `GET /stats` (JSON) and `GET /metrics` (Prometheus).
@@ -22,6 +24,7 @@ pub mod config;
 pub mod control;
 pub mod ctl;
 pub mod daemon;
+pub mod dedup;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

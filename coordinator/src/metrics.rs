@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::dedup::stats::{DedupTotals, GpuDedupStats};
 use crate::state::{ClientSnapshot, SchedStats, Snapshot};
 
 /// Escape a label value (`\`, `"`, newline).
@@ -138,6 +139,7 @@ pub fn render(s: &Snapshot) -> String {
             }
         }
     }
+    dedup(&mut out, s);
     header(
         &mut out,
         "tandem_gpu_training_share",
@@ -186,6 +188,111 @@ pub fn render(s: &Snapshot) -> String {
     );
     let _ = writeln!(out, "tandem_uptime_seconds {}", s.uptime_s);
     out
+}
+
+/// The `tandem_dedup_*` families: per client, per GPU (`gpu="none"`: what
+/// could not be put on a GPU), and daemon-wide.
+fn dedup(out: &mut String, s: &Snapshot) {
+    type ClientField = fn(&ClientSnapshot) -> f64;
+    let per_client: [(&str, &str, ClientField); 3] = [
+        (
+            "tandem_dedup_client_shared_bytes",
+            "Device bytes of the client that map a shared (deduplicated) copy.",
+            |c| c.dedup.shared_bytes as f64,
+        ),
+        (
+            "tandem_dedup_client_private_bytes",
+            "Device bytes allocated by the client that are not shared.",
+            |c| c.dedup.private_bytes as f64,
+        ),
+        (
+            "tandem_dedup_client_candidate_granules",
+            "Granules of the client waiting to be merged (pending, publishing, offered).",
+            |c| c.dedup.candidate_granules as f64,
+        ),
+    ];
+    for (name, help, f) in per_client {
+        header(out, name, "gauge", help);
+        for c in s.clients.iter().filter(|c| c.dedup.share_weights) {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(c), f(c));
+        }
+    }
+    type GpuField = fn(&GpuDedupStats) -> Option<f64>;
+    type TotalField = fn(&DedupTotals) -> u64;
+    let gauges: [(&str, &str, GpuField); 6] = [
+        (
+            "tandem_dedup_saved_bytes",
+            "Device bytes saved by sharing: sum over shared copies of (holders - 1) * size.",
+            |g| Some(g.dedup_saved_bytes as f64),
+        ),
+        (
+            "tandem_dedup_shared_bytes",
+            "Bytes in the shared copies tandemd holds.",
+            |g| Some(g.dedup_shared_bytes as f64),
+        ),
+        (
+            "tandem_dedup_shared_copies",
+            "Shared copies tandemd holds.",
+            |g| Some(g.dedup_shared_copies as f64),
+        ),
+        (
+            "tandem_dedup_merge_latency_p50_seconds",
+            "Median time from offer to merge, last 1024 merges.",
+            |g| g.dedup_merge_latency_ms.p50.map(|v| v / 1e3),
+        ),
+        (
+            "tandem_dedup_merge_latency_p99_seconds",
+            "p99 time from offer to merge, last 1024 merges.",
+            |g| g.dedup_merge_latency_ms.p99.map(|v| v / 1e3),
+        ),
+        (
+            "tandem_dedup_merge_latency_max_seconds",
+            "Longest time from offer to merge, last 1024 merges.",
+            |g| g.dedup_merge_latency_ms.max.map(|v| v / 1e3),
+        ),
+    ];
+    for (name, help, f) in gauges {
+        header(out, name, "gauge", help);
+        for g in &s.gpus {
+            if let Some(v) = f(&g.dedup) {
+                let _ = writeln!(out, "{name}{{gpu=\"{}\"}} {v}", escape_label(&g.uuid));
+            }
+        }
+    }
+    let counters: [(&str, &str, GpuField, TotalField); 8] = [
+        ("tandem_dedup_merges_total", "Granules merged into a shared copy.", |g| Some(g.dedup_merges as f64), |t| t.merges),
+        ("tandem_dedup_cow_breaks_total", "Merged granules that got a private copy again (a write).", |g| Some(g.dedup_cow_breaks as f64), |t| t.cow_breaks),
+        ("tandem_dedup_mismatches_total", "Offers whose byte comparison found different content.", |g| Some(g.dedup_mismatches as f64), |t| t.mismatches),
+        ("tandem_dedup_publish_failures_total", "Requests to publish a shared copy that failed or timed out.", |g| Some(g.dedup_publish_failures as f64), |t| t.publish_failures),
+        ("tandem_dedup_offer_failures_total", "Offers of a shared copy that failed, were declined or timed out.", |g| Some(g.dedup_offer_failures as f64), |t| t.offer_failures),
+        ("tandem_dedup_protocol_errors_total", "Dedup messages that contradicted tandemd's state (ignored); gpu=\"none\": client without a GPU or without the share flag.", |g| Some(g.dedup_protocol_errors as f64), |t| t.protocol_errors),
+        ("tandem_dedup_late_replies_total", "Dedup answers that came after their request was given up.", |g| Some(g.dedup_late_replies as f64), |t| t.late_replies),
+        ("tandem_dedup_candidates_ignored_total", "Candidates not tracked (no GPU yet, per-client limit, content refused before).", |g| Some(g.dedup_candidates_ignored as f64), |t| t.candidates_ignored),
+    ];
+    for (name, help, f, total) in counters {
+        header(out, name, "counter", help);
+        let mut on_gpus = 0.0;
+        for g in &s.gpus {
+            let v = f(&g.dedup).unwrap_or(0.0);
+            on_gpus += v;
+            let _ = writeln!(out, "{name}{{gpu=\"{}\"}} {v}", escape_label(&g.uuid));
+        }
+        let none = total(&s.dedup) as f64 - on_gpus;
+        if none > 0.0 {
+            let _ = writeln!(out, "{name}{{gpu=\"none\"}} {none}");
+        }
+    }
+    header(
+        out,
+        "tandem_dedup_sharing_clients",
+        "gauge",
+        "Clients registered with weight sharing on.",
+    );
+    let _ = writeln!(
+        out,
+        "tandem_dedup_sharing_clients {}",
+        s.dedup.sharing_clients
+    );
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use tandem_proto::{monotonic_ns, ControlBlock, EventKind, Record};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::dedup::stats::ClientDedup;
 use crate::limits::Limits;
 use crate::policy::{decide, Decision, Who};
 use crate::sched::{self, Class, Input, Output, SchedConfig, Scheduler};
@@ -93,6 +94,9 @@ pub struct Client {
     pub gate_timeouts: u64,
     /// Nanoseconds the client's launches waited at a closed gate (control block).
     pub gate_wait_ns: u64,
+    /// Its trust group, when it was given the share flag (decided once, at
+    /// registration).
+    pub trust_group: Option<String>,
     warned_kind: bool,
 }
 
@@ -305,13 +309,15 @@ impl Registry {
             .cgroup
             .clone()
             .unwrap_or_else(|| String::from_utf8_lossy(hello.cgroup).into_owned());
+        let flags = cfg.dedup.welcome_flags(hello.flags, granted);
+        let trust_group = (flags != 0).then(|| cfg.dedup.group_of(&who));
         let welcome = Welcome {
             client_id: id,
             region_len: ring.layout.region_len() as u64,
             ring_capacity: ring.layout.capacity(),
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             class: decision.class,
-            flags: 0,
+            flags,
         };
         info!(
             client = id,
@@ -320,6 +326,7 @@ impl Registry {
             exe = %exe,
             class = decision.class.name(),
             reason = %decision.reason,
+            share_weights = trust_group.as_deref().unwrap_or("no"),
             "client registered"
         );
         let now = Instant::now();
@@ -343,6 +350,7 @@ impl Registry {
                 gate_waits: 0,
                 gate_timeouts: 0,
                 gate_wait_ns: 0,
+                trust_group,
                 warned_kind: false,
                 who,
             },
@@ -593,6 +601,7 @@ impl Registry {
                         .iter()
                         .find(|s| s.gpu == gpu_key(uuid))
                         .map(|s| s.training_share),
+                    dedup: Default::default(),
                 }
             })
             .collect();
@@ -730,5 +739,12 @@ fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         gate_timeouts: c.gate_timeouts,
         top_kernels: c.stats.top_kernels(TOP_KERNELS),
         sched: None,
+        dedup: ClientDedup {
+            share_weights: c.trust_group.is_some(),
+            trust_group: c.trust_group.clone(),
+            shared_bytes: 0,
+            candidate_granules: 0,
+            private_bytes: c.stats.bytes_allocated,
+        },
     }
 }

@@ -7,6 +7,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tandem_proto::{EventKind, Record};
 
+use crate::dedup::stats::{ClientDedup, DedupTotals, GpuDedupStats};
+
 /// Most distinct kernels tracked per client (more are counted, not named).
 pub const MAX_KERNELS_PER_CLIENT: usize = 4096;
 /// Most kernel names kept per client.
@@ -209,6 +211,9 @@ pub struct Snapshot {
     /// the contract's list, an addition for `tandemctl run`).
     #[serde(default)]
     pub departed: Vec<ClientSnapshot>,
+    /// Weight deduplication, all GPUs together.
+    #[serde(default)]
+    pub dedup: DedupTotals,
 }
 
 /// One GPU.
@@ -226,6 +231,9 @@ pub struct GpuSnapshot {
     /// (the scheduler's view; null while it tracks no client there).
     #[serde(default)]
     pub training_share: Option<f64>,
+    /// Weight deduplication on it (`dedup_*` fields).
+    #[serde(flatten)]
+    pub dedup: GpuDedupStats,
 }
 
 /// One kernel of `top_kernels`.
@@ -303,6 +311,9 @@ pub struct ClientSnapshot {
     /// The scheduler's view of the client (absent when it does not track it).
     #[serde(default)]
     pub sched: Option<SchedStats>,
+    /// Weight sharing.
+    #[serde(default)]
+    pub dedup: ClientDedup,
 }
 
 /// The scheduler's view of one client (`"sched"` in `GET /stats`).

@@ -82,8 +82,12 @@ pub const MAX_HEARTBEAT_INTERVAL_MS: u32 = 60_000;
 
 /// Hello flag: the job asked for weight sharing (`TANDEM_SHARE_WEIGHTS=on`).
 pub const HELLO_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
-/// Hello flag: the job set `TANDEM_SHARE_WEIGHTS=off`: never share, whatever the config.
+/// Hello flag: the job set `TANDEM_SHARE_WEIGHTS=off`: never share, whatever
+/// the configuration (wins over [`HELLO_FLAG_SHARE_WEIGHTS`] and over the
+/// coordinator's per-class defaults).
 pub const HELLO_FLAG_NO_SHARE_WEIGHTS: u8 = 1 << 1;
+/// Every Hello flag this build knows.
+const HELLO_FLAGS: u8 = HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS;
 /// Welcome flag: weight sharing is enabled for this client. Only a coordinator
 /// that speaks [`Message::Dedup`] sets it, and a shim sends Dedup messages only
 /// after seeing it, so the Dedup message needed no protocol version bump.
@@ -97,6 +101,20 @@ const TYPE_DEVICE: u16 = 5;
 const TYPE_CONTROL: u16 = 6;
 const TYPE_CONTROL_REPLY: u16 = 7;
 const TYPE_DEDUP: u16 = 8;
+
+/// The type code of [`Message::Dedup`] (see [`message_type`]).
+pub const MESSAGE_TYPE_DEDUP: u16 = TYPE_DEDUP;
+
+/// The type code in a datagram's header, if it has a whole header with the
+/// right magic (whatever its version or body). Lets a receiver tell which
+/// kind of message failed to decode.
+#[must_use]
+pub fn message_type(buf: &[u8]) -> Option<u16> {
+    if buf.len() < HEADER_LEN || get_u32(buf, 0) != WIRE_MAGIC {
+        return None;
+    }
+    Some(get_u16(buf, 6))
+}
 
 // Every message fits in a MAX_MESSAGE_LEN receive buffer.
 const _: () = {
@@ -501,11 +519,7 @@ impl<'a> Message<'a> {
         need("Hello", b.len(), HELLO_FIXED_LEN)?;
         let pid = get_u32(b, 0);
         let class = class("class", b[4])?;
-        let flags = flags(
-            "hello flags",
-            b[5],
-            HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS,
-        )?;
+        let flags = flags("hello flags", b[5], HELLO_FLAGS)?;
         let exe_len = usize::from(get_u16(b, 6));
         let cgroup_len = usize::from(get_u16(b, 8));
         bounded("executable path", exe_len, MAX_EXE_LEN)?;
@@ -672,11 +686,7 @@ impl<'a> Message<'a> {
                 bounded("cgroup path", h.cgroup.len(), MAX_CGROUP_LEN)?;
                 no_nul("executable path", h.exe)?;
                 no_nul("cgroup path", h.cgroup)?;
-                flags(
-                    "hello flags",
-                    h.flags,
-                    HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS,
-                )?;
+                flags("hello flags", h.flags, HELLO_FLAGS)?;
                 TYPE_HELLO
             }
             Message::Welcome(w) => {
@@ -1041,6 +1051,60 @@ mod tests {
             Message::decode(&b),
             Err(Error::LengthMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn hello_no_share_flag_round_trips_and_unknown_bits_are_refused() {
+        for flags in [
+            HELLO_FLAG_NO_SHARE_WEIGHTS,
+            HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS,
+        ] {
+            let m = Message::Hello(Hello { flags, ..hello() });
+            let b = enc(&m);
+            assert_eq!(b[HEADER_LEN + 5], flags);
+            assert_eq!(Message::decode(&b), Ok(m));
+        }
+        assert_ne!(HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS);
+        let unknown = 1u8 << 2;
+        let mut b = enc(&Message::Hello(hello()));
+        b[HEADER_LEN + 5] = HELLO_FLAG_NO_SHARE_WEIGHTS | unknown;
+        assert_eq!(
+            Message::decode(&b),
+            Err(Error::BadValue {
+                field: "hello flags",
+                value: u64::from(HELLO_FLAG_NO_SHARE_WEIGHTS | unknown)
+            })
+        );
+        let mut out = [0u8; MAX_MESSAGE_LEN];
+        assert!(Message::Hello(Hello {
+            flags: unknown,
+            ..hello()
+        })
+        .encode(&mut out)
+        .is_err());
+        // The Welcome knows no such flag.
+        let mut w = enc(&Message::Welcome(welcome()));
+        w[HEADER_LEN + 29] = 1 << 1;
+        assert!(Message::decode(&w).is_err());
+    }
+
+    #[test]
+    fn message_type_peeks_only_well_framed_headers() {
+        let b = enc(&Message::Dedup({
+            let mut d = Dedup::new(crate::dedup::DedupOp::Candidate, 1 << 21, 2 << 20);
+            d.hash = [7; 16];
+            d
+        }));
+        assert_eq!(message_type(&b), Some(MESSAGE_TYPE_DEDUP));
+        assert_eq!(message_type(&b[..HEADER_LEN]), Some(MESSAGE_TYPE_DEDUP));
+        assert_eq!(message_type(&b[..HEADER_LEN - 1]), None);
+        let mut bad = b.clone();
+        bad[0] ^= 0xff;
+        assert_eq!(message_type(&bad), None);
+        assert_eq!(
+            message_type(&enc(&Message::Hello(hello()))),
+            Some(TYPE_HELLO)
+        );
     }
 
     /// Re-frame a body with a correct header so only the body is at fault.

@@ -154,8 +154,13 @@ pub fn row(c: &ClientSnapshot) -> String {
             .take(8)
             .collect()
     });
+    let shared = if c.dedup.share_weights {
+        human_bytes(c.dedup.shared_bytes)
+    } else {
+        "-".to_string()
+    };
     format!(
-        "{:>5} {:>8} {:<9} {:<8} {:>10} {:>8.1} {:>8} {:>9} {:>8} {}",
+        "{:>5} {:>8} {:<9} {:<8} {:>10} {:>8.1} {:>8} {:>9} {:>9} {:>8} {}",
         c.id,
         c.pid,
         c.class,
@@ -164,6 +169,7 @@ pub fn row(c: &ClientSnapshot) -> String {
         c.launch_rate_hz,
         c.dropped,
         human_bytes(c.bytes_allocated),
+        shared,
         format!("{:.3}s", c.gate_wait_ns as f64 / 1e9),
         c.exe
     )
@@ -171,7 +177,7 @@ pub fn row(c: &ClientSnapshot) -> String {
 
 /// The header line of [`table`].
 pub const HEADER: &str =
-    "   ID      PID CLASS     GPU        LAUNCHES   RATE/s  DROPPED       MEM     WAIT EXE";
+    "   ID      PID CLASS     GPU        LAUNCHES   RATE/s  DROPPED       MEM    SHARED     WAIT EXE";
 
 /// The status table.
 #[must_use]
@@ -180,6 +186,16 @@ pub fn table(s: &Snapshot) -> String {
     for c in &s.clients {
         out.push_str(&row(c));
         out.push('\n');
+    }
+    for g in s.gpus.iter().filter(|g| g.dedup.dedup_saved_bytes > 0) {
+        out.push_str(&format!(
+            "{} ({}): {} saved by weight sharing ({} shared copies, {} merges)\n",
+            g.uuid,
+            g.name,
+            human_bytes(g.dedup.dedup_saved_bytes),
+            g.dedup.dedup_shared_copies,
+            g.dedup.dedup_merges
+        ));
     }
     out.push_str(&format!(
         "{} clients, {} launches, {} dropped, {} reclaimed, {} rejected; tandemd pid {}, up {:.0}s\n",
@@ -197,6 +213,41 @@ pub fn table(s: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_shows_shared_bytes_and_savings() {
+        let snap: Snapshot = serde_json::from_str(
+            r#"{
+            "version": "0", "protocol": 1, "pid": 1, "uptime_s": 1.0, "socket": "s",
+            "config_path": "c",
+            "gpus": [{"uuid": "GPU-1", "name": "H100", "clients": [1], "launches": 0,
+                      "dedup_saved_bytes": 4194304, "dedup_shared_copies": 2, "dedup_merges": 2},
+                     {"uuid": "GPU-2", "name": "H100", "clients": [], "launches": 0}],
+            "clients": [
+                {"id": 1, "pid": 10, "uid": 0, "exe": "/x", "cgroup": "/", "class": "training",
+                 "class_claimed": "auto", "class_reason": "r", "gpu": "GPU-1", "connected_s": 1.0,
+                 "launches": 0, "launches_ex": 0, "graph_launches": 0, "graph_kernels": 0,
+                 "launch_rate_hz": 0.0, "records": 0, "dropped": 0, "bad_records": 0,
+                 "ring_detached": false, "bytes_allocated": 8388608, "allocs": 1, "frees": 0,
+                 "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0, "gate_waits": 0,
+                 "gate_timeouts": 0, "top_kernels": [],
+                 "dedup": {"share_weights": true, "trust_group": "uid:0", "shared_bytes": 2097152}}
+            ],
+            "totals": {"clients": 1, "launches": 0, "dropped": 0, "clients_reclaimed": 0,
+                       "rejected": 0, "clients_registered": 1, "handshake_timeouts": 0,
+                       "bad_records": 0, "control_denied": 0, "reloads": 0, "reload_failures": 0}
+            }"#,
+        )
+        .unwrap();
+        let t = table(&snap);
+        let cols: Vec<&str> = t.lines().next().unwrap().split_whitespace().collect();
+        let row: Vec<&str> = t.lines().nth(1).unwrap().split_whitespace().collect();
+        let at = cols.iter().position(|c| *c == "SHARED").unwrap();
+        assert_eq!(row[at], "2.0MiB", "{t}");
+        assert_eq!(row[at - 1], "8.0MiB", "{t}");
+        assert!(t.contains("GPU-1 (H100): 4.0MiB saved"), "{t}");
+        assert!(!t.contains("GPU-2"), "no line without savings: {t}");
+    }
 
     #[test]
     fn bytes() {

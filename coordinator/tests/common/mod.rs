@@ -2,6 +2,8 @@
 //! fake peer that speaks the protocol like the shim does.
 #![allow(dead_code)]
 
+pub mod dedup;
+
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -258,8 +260,19 @@ pub fn hello(class: ClientClass) -> Hello<'static> {
 
 impl Peer {
     pub fn connect(socket: &Path, class: ClientClass) -> Peer {
+        Peer::connect_flags(socket, class, 0)
+    }
+
+    /// Register with these Hello flags (`HELLO_FLAG_*`).
+    pub fn connect_flags(socket: &Path, class: ClientClass, flags: u8) -> Peer {
         let sock = connect(socket);
-        send_msg(&sock, &Message::Hello(hello(class)));
+        send_msg(
+            &sock,
+            &Message::Hello(Hello {
+                flags,
+                ..hello(class)
+            }),
+        );
         let (bytes, fd) = recv_raw(&sock);
         let welcome = match Message::decode(&bytes) {
             Ok(Message::Welcome(w)) => w,

@@ -882,6 +882,29 @@ pub const STATS_KEYS: &[&str] = &[
     "gpus",
     "clients",
     "totals",
+    "dedup",
+];
+
+/// The weight-deduplication fields of each GPU in `/stats` (`gpus[i]`).
+pub const GPU_DEDUP_KEYS: &[&str] = &[
+    "dedup_saved_bytes",
+    "dedup_shared_bytes",
+    "dedup_shared_copies",
+    "dedup_merges",
+    "dedup_cow_breaks",
+    "dedup_mismatches",
+    "dedup_publish_failures",
+    "dedup_protocol_errors",
+    "dedup_merge_latency_ms",
+];
+
+/// The fields of each client's `dedup` object in `/stats`.
+pub const CLIENT_DEDUP_KEYS: &[&str] = &[
+    "share_weights",
+    "trust_group",
+    "shared_bytes",
+    "candidate_granules",
+    "private_bytes",
 ];
 
 // -------------------------------------------------------------- Prometheus

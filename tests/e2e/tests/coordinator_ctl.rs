@@ -43,7 +43,10 @@ fn tandemctl_status_prints_a_table_naming_the_running_clients() {
     let cols: Vec<&str> = header.split_whitespace().collect();
     assert_eq!(
         cols,
-        ["ID", "PID", "CLASS", "GPU", "LAUNCHES", "RATE/s", "DROPPED", "MEM", "WAIT", "EXE"],
+        [
+            "ID", "PID", "CLASS", "GPU", "LAUNCHES", "RATE/s", "DROPPED", "MEM", "SHARED", "WAIT",
+            "EXE"
+        ],
         "table header: {all}"
     );
     for (l, id) in ls.iter().zip(&ids) {

@@ -20,6 +20,11 @@ const FAMILIES: &[(&str, &str)] = &[
     ("tandem_gate_wait_seconds_total", "counter"),
     ("tandem_clients_reclaimed_total", "counter"),
     ("tandem_rejected_total", "counter"),
+    ("tandem_dedup_saved_bytes", "gauge"),
+    ("tandem_dedup_shared_copies", "gauge"),
+    ("tandem_dedup_merges_total", "counter"),
+    ("tandem_dedup_cow_breaks_total", "counter"),
+    ("tandem_dedup_protocol_errors_total", "counter"),
 ];
 
 /// /stats is JSON with the contract's top-level fields; /metrics is valid
