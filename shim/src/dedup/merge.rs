@@ -304,6 +304,9 @@ pub fn scan(s: &Session, rule: Rule) {
         crate::log!(Debug, "dedup: cannot scan ({e})");
         return;
     }
+    // The coordinator keys candidates by GPU: make sure it knows ours (this
+    // thread has the context current now; a launch may not have sent it yet).
+    crate::client::send_device(s);
     let kernels = crate::counters::kernels_launched();
     let budget = (SCAN_BUDGET_BYTES / granule as u64).max(1) as usize;
     let start = w.cursor % list.len().max(1);

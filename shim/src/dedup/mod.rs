@@ -220,7 +220,9 @@ pub fn session_lost() {
 
 /// How long the watcher may sleep before the next [`tick`] is due.
 pub fn poll_slice(s: &Session, default: Duration) -> Duration {
-    if s.share_weights && quiesce::active() {
+    // Not only once dedup-backed memory exists: the first allocation may come
+    // while the watcher sleeps, and its first scan must not wait a whole slice.
+    if s.share_weights {
         default.min(knobs().scan)
     } else {
         default
@@ -241,7 +243,6 @@ pub fn tick(s: &Session) {
         }
         *next = Some(now + knobs().scan);
     }
-    crate::client::send_device(s);
     merge::scan(s, knobs().rule);
 }
 
