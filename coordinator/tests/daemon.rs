@@ -775,3 +775,50 @@ fn tandemctl_run_starts_and_stops_only_its_own_tandemd() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TANDEM_SHIM"));
 }
+
+#[test]
+fn auto_is_inference_until_a_training_kernel_shows() {
+    // Default config: auto_class = "detect". The test's uid is the daemon's, so
+    // both peers may claim inference.
+    let d = Tandemd::start("autoclass", None);
+    let mut serve = Peer::connect(&d.socket, ClientClass::Auto);
+    let train = Peer::connect(&d.socket, ClientClass::Auto);
+    assert_eq!(serve.welcome.class, ClientClass::Inference);
+    assert_eq!(train.welcome.class, ClientClass::Inference);
+    serve.func_name(1, b"_Z20softmax_warp_forwardIfEvv");
+    serve.func_name(2, b"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n");
+    train.func_name(1, b"_Z20softmax_warp_forwardIfEvv");
+    train.func_name(3, b"_ZN2at6native27native_layer_norm_backward_kernelIfEEvv");
+    let t = wait_for("the trainer reclassified", || {
+        d.client(train.id()).filter(|c| c.class == "training")
+    });
+    assert!(
+        t.class_reason.contains("native_layer_norm_backward") && t.class_reason.contains("auto"),
+        "{}",
+        t.class_reason
+    );
+    // The server's names were read (they label its launches) and it stays
+    // inference.
+    serve.launches(10, 2);
+    let s = wait_for("the server's kernel names arrived", || {
+        d.client(serve.id()).filter(|c| {
+            c.top_kernels
+                .iter()
+                .any(|k| k.name.as_deref() == Some("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"))
+        })
+    });
+    assert_eq!(s.class, "inference", "{}", s.class_reason);
+    assert!(
+        s.class_reason.contains("until a training kernel"),
+        "{}",
+        s.class_reason
+    );
+
+    // With auto_class = "training" nothing is detected: training from the start.
+    let d2 = Tandemd::start(
+        "autoclass-fixed",
+        Some("[policy]\nauto_class = \"training\"\n"),
+    );
+    let p = Peer::connect(&d2.socket, ClientClass::Auto);
+    assert_eq!(p.welcome.class, ClientClass::Training);
+}
