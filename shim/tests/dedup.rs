@@ -260,14 +260,24 @@ fn offers_for_unknown_or_changed_granules_are_refused_and_nothing_changes() {
 }
 
 #[test]
-fn a_memcpy_into_shared_weights_gets_a_private_copy_first() {
-    // Both replicas write (HtoD) into their first granule after request 200,
-    // once their shim reports shared memory (A published it, B merged it).
-    let r = start(
-        "dedup-cow",
-        2,
-        &["--write-after", "200", "--write", "memcpy"],
-    );
+fn copies_and_memsets_into_shared_weights_get_a_private_copy_first() {
+    for kind in ["memcpy", "memset", "d2d"] {
+        copy_on_write_case(kind);
+    }
+}
+
+/// Both replicas write (`kind`: HtoD copy, memset, DtoD copy) into their
+/// first granule after request 200, once their shim reports shared memory (A
+/// published it, B merged it).
+fn copy_on_write_case(kind: &str) {
+    let writes = [
+        "--write-after",
+        "200",
+        "--write",
+        kind,
+        "--write-when-shared",
+    ];
+    let r = start(&format!("dedup-cow-{kind}"), 2, &writes);
     let ca = r.candidate(0, None, 0);
     let cb = r
         .coord
@@ -289,20 +299,21 @@ fn a_memcpy_into_shared_weights_gets_a_private_copy_first() {
 
     // Both replicas write at request 200 (same args); each breaks sharing.
     for id in &r.ids {
-        r.coord.wait_dedup("WITHDRAW copy-on-write", |from, d| {
-            from == *id
-                && d.op == DedupOp::Withdraw
-                && d.shared_id == 1
-                && WithdrawReason(d.status) == WithdrawReason::COPY_ON_WRITE
-        });
+        r.coord
+            .wait_dedup(&format!("{kind}: WITHDRAW copy-on-write"), |from, d| {
+                from == *id
+                    && d.op == DedupOp::Withdraw
+                    && d.shared_id == 1
+                    && WithdrawReason(d.status) == WithdrawReason::COPY_ON_WRITE
+            });
     }
     // The shared copy itself was never written.
     assert_eq!(read_fd(&fd, 64), before);
-    let want = plain_digest(&["--write-after", "200", "--write", "memcpy"]);
+    let want = plain_digest(&writes[..4]);
     for (done, shim) in r.finish() {
-        assert_eq!(done, want, "the writer sees its own write, nobody else's");
-        assert!(shim.contains("cow=1"), "{shim}");
-        assert!(shim.contains("shared_bytes=0"), "{shim}");
+        assert_eq!(done, want, "{kind}: each writer sees its own write only");
+        assert!(shim.contains("cow=1"), "{kind}: {shim}");
+        assert!(shim.contains("shared_bytes=0"), "{kind}: {shim}");
     }
 }
 

@@ -162,42 +162,64 @@ fn three_replicas_hold_their_weights_once_and_compute_the_same() {
 }
 
 #[test]
-fn kill_9_of_any_replica_and_a_coordinator_restart_keep_outputs_and_leak_nothing() {
+fn kill_9_of_the_publisher_and_of_a_merger_and_a_coordinator_restart_leak_nothing() {
     let dir = TestDir::new("dedup-kill");
     let mut d = Tandemd::start(&dir);
+    let fds = open_fds(d.pid());
     let wf = dir.path().join("go");
     let env = replica_env(&dir);
+    let granules = WEIGHTS_MIB / 2;
+    // A first, alone until all its granules are candidates: the oldest
+    // candidate publishes, so A publishes every shared copy.
+    let mut publisher = spawn_replica("replica", 1000, &wf, &env, &[]);
+    poll(WAIT, "A's candidates", || {
+        let s = d.try_stats()?;
+        let n = client_by_pid(&s, publisher.pid())
+            .and_then(|c| c["dedup"]["candidate_granules"].as_u64())
+            .unwrap_or(0);
+        (n == granules)
+            .then_some(())
+            .ok_or(format!("{n} candidates"))
+    });
     let mut procs: Vec<Proc> = (0..3)
         .map(|_| spawn_replica("replica", 1000, &wf, &env, &[]))
         .collect();
-    let want_saved = 2 * WEIGHTS_MIB * MIB;
-    poll(WAIT, "all weights merged", || {
-        let s = d.try_stats()?;
-        let saved = gnum(&s, "dedup_saved_bytes");
-        (saved == want_saved)
-            .then_some(())
-            .ok_or(format!("saved {saved} of {want_saved}"))
-    });
-    // kill -9 the first (whether it published or merged): the others keep the
-    // copies; one replica's worth fewer bytes saved.
-    let mut dead = procs.remove(0);
-    dead.kill9();
-    poll(WAIT, "the dead replica's share dropped", || {
-        let s = d.try_stats()?;
-        let (saved, copies) = (
-            gnum(&s, "dedup_saved_bytes"),
-            gnum(&s, "dedup_shared_copies"),
-        );
-        (saved == WEIGHTS_MIB * MIB && copies == WEIGHTS_MIB / 2)
-            .then_some(())
-            .ok_or(format!("saved {saved}, copies {copies}"))
-    });
+    let saved_is = |d: &Tandemd, replicas_saved: u64, copies: u64, what: &str| {
+        poll(WAIT, what, || {
+            let s = d.try_stats()?;
+            let (saved, c) = (
+                gnum(&s, "dedup_saved_bytes"),
+                gnum(&s, "dedup_shared_copies"),
+            );
+            (saved == replicas_saved * WEIGHTS_MIB * MIB && c == copies)
+                .then_some(())
+                .ok_or(format!("saved {saved}, copies {c}"))
+        })
+    };
+    saved_is(&d, 3, granules, "all weights merged");
+    // kill -9 the publisher: the three others still hold every copy.
+    publisher.kill9();
+    saved_is(
+        &d,
+        2,
+        granules,
+        "the publisher's share gone, its copies kept",
+    );
+    // kill -9 a replica that merged.
+    let mut merger = procs.remove(0);
+    merger.kill9();
+    saved_is(&d, 1, granules, "the merger's share gone");
 
     // Restart tandemd mid-run: merged memory stays mapped in the replicas
-    // (orphans, uncounted); the new daemon starts with an empty index.
+    // (orphans, uncounted); the new daemon starts with an empty index; the
+    // old one's descriptors died with it.
     d.kill9();
     let d = Tandemd::start(&dir);
     let fds_new = open_fds(d.pid());
+    assert_eq!(
+        fds_new, fds,
+        "a fresh tandemd holds what the first one did at start"
+    );
     for p in &procs {
         poll(WAIT, "replica re-registered", || {
             let s = d.try_stats()?;
@@ -212,6 +234,11 @@ fn kill_9_of_any_replica_and_a_coordinator_restart_keep_outputs_and_leak_nothing
     let want = plain_digest(1000, &[]);
     for p in &procs {
         assert_eq!(digest(p), want, "outputs changed");
+        let shim = p.lines("SHIM").pop().unwrap();
+        assert!(
+            shim.contains(&format!("shared_bytes={}", WEIGHTS_MIB * MIB)),
+            "still mapping the shared copies after both deaths: {shim}"
+        );
     }
     assert_nothing_left(&d, fds_new);
 }
