@@ -21,24 +21,29 @@ use super::{BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
 use crate::client::Session;
 use crate::types::{CUdeviceptr, CuResult};
 
-/// Most bytes one scan hashes (the rest waits for the next scan, round robin).
-const SCAN_BUDGET_BYTES: u64 = 256 << 20;
-
 /// The watcher thread's own resources.
 struct Worker {
     /// Its lowest-priority stream (as an address), created on first use.
     stream: usize,
     a: Vec<u8>,
     b: Vec<u8>,
-    /// Where the next scan starts (an index into the granule list).
-    cursor: usize,
+    /// The scan pass under way, if any.
+    pass: Option<Pass>,
+}
+
+/// One pass over every granule: the list taken at its start, where it is, and
+/// the kernel count it started with (one "check" of the stability rule).
+struct Pass {
+    list: Vec<(u64, u64)>,
+    next: usize,
+    kernels: u64,
 }
 
 static WORKER: Mutex<Worker> = Mutex::new(Worker {
     stream: 0,
     a: Vec::new(),
     b: Vec::new(),
-    cursor: 0,
+    pass: None,
 });
 
 fn worker() -> MutexGuard<'static, Worker> {
@@ -291,35 +296,41 @@ fn remap(va: CUdeviceptr, len: usize, device: i32, to: u64, access: Access) -> v
 
 /// Hashes up to [`SCAN_BUDGET_BYTES`] of private granules written by copies
 /// and sends the candidates and withdrawals that follow.
-pub fn scan(s: &Session, rule: Rule) {
-    let (ctx, granule, list) = {
+pub fn scan_step(s: &Session, rule: Rule, new_pass: bool, until: Instant) -> bool {
+    let (ctx, granule) = {
         let st = state();
         if st.table.is_empty() {
-            return;
+            return false;
         }
-        (st.ctx, st.granule, st.table.granule_addresses())
+        (st.ctx, st.granule)
     };
     let mut w = worker();
+    if new_pass && w.pass.is_none() {
+        w.pass = Some(Pass {
+            list: state().table.granule_addresses(),
+            next: 0,
+            kernels: crate::counters::kernels_launched(),
+        });
+    }
+    if w.pass.is_none() {
+        return false;
+    }
     if let Err(e) = prepare(&mut w, ctx, granule) {
         crate::log!(Debug, "dedup: cannot scan ({e})");
-        return;
+        w.pass = None;
+        return false;
     }
     // The coordinator keys candidates by GPU: make sure it knows ours (this
     // thread has the context current now; a launch may not have sent it yet).
     crate::client::send_device(s);
-    let kernels = crate::counters::kernels_launched();
-    let budget = (SCAN_BUDGET_BYTES / granule as u64).max(1) as usize;
-    let start = w.cursor % list.len().max(1);
-    let picked: Vec<(u64, u64)> = list
-        .iter()
-        .cycle()
-        .skip(start)
-        .take(budget.min(list.len()))
-        .copied()
-        .collect();
-    w.cursor = start + picked.len();
     let stream = w.stream as crate::types::CUstream;
-    for (va, len) in picked {
+    let Worker { a, pass, .. } = &mut *w;
+    let Some(p) = pass.as_mut() else {
+        return false;
+    };
+    while let Some(&(va, len)) = p.list.get(p.next) {
+        p.next += 1;
+        let buf = &mut a[..len as usize];
         let read = {
             let _b = Bracket::enter();
             let eligible = {
@@ -328,37 +339,43 @@ pub fn scan(s: &Session, rule: Rule) {
                     .granule(va)
                     .is_some_and(|g| g.written_by_copy && matches!(g.backing, Backing::Private(_)))
             };
-            eligible && vmm::read_to_host(&mut w.a[..len as usize], va, stream).is_ok()
+            eligible && vmm::read_to_host(buf, va, stream).is_ok()
         };
-        if !read {
-            continue;
-        }
-        let h = hash128(&w.a[..len as usize]);
-        let uniform = is_uniform(&w.a[..len as usize]);
-        let verdict = {
-            let mut st = state();
-            match st.table.granule(va) {
-                Some(g) if matches!(g.backing, Backing::Private(_)) => {
-                    let copied = g.written_by_copy;
-                    g.track.observe(h, uniform, kernels, copied, rule)
+        if read {
+            let verdict = {
+                let (h, uniform) = (hash128(buf), is_uniform(buf));
+                let mut st = state();
+                match st.table.granule(va) {
+                    Some(g) if matches!(g.backing, Backing::Private(_)) => {
+                        let copied = g.written_by_copy;
+                        g.track.observe(h, uniform, p.kernels, copied, rule)
+                    }
+                    _ => Verdict::Nothing,
                 }
-                _ => Verdict::Nothing,
+            };
+            match verdict {
+                Verdict::Nothing => {}
+                Verdict::Candidate(hash) => {
+                    let mut d = Dedup::new(DedupOp::Candidate, va, len);
+                    d.hash = hash;
+                    send(s, d, None);
+                }
+                Verdict::Withdraw => {
+                    let mut d = Dedup::new(DedupOp::Withdraw, va, len);
+                    d.status = WithdrawReason::CHANGED.0;
+                    send(s, d, None);
+                }
             }
-        };
-        match verdict {
-            Verdict::Nothing => {}
-            Verdict::Candidate(hash) => {
-                let mut d = Dedup::new(DedupOp::Candidate, va, len);
-                d.hash = hash;
-                send(s, d, None);
-            }
-            Verdict::Withdraw => {
-                let mut d = Dedup::new(DedupOp::Withdraw, va, len);
-                d.status = WithdrawReason::CHANGED.0;
-                send(s, d, None);
-            }
+        }
+        if Instant::now() >= until {
+            break;
         }
     }
+    if p.next >= p.list.len() {
+        *pass = None;
+        return false;
+    }
+    true
 }
 
 /// The granule `d.granule` if it is private, has had a candidate with

@@ -218,32 +218,52 @@ pub fn session_lost() {
     }
 }
 
-/// How long the watcher may sleep before the next [`tick`] is due.
+/// How long the watcher may sleep before the next [`tick`] is due: zero while
+/// a scan pass is under way (it runs in slices between the coordinator's
+/// messages), else the scan period.
 pub fn poll_slice(s: &Session, default: Duration) -> Duration {
     // Not only once dedup-backed memory exists: the first allocation may come
     // while the watcher sleeps, and its first scan must not wait a whole slice.
-    if s.share_weights {
-        default.min(knobs().scan)
-    } else {
+    if !s.share_weights {
         default
+    } else if SCANNING.load(Ordering::Relaxed) {
+        Duration::ZERO
+    } else {
+        default.min(knobs().scan)
     }
 }
 
-/// Periodic work on the watcher thread: hash granules, send candidates.
+/// A scan pass is under way (more slices to run).
+static SCANNING: AtomicBool = AtomicBool::new(false);
+
+/// Longest one scan slice holds the watcher thread from the coordinator's
+/// messages.
+const SCAN_SLICE: Duration = Duration::from_millis(20);
+
+/// Periodic work on the watcher thread: one slice of the scan pass under way,
+/// or a new pass every `TANDEM_DEDUP_SCAN_MS` (a pass is one check of every
+/// granule; a long pass simply makes the period longer).
 pub fn tick(s: &Session) {
     if !s.share_weights || FORKED.load(Ordering::Relaxed) || !quiesce::active() {
         return;
     }
     static NEXT: Mutex<Option<Instant>> = Mutex::new(None);
     let now = Instant::now();
-    {
+    let new_pass = {
         let mut next = NEXT.lock().unwrap_or_else(|p| p.into_inner());
-        if next.is_some_and(|t| now < t) {
-            return;
+        let due = next.is_none_or(|t| now >= t);
+        if due && !SCANNING.load(Ordering::Relaxed) {
+            *next = Some(now + knobs().scan);
+            true
+        } else {
+            false
         }
-        *next = Some(now + knobs().scan);
+    };
+    if !new_pass && !SCANNING.load(Ordering::Relaxed) {
+        return;
     }
-    merge::scan(s, knobs().rule);
+    let more = merge::scan_step(s, knobs().rule, new_pass, now + SCAN_SLICE);
+    SCANNING.store(more, Ordering::Relaxed);
 }
 
 // ---- hooks' entry points ----
