@@ -89,6 +89,17 @@ impl Support {
     ];
 }
 
+impl Support {
+    /// The driver's name for it, e.g. `cuMemSetAccess`.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(w, _)| *w as usize == self as usize)
+            .and_then(|(_, n)| n.to_str().ok())
+            .unwrap_or("?")
+    }
+}
+
 static SUPPORT: [AtomicUsize; Support::ALL.len()] =
     [const { AtomicUsize::new(0) }; Support::ALL.len()];
 

@@ -137,9 +137,7 @@ fn plain_digest(extra: &[&str]) -> String {
         "0",
     ];
     args.extend_from_slice(extra);
-    let out = tandem_e2e::run_host("replica", &args, &tandem_e2e::Env::fake_only());
-    out.assert_ok();
-    out.lines("DONE").pop().expect("DONE").to_string()
+    tandem_e2e::unshared_replica_done(&args)
 }
 
 fn memfd_with(bytes: &[u8]) -> OwnedFd {

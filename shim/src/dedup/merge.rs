@@ -50,15 +50,27 @@ fn worker() -> MutexGuard<'static, Worker> {
     WORKER.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Makes the dedup context current on this thread; sizes the buffers.
-fn prepare(w: &mut Worker, ctx: usize, granule: usize) -> vmm::Result<()> {
+/// The watcher's resources, ready to work: the dedup context current on this
+/// thread, the stream made, both buffers one granule long.
+fn ready_worker() -> vmm::Result<MutexGuard<'static, Worker>> {
+    let (ctx, granule) = {
+        let st = state();
+        (st.ctx, st.granule)
+    };
+    if ctx == 0 {
+        return Err(DriverError {
+            call: "no dedup-backed allocation yet",
+            rc: CuResult::NOT_SUPPORTED,
+        });
+    }
+    let mut w = worker();
     vmm::ctx_set_current(ctx_of(ctx))?;
     if w.stream == 0 {
         w.stream = vmm::low_priority_stream()? as usize;
     }
     w.a.resize(granule, 0);
     w.b.resize(granule, 0);
-    Ok(())
+    Ok(w)
 }
 
 // ---- allocation ----
@@ -143,7 +155,12 @@ pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
             let va = a.base + i as u64 * a.granule_len;
             let _ = vmm::unmap(va, a.granule_len as usize);
             let h = match g.backing {
-                Backing::Private(h) => h,
+                Backing::Private(h) => {
+                    if g.track.sent {
+                        withdraw.push((va, 0));
+                    }
+                    h
+                }
                 Backing::Shared {
                     handle,
                     shared_id,
@@ -156,9 +173,6 @@ pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
                     handle
                 }
             };
-            if g.backing == Backing::Private(h) && g.track.sent {
-                withdraw.push((va, 0));
-            }
             let _ = vmm::release(h);
         }
         let _ = vmm::address_free(a.base, a.span() as usize);
@@ -297,14 +311,17 @@ fn remap(va: CUdeviceptr, len: usize, device: i32, to: u64, access: Access) -> v
 /// Hashes up to [`SCAN_BUDGET_BYTES`] of private granules written by copies
 /// and sends the candidates and withdrawals that follow.
 pub fn scan_step(s: &Session, rule: Rule, new_pass: bool, until: Instant) -> bool {
-    let (ctx, granule) = {
-        let st = state();
-        if st.table.is_empty() {
+    if state().table.is_empty() {
+        return false;
+    }
+    let mut w = match ready_worker() {
+        Ok(w) => w,
+        Err(e) => {
+            crate::log!(Debug, "dedup: cannot scan ({e})");
+            worker().pass = None;
             return false;
         }
-        (st.ctx, st.granule)
     };
-    let mut w = worker();
     if new_pass && w.pass.is_none() {
         w.pass = Some(Pass {
             list: state().table.granule_addresses(),
@@ -313,11 +330,6 @@ pub fn scan_step(s: &Session, rule: Rule, new_pass: bool, until: Instant) -> boo
         });
     }
     if w.pass.is_none() {
-        return false;
-    }
-    if let Err(e) = prepare(&mut w, ctx, granule) {
-        crate::log!(Debug, "dedup: cannot scan ({e})");
-        w.pass = None;
         return false;
     }
     // The coordinator keys candidates by GPU: make sure it knows ours (this
@@ -401,18 +413,13 @@ fn answer(op: DedupOp, d: &Dedup, status: DedupStatus) -> Dedup {
 
 /// PUBLISH: make granule `d.granule` the shared copy `d.shared_id`. Returns the
 /// PUBLISHED answer and, on success, the exported fd to attach.
-pub fn publish(_s: &Session, d: &Dedup) -> (Dedup, Option<OwnedFd>) {
-    let (ctx, granule) = {
-        let st = state();
-        (st.ctx, st.granule)
-    };
-    let mut w = worker();
-    if ctx == 0 || prepare(&mut w, ctx, granule).is_err() {
+pub fn publish(d: &Dedup) -> (Dedup, Option<OwnedFd>) {
+    let Ok(mut w) = ready_worker() else {
         return (
             answer(DedupOp::Published, d, DedupStatus::DRIVER_ERROR),
             None,
         );
-    }
+    };
     let stream = w.stream as crate::types::CUstream;
     let out = quiesce::exclusive(false, vmm::ctx_synchronize, || {
         let mut st = state();
@@ -474,18 +481,17 @@ pub fn offer(d: &Dedup, fd: Option<OwnedFd>) -> (Dedup, Option<OwnedFd>) {
     let Some(fd) = fd else {
         return result(DedupStatus::DRIVER_ERROR);
     };
-    let (ctx, granule, device, known) = {
+    let (device, known) = {
         let mut st = state();
         let known = private_candidate(&mut st, d).is_some();
-        (st.ctx, st.granule, st.device, known)
+        (st.device, known)
     };
     if !known {
         return result(DedupStatus::GONE);
     }
-    let mut w = worker();
-    if prepare(&mut w, ctx, granule).is_err() {
+    let Ok(mut w) = ready_worker() else {
         return result(DedupStatus::DRIVER_ERROR);
-    }
+    };
     let stream = w.stream as crate::types::CUstream;
     let len = d.len as usize;
     let Ok(shared) = vmm::import_fd(fd.as_fd()) else {

@@ -193,7 +193,7 @@ pub fn on_message(s: &Session, d: Dedup, fd: Option<OwnedFd>) {
         return;
     }
     let reply = match d.op {
-        DedupOp::Publish => merge::publish(s, &d),
+        DedupOp::Publish => merge::publish(&d),
         DedupOp::Offer => merge::offer(&d, fd),
         _ => return,
     };

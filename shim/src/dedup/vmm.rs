@@ -103,7 +103,8 @@ fn prop(device: c_int) -> AllocationProp {
     }
 }
 
-/// The real function of a hooked variant, counted as our own call.
+/// The real function of a hooked variant, counted as our own call; a missing
+/// one is a [`DriverError`] naming it.
 macro_rules! hooked {
     ($hook:ident, fn($($ty:ty),*)) => {{
         match driver::real(Hook::$hook) {
@@ -111,35 +112,37 @@ macro_rules! hooked {
                 counters::own_call(Hook::$hook);
                 // SAFETY: the slot of a hook holds the driver's function of that
                 // name, whose C signature is the one written here (cuda.h).
-                Some(unsafe {
+                Ok(unsafe {
                     core::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
                 })
             }
-            None => None,
+            None => Err(missing(stringify!($hook))),
         }
     }};
 }
 
-/// A support function of the driver, by its `Support` slot.
+/// A support function of the driver, by its `Support` slot; a missing one is
+/// a [`DriverError`] naming it.
 macro_rules! support {
     ($which:ident, fn($($ty:ty),*)) => {{
         match driver::support(Support::$which) {
             // SAFETY: the support slot holds the driver's function of that name,
             // whose C signature is the one written here (cuda.h).
-            Some(p) => Some(unsafe {
+            Some(p) => Ok(unsafe {
                 core::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
             }),
-            None => None,
+            None => Err(missing(Support::$which.name())),
         }
     }};
 }
 
+fn missing(call: &'static str) -> DriverError {
+    DriverError { call, rc: MISSING }
+}
+
 /// The calling thread's current context (may be null).
 pub fn ctx_current() -> Result<CUcontext> {
-    let f = support!(CtxGetCurrent, fn(*mut CUcontext)).ok_or(DriverError {
-        call: "cuCtxGetCurrent",
-        rc: MISSING,
-    })?;
+    let f = support!(CtxGetCurrent, fn(*mut CUcontext))?;
     let mut c: CUcontext = core::ptr::null_mut();
     // SAFETY: valid out-pointer.
     check("cuCtxGetCurrent", unsafe { f(&mut c) })?;
@@ -148,20 +151,14 @@ pub fn ctx_current() -> Result<CUcontext> {
 
 /// Makes `ctx` current on the calling thread.
 pub fn ctx_set_current(ctx: CUcontext) -> Result<()> {
-    let f = support!(CtxSetCurrent, fn(CUcontext)).ok_or(DriverError {
-        call: "cuCtxSetCurrent",
-        rc: MISSING,
-    })?;
+    let f = support!(CtxSetCurrent, fn(CUcontext))?;
     // SAFETY: `ctx` came from cuCtxGetCurrent in this process.
     check("cuCtxSetCurrent", unsafe { f(ctx) })
 }
 
 /// The device of the current context.
 pub fn ctx_device() -> Result<c_int> {
-    let f = support!(CtxGetDevice, fn(*mut c_int)).ok_or(DriverError {
-        call: "cuCtxGetDevice",
-        rc: MISSING,
-    })?;
+    let f = support!(CtxGetDevice, fn(*mut c_int))?;
     let mut d: c_int = 0;
     // SAFETY: valid out-pointer.
     check("cuCtxGetDevice", unsafe { f(&mut d) })?;
@@ -170,10 +167,7 @@ pub fn ctx_device() -> Result<c_int> {
 
 /// Waits for all work of the current context.
 pub fn ctx_synchronize() -> Result<()> {
-    let f = hooked!(cuCtxSynchronize, fn()).ok_or(DriverError {
-        call: "cuCtxSynchronize",
-        rc: MISSING,
-    })?;
+    let f = hooked!(cuCtxSynchronize, fn())?;
     // SAFETY: no arguments.
     check("cuCtxSynchronize", unsafe { f() })
 }
@@ -183,11 +177,7 @@ pub fn granularity(device: c_int) -> Result<usize> {
     let f = support!(
         MemGetAllocationGranularity,
         fn(*mut usize, *const AllocationProp, c_uint)
-    )
-    .ok_or(DriverError {
-        call: "cuMemGetAllocationGranularity",
-        rc: MISSING,
-    })?;
+    )?;
     let p = prop(device);
     let mut g = 0usize;
     // SAFETY: valid out-pointer and property struct.
@@ -195,10 +185,7 @@ pub fn granularity(device: c_int) -> Result<usize> {
         f(&mut g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
     })?;
     if g == 0 {
-        return Err(DriverError {
-            call: "cuMemGetAllocationGranularity",
-            rc: MISSING,
-        });
+        return Err(missing("cuMemGetAllocationGranularity"));
     }
     Ok(g)
 }
@@ -208,11 +195,7 @@ pub fn reserve(size: usize, align: usize) -> Result<CUdeviceptr> {
     let f = support!(
         MemAddressReserve,
         fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64)
-    )
-    .ok_or(DriverError {
-        call: "cuMemAddressReserve",
-        rc: MISSING,
-    })?;
+    )?;
     let mut va: CUdeviceptr = 0;
     // SAFETY: valid out-pointer; no fixed address requested.
     check("cuMemAddressReserve", unsafe {
@@ -223,10 +206,7 @@ pub fn reserve(size: usize, align: usize) -> Result<CUdeviceptr> {
 
 /// Returns a reservation.
 pub fn address_free(va: CUdeviceptr, size: usize) -> Result<()> {
-    let f = support!(MemAddressFree, fn(CUdeviceptr, usize)).ok_or(DriverError {
-        call: "cuMemAddressFree",
-        rc: MISSING,
-    })?;
+    let f = support!(MemAddressFree, fn(CUdeviceptr, usize))?;
     // SAFETY: `va..va+size` is a reservation we made and no longer map.
     check("cuMemAddressFree", unsafe { f(va, size) })
 }
@@ -236,11 +216,7 @@ pub fn create(size: usize, device: c_int) -> Result<CUmemGenericAllocationHandle
     let f = hooked!(
         cuMemCreate,
         fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationPropRaw, u64)
-    )
-    .ok_or(DriverError {
-        call: "cuMemCreate",
-        rc: MISSING,
-    })?;
+    )?;
     let p = prop(device);
     let mut h: CUmemGenericAllocationHandle = 0;
     // SAFETY: valid out-pointer and property struct (our layout is cuda.h's;
@@ -256,10 +232,7 @@ type CUmemAllocationPropRaw = crate::types::CUmemAllocationProp;
 
 /// Releases one reference to a physical allocation.
 pub fn release(h: CUmemGenericAllocationHandle) -> Result<()> {
-    let f = hooked!(cuMemRelease, fn(CUmemGenericAllocationHandle)).ok_or(DriverError {
-        call: "cuMemRelease",
-        rc: MISSING,
-    })?;
+    let f = hooked!(cuMemRelease, fn(CUmemGenericAllocationHandle))?;
     // SAFETY: `h` is a handle we hold.
     check("cuMemRelease", unsafe { f(h) })
 }
@@ -269,21 +242,14 @@ pub fn map(va: CUdeviceptr, size: usize, h: CUmemGenericAllocationHandle) -> Res
     let f = hooked!(
         cuMemMap,
         fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64)
-    )
-    .ok_or(DriverError {
-        call: "cuMemMap",
-        rc: MISSING,
-    })?;
+    )?;
     // SAFETY: `va` is reserved by us and unmapped; `h` is a handle we hold.
     check("cuMemMap", unsafe { f(va, size, 0, h, 0) })
 }
 
 /// Unmaps the whole mapping at `va`.
 pub fn unmap(va: CUdeviceptr, size: usize) -> Result<()> {
-    let f = hooked!(cuMemUnmap, fn(CUdeviceptr, usize)).ok_or(DriverError {
-        call: "cuMemUnmap",
-        rc: MISSING,
-    })?;
+    let f = hooked!(cuMemUnmap, fn(CUdeviceptr, usize))?;
     // SAFETY: `va..va+size` is exactly one mapping we made.
     check("cuMemUnmap", unsafe { f(va, size) })
 }
@@ -293,11 +259,7 @@ pub fn set_access(va: CUdeviceptr, size: usize, device: c_int, access: Access) -
     let f = support!(
         MemSetAccess,
         fn(CUdeviceptr, usize, *const AccessDesc, usize)
-    )
-    .ok_or(DriverError {
-        call: "cuMemSetAccess",
-        rc: MISSING,
-    })?;
+    )?;
     let d = AccessDesc {
         location: MemLocation {
             type_: CU_MEM_LOCATION_TYPE_DEVICE,
@@ -315,11 +277,7 @@ pub fn export_fd(h: CUmemGenericAllocationHandle) -> Result<std::os::fd::OwnedFd
     let f = support!(
         MemExportToShareableHandle,
         fn(*mut c_void, CUmemGenericAllocationHandle, c_uint, u64)
-    )
-    .ok_or(DriverError {
-        call: "cuMemExportToShareableHandle",
-        rc: MISSING,
-    })?;
+    )?;
     let mut fd: c_int = -1;
     // SAFETY: for POSIX_FILE_DESCRIPTOR the out-parameter is an int.
     check("cuMemExportToShareableHandle", unsafe {
@@ -331,10 +289,7 @@ pub fn export_fd(h: CUmemGenericAllocationHandle) -> Result<std::os::fd::OwnedFd
         )
     })?;
     if fd < 0 {
-        return Err(DriverError {
-            call: "cuMemExportToShareableHandle",
-            rc: MISSING,
-        });
+        return Err(missing("cuMemExportToShareableHandle"));
     }
     // SAFETY: the driver gave us a new descriptor we now own.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
@@ -346,11 +301,7 @@ pub fn import_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<CUmemGenericAllocati
     let f = support!(
         MemImportFromShareableHandle,
         fn(*mut CUmemGenericAllocationHandle, *mut c_void, c_uint)
-    )
-    .ok_or(DriverError {
-        call: "cuMemImportFromShareableHandle",
-        rc: MISSING,
-    })?;
+    )?;
     let mut h: CUmemGenericAllocationHandle = 0;
     // SAFETY: for POSIX_FILE_DESCRIPTOR the OS handle is the fd's value cast to
     // a pointer (cuda.h); the fd is open for the duration of the call.
@@ -366,15 +317,10 @@ pub fn import_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<CUmemGenericAllocati
 
 /// A non-blocking stream at the lowest priority, for dedup's own copies.
 pub fn low_priority_stream() -> Result<CUstream> {
-    let create = support!(StreamCreateWithPriority, fn(*mut CUstream, c_uint, c_int)).ok_or(
-        DriverError {
-            call: "cuStreamCreateWithPriority",
-            rc: MISSING,
-        },
-    )?;
+    let create = support!(StreamCreateWithPriority, fn(*mut CUstream, c_uint, c_int))?;
     let mut least: c_int = 0;
     let mut greatest: c_int = 0;
-    if let Some(range) = support!(CtxGetStreamPriorityRange, fn(*mut c_int, *mut c_int)) {
+    if let Ok(range) = support!(CtxGetStreamPriorityRange, fn(*mut c_int, *mut c_int)) {
         // SAFETY: valid out-pointers.
         let _ = unsafe { range(&mut least, &mut greatest) };
     }
@@ -392,15 +338,8 @@ pub fn read_to_host(dst: &mut [u8], src: CUdeviceptr, stream: CUstream) -> Resul
     let copy = support!(
         MemcpyDtoHAsyncV2,
         fn(*mut c_void, CUdeviceptr, usize, CUstream)
-    )
-    .ok_or(DriverError {
-        call: "cuMemcpyDtoHAsync_v2",
-        rc: MISSING,
-    })?;
-    let sync = hooked!(cuStreamSynchronize, fn(CUstream)).ok_or(DriverError {
-        call: "cuStreamSynchronize",
-        rc: MISSING,
-    })?;
+    )?;
+    let sync = hooked!(cuStreamSynchronize, fn(CUstream))?;
     // SAFETY: `dst` is writable for its length and outlives the synchronise
     // below; `src` is mapped readable by us.
     check("cuMemcpyDtoHAsync_v2", unsafe {
@@ -412,10 +351,7 @@ pub fn read_to_host(dst: &mut [u8], src: CUdeviceptr, stream: CUstream) -> Resul
 
 /// Synchronous device-to-device copy of `n` bytes.
 pub fn copy_on_device(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> Result<()> {
-    let f = hooked!(cuMemcpyDtoD_v2, fn(CUdeviceptr, CUdeviceptr, usize)).ok_or(DriverError {
-        call: "cuMemcpyDtoD_v2",
-        rc: MISSING,
-    })?;
+    let f = hooked!(cuMemcpyDtoD_v2, fn(CUdeviceptr, CUdeviceptr, usize))?;
     // SAFETY: both ranges are mapped by us (dst writable).
     check("cuMemcpyDtoD_v2", unsafe { f(dst, src, n) })
 }

@@ -713,6 +713,21 @@ impl fmt::Debug for HostOutput {
     }
 }
 
+/// The `DONE digest=...` line of the `replica` host run with `args` on the fake
+/// driver alone: what every replica with the same arguments must print under
+/// the shim, whether or not it shared its weights. `--write-when-shared` is
+/// dropped (without a shim nothing is ever shared).
+pub fn unshared_replica_done(args: &[&str]) -> String {
+    let args: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| *a != "--write-when-shared")
+        .collect();
+    let out = run_host("replica", &args, &Env::fake_only());
+    out.assert_ok();
+    out.lines("DONE").pop().expect("DONE line").to_string()
+}
+
 /// Runs host `name` with `args` in `env`; never panics on the host's failure
 /// (only when it cannot be built or started).
 pub fn run_host(name: &str, args: &[&str], env: &Env) -> HostOutput {

@@ -57,30 +57,24 @@ fn spawn_replica(name: &str, requests: u32, wait_file: &Path, env: &Env, extra: 
 
 /// The digest of a run without the shim (what every replica must compute).
 fn plain_digest(requests: u32, extra: &[&str]) -> String {
-    // Without a shim nothing is ever shared: do not wait for it.
-    let extra: Vec<&str> = extra
-        .iter()
-        .copied()
-        .filter(|a| *a != "--write-when-shared")
-        .collect();
-    let a = args(requests, None, &extra);
+    let a = args(requests, None, extra);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let out = tandem_e2e::run_host("replica", &a, &Env::fake_only());
-    out.assert_ok();
-    let done = out.lines("DONE").pop().expect("DONE").to_string();
-    done.split_whitespace()
-        .find(|t| t.starts_with("digest="))
-        .unwrap()
-        .to_string()
+    digest_of(&tandem_e2e::unshared_replica_done(&a))
 }
 
 fn digest(p: &Proc) -> String {
-    p.lines("DONE")
+    let done = p
+        .lines("DONE")
         .pop()
-        .unwrap_or_else(|| panic!("no DONE line:\n{}", p.stderr()))
-        .split_whitespace()
+        .unwrap_or_else(|| panic!("no DONE line:\n{}", p.stderr()));
+    digest_of(&done)
+}
+
+/// The `digest=...` token of a `DONE` line.
+fn digest_of(done: &str) -> String {
+    done.split_whitespace()
         .find(|t| t.starts_with("digest="))
-        .unwrap()
+        .unwrap_or_else(|| panic!("no digest in {done:?}"))
         .to_string()
 }
 
@@ -104,6 +98,23 @@ fn finish(wait_file: &Path, procs: &mut [Proc]) {
         let st = p.wait_exit(WAIT);
         assert!(st.success(), "replica failed: {st:?}\n{}", p.stderr());
     }
+}
+
+/// Waits until the GPU's saved bytes are `saved` (and its shared copies
+/// `copies`, when given); returns those stats.
+fn wait_saved(d: &Tandemd, what: &str, saved: u64, copies: Option<u64>) -> Value {
+    poll(WAIT, what, || {
+        let s = d.try_stats()?;
+        let (now, c) = (
+            gnum(&s, "dedup_saved_bytes"),
+            gnum(&s, "dedup_shared_copies"),
+        );
+        if now == saved && copies.is_none_or(|want| want == c) {
+            Ok(s)
+        } else {
+            Err(format!("saved {now} of {saved}, {c} copies: {}", gpu(&s)))
+        }
+    })
 }
 
 /// Waits until tandemd holds no shared copy and its descriptors are back at `fds`.
@@ -132,16 +143,7 @@ fn three_replicas_hold_their_weights_once_and_compute_the_same() {
         .map(|_| spawn_replica("replica", 1000, &wf, &env, &[]))
         .collect();
     // (3 - 1) replicas' weights saved, every granule merged.
-    let want_saved = 2 * WEIGHTS_MIB * MIB;
-    let stats = poll(WAIT, "all weights merged", || {
-        let s = d.try_stats()?;
-        let saved = gnum(&s, "dedup_saved_bytes");
-        if saved == want_saved {
-            Ok(s)
-        } else {
-            Err(format!("saved {saved} of {want_saved}: {}", gpu(&s)))
-        }
-    });
+    let stats = wait_saved(&d, "all weights merged", 2 * WEIGHTS_MIB * MIB, None);
     assert_eq!(gnum(&stats, "dedup_shared_copies"), WEIGHTS_MIB / 2);
     assert_eq!(gnum(&stats, "dedup_merges"), 2 * WEIGHTS_MIB / 2);
     for p in &procs {
@@ -185,16 +187,7 @@ fn kill_9_of_the_publisher_and_of_a_merger_and_a_coordinator_restart_leak_nothin
         .map(|_| spawn_replica("replica", 1000, &wf, &env, &[]))
         .collect();
     let saved_is = |d: &Tandemd, replicas_saved: u64, copies: u64, what: &str| {
-        poll(WAIT, what, || {
-            let s = d.try_stats()?;
-            let (saved, c) = (
-                gnum(&s, "dedup_saved_bytes"),
-                gnum(&s, "dedup_shared_copies"),
-            );
-            (saved == replicas_saved * WEIGHTS_MIB * MIB && c == copies)
-                .then_some(())
-                .ok_or(format!("saved {saved}, copies {c}"))
-        })
+        wait_saved(d, what, replicas_saved * WEIGHTS_MIB * MIB, Some(copies))
     };
     saved_is(&d, 3, granules, "all weights merged");
     // kill -9 the publisher: the three others still hold every copy.
@@ -278,13 +271,7 @@ fn trust_groups_keep_jobs_apart() {
     });
     // ...while a second job of group "a" merges with the first at once.
     procs.push(run(&a_bin));
-    let s = poll(WAIT, "group a merged", || {
-        let s = d.try_stats()?;
-        let saved = gnum(&s, "dedup_saved_bytes");
-        (saved == WEIGHTS_MIB * MIB)
-            .then_some(s)
-            .ok_or(format!("saved {saved}"))
-    });
+    let s = wait_saved(&d, "group a merged", WEIGHTS_MIB * MIB, None);
     let b = client_by_pid(&s, procs[1].pid()).unwrap();
     assert_eq!(b["dedup"]["shared_bytes"], 0, "group b shared: {b}");
     assert_eq!(b["dedup"]["trust_group"], "b");

@@ -286,20 +286,19 @@ pub unsafe fn memcpy_htod(
     per_thread_default: bool,
     sync: bool,
 ) -> CuResult<()> {
-    let st = lock();
-    st.require_ctx()?;
-    st.streams.resolve(stream, per_thread_default)?;
-    if n > 0 {
-        if src.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        check_copy_range(&st, dst, n, Access::Write)?;
-        // SAFETY: `dst..dst+n` lies in live writable fake-device memory (checked, and the lock
-        // keeps it live); `src` is valid for `n` reads (caller contract). `copy` tolerates
-        // overlap.
-        unsafe { std::ptr::copy(src.cast::<u8>(), device_ptr(dst), n) };
+    let src = src.expose_provenance() as u64;
+    // SAFETY: the source is a host pointer valid for `n` reads (caller contract).
+    unsafe {
+        memcpy(
+            dst,
+            src,
+            n,
+            CopyKind::HostToDevice,
+            stream,
+            per_thread_default,
+            sync,
+        )
     }
-    finish_on_stream(st, stream, per_thread_default, sync)
 }
 
 /// `cuMemcpyDtoH*`.
@@ -314,24 +313,28 @@ pub unsafe fn memcpy_dtoh(
     per_thread_default: bool,
     sync: bool,
 ) -> CuResult<()> {
-    let st = lock();
-    st.require_ctx()?;
-    st.streams.resolve(stream, per_thread_default)?;
-    if n > 0 {
-        if dst.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        check_copy_range(&st, src, n, Access::Read)?;
-        // SAFETY: `src..src+n` lies in live readable fake-device memory (checked, kept live by
-        // the lock); `dst` is valid for `n` writes (caller contract).
-        unsafe { std::ptr::copy(device_ptr(src).cast_const(), dst.cast::<u8>(), n) };
+    let dst = dst.expose_provenance() as u64;
+    // SAFETY: the destination is a host pointer valid for `n` writes (caller contract).
+    unsafe {
+        memcpy(
+            dst,
+            src,
+            n,
+            CopyKind::DeviceToHost,
+            stream,
+            per_thread_default,
+            sync,
+        )
     }
-    finish_on_stream(st, stream, per_thread_default, sync)
 }
 
 /// How a copy names its sides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyKind {
+    /// `cuMemcpyHtoD*`: a host source, a device destination.
+    HostToDevice,
+    /// `cuMemcpyDtoH*`: a device source, a host destination.
+    DeviceToHost,
     /// `cuMemcpyDtoD*`: both sides must be device memory.
     DeviceToDevice,
     /// `cuMemcpy`/`cuMemcpyAsync`: each side is device memory if the fake knows its address
@@ -339,9 +342,28 @@ pub enum CopyKind {
     Unified,
 }
 
-/// Checks one side of a copy; returns the host pointer to copy through.
-fn copy_side(st: &State, addr: u64, n: usize, access: Access, kind: CopyKind) -> CuResult<*mut u8> {
-    if kind == CopyKind::DeviceToDevice || is_device_addr(st, addr) {
+impl CopyKind {
+    /// Whether (source, destination) are device memory; `None`: decided by the address.
+    fn sides(self) -> (Option<bool>, Option<bool>) {
+        match self {
+            CopyKind::HostToDevice => (Some(false), Some(true)),
+            CopyKind::DeviceToHost => (Some(true), Some(false)),
+            CopyKind::DeviceToDevice => (Some(true), Some(true)),
+            CopyKind::Unified => (None, None),
+        }
+    }
+}
+
+/// Checks one side of a copy (`device`: whether it is device memory, `None` to decide by the
+/// address); returns the host pointer to copy through.
+fn copy_side(
+    st: &State,
+    addr: u64,
+    n: usize,
+    access: Access,
+    device: Option<bool>,
+) -> CuResult<*mut u8> {
+    if device.unwrap_or_else(|| is_device_addr(st, addr)) {
         check_copy_range(st, addr, n, access)?;
         return Ok(device_ptr(addr));
     }
@@ -352,8 +374,8 @@ fn copy_side(st: &State, addr: u64, n: usize, access: Access, kind: CopyKind) ->
     Ok(std::ptr::with_exposed_provenance_mut(addr as usize))
 }
 
-/// `cuMemcpyDtoD*` (`kind` `DeviceToDevice`) and `cuMemcpy`/`cuMemcpyAsync` (`Unified`), sync
-/// or async: the source must be readable and the destination writable (a read-only VMM mapping
+/// Every copy: `cuMemcpyHtoD*`/`DtoH*` (through the wrappers above), `cuMemcpyDtoD*`
+/// (`kind` `DeviceToDevice`) and `cuMemcpy`/`cuMemcpyAsync` (`Unified`), sync or async: the source must be readable and the destination writable (a read-only VMM mapping
 /// refuses), else `CUDA_ERROR_INVALID_VALUE`. The bytes move at the call; the copy is ordered on
 /// the stream like the other copies, and the synchronous forms wait for the stream.
 ///
@@ -373,8 +395,9 @@ pub unsafe fn memcpy(
     st.require_ctx()?;
     st.streams.resolve(stream, per_thread_default)?;
     if n > 0 {
-        let from = copy_side(&st, src, n, Access::Read, kind)?;
-        let to = copy_side(&st, dst, n, Access::Write, kind)?;
+        let (src_device, dst_device) = kind.sides();
+        let from = copy_side(&st, src, n, Access::Read, src_device)?;
+        let to = copy_side(&st, dst, n, Access::Write, dst_device)?;
         // SAFETY: each side is either checked live fake-device memory with the access it needs
         // (kept live by the lock) or a host pointer valid for `n` bytes (caller contract).
         // `copy` tolerates overlap.
