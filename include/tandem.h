@@ -54,6 +54,8 @@ extern "C" {
 #define TANDEM_EVENT_SYNC_END 8u
 #define TANDEM_EVENT_REQUEST_BEGIN 9u
 #define TANDEM_EVENT_REQUEST_END 10u
+#define TANDEM_EVENT_MARK 11u
+#define TANDEM_EVENT_MARK_DONE 12u
 
 /* ---- record flags (struct tandem_record.flags) ---- */
 #define TANDEM_FLAG_COOPERATIVE 0x0001u
@@ -145,13 +147,16 @@ struct tandem_control_block {
     uint64_t heartbeat;              /* @8   coordinator liveness counter */
     uint64_t client_id;              /* @16  */
     uint64_t launch_limit;           /* @24  launch n (1-based) starts only while n <= this; 0 = unlimited */
-    uint64_t pad0[12];               /* @32  */
+    uint64_t mark_every_ns;          /* @32  0: no completion marks; else at most one per this many ns */
+    uint64_t pad0[11];               /* @40  */
     uint64_t gate_waits;             /* @128 shim: waits on a closed gate */
     uint64_t gate_timeouts;          /* @136 shim: waits that hit their bound */
     uint64_t stale_opens;            /* @144 shim: fail-opens on a stale coordinator */
     uint64_t gate_wait_ns;           /* @152 shim: ns launches waited at a closed gate */
     uint64_t launches;               /* @160 shim: gated launches started (graph launch = 1) */
-    uint64_t pad1[11];               /* @168 */
+    uint64_t marks_placed;           /* @168 shim: completion marks recorded */
+    uint64_t marks_done;             /* @176 shim: completion marks seen complete */
+    uint64_t pad1[9];                /* @184 */
 };
 TANDEM_STATIC_ASSERT(sizeof(struct tandem_control_block) == 256, "struct tandem_control_block must be 256 bytes");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate) == 0, "tandem_control_block.gate offset");
@@ -159,13 +164,16 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, reserved0) == 4, "tan
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, heartbeat) == 8, "tandem_control_block.heartbeat offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, client_id) == 16, "tandem_control_block.client_id offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, launch_limit) == 24, "tandem_control_block.launch_limit offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 32, "tandem_control_block.pad0 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, mark_every_ns) == 32, "tandem_control_block.mark_every_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 40, "tandem_control_block.pad0 offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_waits) == 128, "tandem_control_block.gate_waits offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_timeouts) == 136, "tandem_control_block.gate_timeouts offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, stale_opens) == 144, "tandem_control_block.stale_opens offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_wait_ns) == 152, "tandem_control_block.gate_wait_ns offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, launches) == 160, "tandem_control_block.launches offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 168, "tandem_control_block.pad1 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, marks_placed) == 168, "tandem_control_block.marks_placed offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, marks_done) == 176, "tandem_control_block.marks_done offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 184, "tandem_control_block.pad1 offset");
 
 /* ---- explicit API (exported by libtandem.so) ----
  * When a program may run without libtandem.so loaded, declare the functions

@@ -13,13 +13,16 @@
 //! | 8 | `heartbeat: u64` | coordinator | liveness counter |
 //! | 16 | `client_id: u64` | coordinator | the client's id |
 //! | 24 | `launch_limit: u64` | coordinator | 0: unlimited; else the shim starts launch n (1-based) only while n <= launch_limit |
-//! | 32 | `pad0` | - | to 128 |
+//! | 32 | `mark_every_ns: u64` | coordinator | 0: place no completion marks; else the shim records a driver event after a launch at most this often (see [`MARK`](crate::EventKind::MARK)) |
+//! | 40 | `pad0` | - | to 128 |
 //! | 128 | `gate_waits: u64` | shim | launches that waited |
 //! | 136 | `gate_timeouts: u64` | shim | waits that hit their bound |
 //! | 144 | `stale_opens: u64` | shim | waits abandoned (coordinator looked dead) |
 //! | 152 | `gate_wait_ns: u64` | shim | ns launches waited |
 //! | 160 | `launches: u64` | shim | gated launches started on this session |
-//! | 168 | `pad1` | - | to 256 |
+//! | 168 | `marks_placed: u64` | shim | completion marks recorded on this session |
+//! | 176 | `marks_done: u64` | shim | marks the shim saw complete |
+//! | 184 | `pad1` | - | to 256 |
 //!
 //! # Gate protocol
 //!
@@ -89,14 +92,17 @@ pub struct ControlBlock {
     pub(crate) heartbeat: AtomicU64,
     pub(crate) client_id: AtomicU64,
     pub(crate) launch_limit: AtomicU64,
-    pub(crate) pad0: [AtomicU64; 12],
+    pub(crate) mark_every_ns: AtomicU64,
+    pub(crate) pad0: [AtomicU64; 11],
     // ---- line 1: shim writes, coordinator reads (untrusted statistics) ----
     pub(crate) gate_waits: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
     pub(crate) stale_opens: AtomicU64,
     pub(crate) gate_wait_ns: AtomicU64,
     pub(crate) launches: AtomicU64,
-    pub(crate) pad1: [AtomicU64; 11],
+    pub(crate) marks_placed: AtomicU64,
+    pub(crate) marks_done: AtomicU64,
+    pub(crate) pad1: [AtomicU64; 9],
 }
 
 const _: () = {
@@ -107,13 +113,16 @@ const _: () = {
     assert!(offset_of!(ControlBlock, heartbeat) == 8);
     assert!(offset_of!(ControlBlock, client_id) == 16);
     assert!(offset_of!(ControlBlock, launch_limit) == 24);
-    assert!(offset_of!(ControlBlock, pad0) == 32);
+    assert!(offset_of!(ControlBlock, mark_every_ns) == 32);
+    assert!(offset_of!(ControlBlock, pad0) == 40);
     assert!(offset_of!(ControlBlock, gate_waits) == 128);
     assert!(offset_of!(ControlBlock, gate_timeouts) == 136);
     assert!(offset_of!(ControlBlock, stale_opens) == 144);
     assert!(offset_of!(ControlBlock, gate_wait_ns) == 152);
     assert!(offset_of!(ControlBlock, launches) == 160);
-    assert!(offset_of!(ControlBlock, pad1) == 168);
+    assert!(offset_of!(ControlBlock, marks_placed) == 168);
+    assert!(offset_of!(ControlBlock, marks_done) == 176);
+    assert!(offset_of!(ControlBlock, pad1) == 184);
 };
 
 /// Why [`ControlBlock::wait_open`] returned. In every case the caller proceeds.
@@ -142,6 +151,10 @@ pub struct ClientCounters {
     pub gate_wait_ns: u64,
     /// Gated launches the shim has started on this session.
     pub launches: u64,
+    /// Completion marks the shim recorded.
+    pub marks_placed: u64,
+    /// Marks the shim saw complete.
+    pub marks_done: u64,
 }
 
 impl ControlBlock {
@@ -152,7 +165,10 @@ impl ControlBlock {
         self.heartbeat.store(0, Ordering::Relaxed);
         self.client_id.store(client_id, Ordering::Relaxed);
         self.launch_limit.store(LAUNCH_UNLIMITED, Ordering::Relaxed);
+        self.mark_every_ns.store(0, Ordering::Relaxed);
         self.launches.store(0, Ordering::Relaxed);
+        self.marks_placed.store(0, Ordering::Relaxed);
+        self.marks_done.store(0, Ordering::Relaxed);
         self.gate_waits.store(0, Ordering::Relaxed);
         self.gate_timeouts.store(0, Ordering::Relaxed);
         self.stale_opens.store(0, Ordering::Relaxed);
@@ -194,6 +210,24 @@ impl ControlBlock {
     #[inline(always)]
     pub fn count_launch(&self) {
         self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How often the coordinator wants completion marks, ns (0: none). One
+    /// Relaxed load: a stale value only moves one mark.
+    #[inline(always)]
+    #[must_use]
+    pub fn mark_every_ns(&self) -> u64 {
+        self.mark_every_ns.load(Ordering::Relaxed)
+    }
+
+    /// Count a completion mark placed (`done`: one seen complete).
+    pub fn count_mark(&self, done: bool) {
+        let c = if done {
+            &self.marks_done
+        } else {
+            &self.marks_placed
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Wait (bounded) for the gate to open. See the module docs.
@@ -334,6 +368,11 @@ impl ControlBlock {
         self.launches.load(Ordering::Acquire)
     }
 
+    /// Ask the shim for completion marks at most every `ns` (0: none).
+    pub fn set_mark_every_ns(&self, ns: u64) {
+        self.mark_every_ns.store(ns, Ordering::Relaxed);
+    }
+
     /// Advance the heartbeat (call at least once per heartbeat interval).
     pub fn beat(&self) {
         self.heartbeat.fetch_add(1, Ordering::Release);
@@ -354,6 +393,8 @@ impl ControlBlock {
             stale_opens: self.stale_opens.load(Ordering::Relaxed),
             gate_wait_ns: self.gate_wait_ns.load(Ordering::Relaxed),
             launches: self.launches.load(Ordering::Relaxed),
+            marks_placed: self.marks_placed.load(Ordering::Relaxed),
+            marks_done: self.marks_done.load(Ordering::Relaxed),
         }
     }
 }

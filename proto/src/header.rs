@@ -325,7 +325,15 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "launch n (1-based) starts only while n <= this; 0 = unlimited"
         ),
-        field!(ControlBlock, pad0, "uint64_t", "pad0[12]", 96, ""),
+        field!(
+            ControlBlock,
+            mark_every_ns,
+            "uint64_t",
+            "mark_every_ns",
+            8,
+            "0: no completion marks; else at most one per this many ns"
+        ),
+        field!(ControlBlock, pad0, "uint64_t", "pad0[11]", 88, ""),
         field!(
             ControlBlock,
             gate_waits,
@@ -366,7 +374,23 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "shim: gated launches started (graph launch = 1)"
         ),
-        field!(ControlBlock, pad1, "uint64_t", "pad1[11]", 88, ""),
+        field!(
+            ControlBlock,
+            marks_placed,
+            "uint64_t",
+            "marks_placed",
+            8,
+            "shim: completion marks recorded"
+        ),
+        field!(
+            ControlBlock,
+            marks_done,
+            "uint64_t",
+            "marks_done",
+            8,
+            "shim: completion marks seen complete"
+        ),
+        field!(ControlBlock, pad1, "uint64_t", "pad1[9]", 72, ""),
     ]
 }
 

@@ -13,8 +13,8 @@
 //! | 10     | 2    | `flags`            | `FLAG_*` bits |
 //! | 12     | 4    | `shared_mem_bytes` | dynamic shared memory per block, bytes (launches) |
 //! | 16     | 8    | `stream`           | `CUstream` handle value; 0 = legacy default stream |
-//! | 24     | 8    | `func_id`          | stable function id (launches), graph-exec id (graph launch), request tag (request events); else 0 |
-//! | 32     | 8    | `bytes`            | bytes allocated / copied (alloc, H2D copy); else 0 |
+//! | 24     | 8    | `func_id`          | stable function id (launches), graph-exec id (graph launch), request tag (request events), mark sequence number (mark events); else 0 |
+//! | 32     | 8    | `bytes`            | bytes allocated / copied (alloc, H2D copy), launch counter (mark); else 0 |
 //! | 40     | 8    | `addr`             | device address (alloc result, free argument, copy destination); else 0 |
 //! | 48     | 4    | `grid_x`           | grid dimension x, blocks |
 //! | 52     | 2    | `grid_y`           | grid dimension y, blocks (saturated at 65535) |
@@ -65,9 +65,19 @@ impl EventKind {
     pub const REQUEST_BEGIN: EventKind = EventKind(9);
     /// An inference request ends (explicit API); `func_id` is an optional tag.
     pub const REQUEST_END: EventKind = EventKind(10);
+    /// A completion mark: the shim recorded a driver event on `stream` right
+    /// after the launches it had made so far; `func_id` is the mark's
+    /// sequence number (per session, from 1, increasing), `bytes` the
+    /// session's `launches` counter at the mark.
+    pub const MARK: EventKind = EventKind(11);
+    /// The GPU reached mark `func_id`: every launch the client made before
+    /// that mark, on that mark's `stream`, had completed by `ts_ns` (the time
+    /// the shim saw the event complete; it polls, so the GPU got there a
+    /// little earlier).
+    pub const MARK_DONE: EventKind = EventKind(12);
 
     /// Every known kind, in raw-value order.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 12] = [
         Self::LAUNCH,
         Self::LAUNCH_EX,
         Self::GRAPH_LAUNCH,
@@ -78,6 +88,8 @@ impl EventKind {
         Self::SYNC_END,
         Self::REQUEST_BEGIN,
         Self::REQUEST_END,
+        Self::MARK,
+        Self::MARK_DONE,
     ];
 
     /// Checked decode: `Some` only for a kind this build knows.
@@ -113,6 +125,8 @@ impl EventKind {
             8 => "sync_end",
             9 => "request_begin",
             10 => "request_end",
+            11 => "mark",
+            12 => "mark_done",
             _ => "unknown",
         }
     }
@@ -341,7 +355,7 @@ mod tests {
     #[test]
     fn event_kind_checked_decode() {
         assert_eq!(EventKind::from_raw(0), None);
-        assert_eq!(EventKind::from_raw(11), None);
+        assert_eq!(EventKind::from_raw(13), None);
         assert_eq!(EventKind::from_raw(u16::MAX), None);
         for (i, k) in EventKind::ALL.iter().enumerate() {
             assert_eq!(k.raw() as usize, i + 1);
