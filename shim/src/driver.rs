@@ -43,10 +43,15 @@ pub enum Support {
     MemExportToShareableHandle,
     MemImportFromShareableHandle,
     MemcpyDtoHAsyncV2,
+    // completion marks (crate::client::marks) and the watcher thread
+    EventCreate,
+    EventRecord,
+    EventRecordPtsz,
+    ThreadExchangeStreamCaptureMode,
 }
 
 impl Support {
-    const ALL: [(Support, &'static CStr); 21] = [
+    const ALL: [(Support, &'static CStr); 25] = [
         (Support::StreamIsCapturing, c"cuStreamIsCapturing"),
         (Support::StreamIsCapturingPtsz, c"cuStreamIsCapturing_ptsz"),
         (Support::GraphGetNodes, c"cuGraphGetNodes"),
@@ -86,6 +91,13 @@ impl Support {
             c"cuMemImportFromShareableHandle",
         ),
         (Support::MemcpyDtoHAsyncV2, c"cuMemcpyDtoHAsync_v2"),
+        (Support::EventCreate, c"cuEventCreate"),
+        (Support::EventRecord, c"cuEventRecord"),
+        (Support::EventRecordPtsz, c"cuEventRecord_ptsz"),
+        (
+            Support::ThreadExchangeStreamCaptureMode,
+            c"cuThreadExchangeStreamCaptureMode",
+        ),
     ];
 }
 

@@ -18,6 +18,7 @@
 
 pub mod log;
 
+mod calls;
 mod capture;
 mod client;
 mod counters;

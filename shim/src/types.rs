@@ -21,6 +21,8 @@ impl CuResult {
     pub const INVALID_VALUE: Self = Self(1);
     /// `CUDA_ERROR_ILLEGAL_ADDRESS`: a kernel touched memory it may not (sticky).
     pub const ILLEGAL_ADDRESS: Self = Self(700);
+    /// `CUDA_ERROR_NOT_READY`: queried work has not completed yet.
+    pub const NOT_READY: Self = Self(600);
     /// Returned by hooks when the real driver could not be loaded at all.
     pub const SHARED_OBJECT_INIT_FAILED: Self = Self(303);
     /// Returned by a hook whose variant the loaded driver does not export.

@@ -91,6 +91,7 @@ pub fn launch(
     r.func_id = func_id;
     r.set_dims(dims.grid, dims.block);
     s.push(&r);
+    super::marks::after_launch(s, hook, stream, r.ts_ns);
 }
 
 /// A graph launch: `func_id` = the executable graph's handle, `bytes` = its
@@ -110,6 +111,7 @@ pub fn graph_launch(
     r.func_id = exec as u64;
     r.bytes = u64::from(kernels.unwrap_or(0));
     s.push(&r);
+    super::marks::after_launch(s, hook, stream, r.ts_ns);
 }
 
 /// ALLOC (bytes, addr), FREE (addr), COPY_H2D (bytes, destination).
@@ -137,6 +139,18 @@ pub fn sync(s: &Session, hook: Hook, kind: EventKind, flags: u16, stream: u64) {
     let mut r = Record::new(kind, monotonic_ns());
     r.flags = flags | thread_flag(hook);
     r.stream = stream;
+    s.push(&r);
+}
+
+/// MARK (`bytes`: the session's launch counter) / MARK_DONE, for mark `seq`.
+#[inline]
+pub fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
+    let mut r = Record::new(kind, ts_ns);
+    r.func_id = seq;
+    r.stream = stream;
+    if kind == EventKind::MARK {
+        r.bytes = s.control().launches();
+    }
     s.push(&r);
 }
 

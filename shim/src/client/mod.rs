@@ -14,6 +14,9 @@
 //! - Sessions are leaked (`&'static`), never freed: a launching thread may
 //!   still hold one that was just retired (its ring is then swapped for
 //!   anonymous memory, see [`session`]).
+//! - Where the coordinator asks for them, launches are followed by completion
+//!   marks (driver events) that the watcher reports as they complete
+//!   ([`marks`]).
 //! - After `fork` the child unpublishes and abandons the parent's session and
 //!   registers as a new client on its own next CUDA call.
 
@@ -22,6 +25,7 @@ pub mod emit;
 mod config;
 mod connect;
 mod funcs;
+mod marks;
 mod session;
 mod watcher;
 
@@ -160,6 +164,7 @@ pub fn after_fork_in_child() {
         unsafe { libc::close(fd) };
     }
     watcher::after_fork_in_child();
+    marks::after_fork_in_child();
     emit::reset();
 }
 

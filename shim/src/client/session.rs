@@ -130,6 +130,13 @@ impl Session {
         unsafe { (*head).load(Ordering::Relaxed) }
     }
 
+    /// The control block (after retirement: zero memory, so every request in
+    /// it reads as "none").
+    #[inline(always)]
+    pub(crate) fn control(&self) -> &ControlBlock {
+        self.control
+    }
+
     /// The connected socket, or `None` once closed (for the watcher).
     pub(crate) fn socket(&self) -> Option<i32> {
         let fd = self.sock.load(Ordering::Acquire);

@@ -4,7 +4,9 @@
 //! again every 200 ms, so a restarted coordinator is rejoined within a second.
 //! Started on the first CUDA call (never in the constructor), one per process.
 //! It is also where weight dedup runs (`crate::dedup`): the coordinator's Dedup
-//! messages arrive here, and between them the periodic granule scan.
+//! messages arrive here, and between them the periodic granule scan; and
+//! where completion marks are polled (`super::marks`, every 200 us while any
+//! is outstanding).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,7 +20,7 @@ use super::session::Session;
 /// Pause between registration attempts while no coordinator answers.
 pub const RETRY_EVERY: Duration = Duration::from_millis(200);
 /// How long one `poll` on a live connection lasts before it is simply repeated.
-const POLL_SLICE_MS: i32 = 1000;
+const POLL_SLICE_MS: u64 = 1000;
 
 /// Whether this process has a watcher thread.
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -64,6 +66,11 @@ pub fn spawn(cfg: Config, session: Option<&'static Session>) -> bool {
 }
 
 fn run(cfg: Config, mut current: Option<&'static Session>) {
+    // This thread's driver calls (dedup scans, mark queries) must never
+    // invalidate a graph capture the program runs in another thread.
+    if let Err(e) = crate::calls::relax_capture_mode() {
+        crate::log!(Debug, "stream capture mode of the watcher unchanged: {e}");
+    }
     loop {
         if let Some(s) = current.take() {
             watch(s);
@@ -99,16 +106,24 @@ fn watch(s: &Session) {
     let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
     loop {
         crate::dedup::tick(s);
-        let slice = crate::dedup::poll_slice(s, Duration::from_millis(POLL_SLICE_MS as u64));
-        let slice_ms = slice.as_millis().clamp(1, POLL_SLICE_MS as u128) as i32;
+        super::marks::poll(s);
+        // A scan under way asks for no sleep at all; it still pauses 1 ms.
+        let slice = crate::dedup::poll_slice(s, Duration::from_millis(POLL_SLICE_MS))
+            .max(Duration::from_millis(1));
+        let slice = super::marks::poll_slice(s, slice);
         let mut p = libc::pollfd {
             fd,
             events: libc::POLLIN | libc::POLLRDHUP,
             revents: 0,
         };
-        // SAFETY: one valid pollfd; `fd` stays open (only this thread and a fork
-        // child close a live session's socket).
-        let r = unsafe { libc::poll(&mut p, 1, slice_ms) };
+        let timeout = libc::timespec {
+            tv_sec: slice.as_secs() as libc::time_t,
+            tv_nsec: slice.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd and timespec, no signal mask; `fd` stays
+        // open (only this thread and a fork child close a live session's
+        // socket).
+        let r = unsafe { libc::ppoll(&mut p, 1, &timeout, core::ptr::null()) };
         if r < 0 {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;

@@ -2,42 +2,14 @@
 //! (never the program's): VMM reserve/create/map/access/export/import, context
 //! and stream plumbing, and the copies used to hash and compare granules.
 //!
-//! Hooked functions are reached through their real-pointer slots and counted as
-//! the shim's own calls (`counters::own_call`), so the driver's count stays the
-//! program's plus ours; the others through `driver::support`. One error type:
-//! [`DriverError`], naming the call.
+//! Built on [`crate::calls`] (one error type, [`DriverError`], naming the call).
 
 use core::ffi::{c_int, c_uint, c_void};
 
-use crate::counters;
-use crate::driver::{self, Support};
-use crate::table::Hook;
-use crate::types::{CUcontext, CUdeviceptr, CUmemGenericAllocationHandle, CUstream, CuResult};
+use crate::types::{CUdeviceptr, CUmemGenericAllocationHandle, CUstream};
 
-/// A driver call that failed (or is missing: `CuResult::NOT_SUPPORTED`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DriverError {
-    pub call: &'static str,
-    pub rc: CuResult,
-}
-
-impl core::fmt::Display for DriverError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{} returned CUresult {}", self.call, self.rc.0)
-    }
-}
-
-pub type Result<T> = core::result::Result<T, DriverError>;
-
-fn check(call: &'static str, rc: CuResult) -> Result<()> {
-    if rc == CuResult::SUCCESS {
-        Ok(())
-    } else {
-        Err(DriverError { call, rc })
-    }
-}
-
-const MISSING: CuResult = CuResult::NOT_SUPPORTED;
+use crate::calls::{check, hooked, missing, support};
+pub use crate::calls::{ctx_current, ctx_set_current, DriverError, Result};
 
 /// `CUmemLocation` (cuda.h): type + id.
 #[repr(C)]
@@ -101,59 +73,6 @@ fn prop(device: c_int) -> AllocationProp {
         usage: 0,
         reserved: [0; 4],
     }
-}
-
-/// The real function of a hooked variant, counted as our own call; a missing
-/// one is a [`DriverError`] naming it.
-macro_rules! hooked {
-    ($hook:ident, fn($($ty:ty),*)) => {{
-        match driver::real(Hook::$hook) {
-            Some(p) => {
-                counters::own_call(Hook::$hook);
-                // SAFETY: the slot of a hook holds the driver's function of that
-                // name, whose C signature is the one written here (cuda.h).
-                Ok(unsafe {
-                    core::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
-                })
-            }
-            None => Err(missing(stringify!($hook))),
-        }
-    }};
-}
-
-/// A support function of the driver, by its `Support` slot; a missing one is
-/// a [`DriverError`] naming it.
-macro_rules! support {
-    ($which:ident, fn($($ty:ty),*)) => {{
-        match driver::support(Support::$which) {
-            // SAFETY: the support slot holds the driver's function of that name,
-            // whose C signature is the one written here (cuda.h).
-            Some(p) => Ok(unsafe {
-                core::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
-            }),
-            None => Err(missing(Support::$which.name())),
-        }
-    }};
-}
-
-fn missing(call: &'static str) -> DriverError {
-    DriverError { call, rc: MISSING }
-}
-
-/// The calling thread's current context (may be null).
-pub fn ctx_current() -> Result<CUcontext> {
-    let f = support!(CtxGetCurrent, fn(*mut CUcontext))?;
-    let mut c: CUcontext = core::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    check("cuCtxGetCurrent", unsafe { f(&mut c) })?;
-    Ok(c)
-}
-
-/// Makes `ctx` current on the calling thread.
-pub fn ctx_set_current(ctx: CUcontext) -> Result<()> {
-    let f = support!(CtxSetCurrent, fn(CUcontext))?;
-    // SAFETY: `ctx` came from cuCtxGetCurrent in this process.
-    check("cuCtxSetCurrent", unsafe { f(ctx) })
 }
 
 /// The device of the current context.

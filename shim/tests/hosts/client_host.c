@@ -11,6 +11,10 @@
  *                              launch every 1 ms for at most SECONDS, printing
  *                              IDCHANGE whenever tandem_client_id() changes;
  *                              stops early after IDCHANGES changes; then STATE.
+ *   client_host paced N GAP_US
+ *                              N launches of a 2 ms kernel, GAP_US apart, with
+ *                              no sync at all; then sleeps until the GPU must be
+ *                              done (plus 100 ms) and prints STATE.
  *   client_host fork N         N launches, fork; the child makes N launches and
  *                              prints its STATE; the parent waits, makes N more
  *                              launches and prints its STATE.
@@ -85,9 +89,10 @@ CUresult cuCtxSynchronize(void);
     } while (0)
 
 static const char k_module[] = "tandem-fake-module v1\n"
-                               "kernel noop 0 noop\n";
+                               "kernel noop 0 noop\n"
+                               "kernel slow 2000000 noop\n";
 
-static CUfunction g_noop;
+static CUfunction g_noop, g_slow;
 static CUstream g_stream;
 static uint64_t g_launches;
 static uint64_t g_arg0;
@@ -134,6 +139,7 @@ static void setup(void)
     CK(cuCtxSetCurrent(ctx));
     CK(cuModuleLoadData(&mod, k_module));
     CK(cuModuleGetFunction(&g_noop, mod, "noop"));
+    CK(cuModuleGetFunction(&g_slow, mod, "slow"));
     CK(cuStreamCreate(&g_stream, 0));
 }
 
@@ -203,6 +209,20 @@ static int loop(double seconds, int want_changes)
     return 0;
 }
 
+static int paced(int n, int gap_us)
+{
+    setup();
+    for (int i = 0; i < n; i++) {
+        CK(cuLaunchKernel(g_slow, 1, 1, 1, 32, 1, 1, 0, g_stream, g_params, NULL));
+        g_launches++;
+        usleep(gap_us);
+    }
+    /* No sync: only completion marks can tell anyone when this finished. */
+    usleep(n * 2000 + 100000);
+    state("main");
+    return 0;
+}
+
 static int forked(int n)
 {
     setup();
@@ -237,6 +257,8 @@ int main(int argc, char **argv)
         return basic(atoi(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "loop") == 0)
         return loop(atof(argv[2]), argc >= 4 ? atoi(argv[3]) : 0);
+    if (argc >= 4 && strcmp(argv[1], "paced") == 0)
+        return paced(atoi(argv[2]), atoi(argv[3]));
     if (argc >= 3 && strcmp(argv[1], "fork") == 0)
         return forked(atoi(argv[2]));
     fprintf(stderr, "usage: client_host basic N | loop SECONDS [IDCHANGES] | fork N\n");

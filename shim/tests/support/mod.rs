@@ -88,6 +88,8 @@ struct Shared {
     clients: Vec<ClientView>,
     /// Flags every Welcome carries (e.g. `WELCOME_FLAG_SHARE_WEIGHTS`).
     welcome_flags: u8,
+    /// `mark_every_ns` stored in every new client's control block.
+    mark_every_ns: u64,
     /// Dedup messages received: (client id, message, attached fd).
     dedup_in: Vec<(u64, Dedup, Option<Arc<OwnedFd>>)>,
     /// Dedup messages to send: (client id, message, fd to attach).
@@ -204,6 +206,12 @@ impl Coordinator {
     }
 
     /// Dedup messages received so far (client id, message, fd).
+    /// Ask every client that registers from now on for completion marks at
+    /// most every `ns` (0: none).
+    pub fn set_mark_every_ns(&self, ns: u64) {
+        self.shared.lock().unwrap().mark_every_ns = ns;
+    }
+
     pub fn dedup_received(&self) -> Vec<(u64, Dedup, Option<Arc<OwnedFd>>)> {
         self.shared.lock().unwrap().dedup_in.clone()
     }
@@ -368,6 +376,7 @@ fn serve(
                     let map: &'static tandem_proto::Mapping = Box::leak(Box::new(map));
                     let consumer = Consumer::init(map, layout, id).expect("init ring");
                     let control = ring::control_block(map, layout).expect("control");
+                    control.set_mark_every_ns(shared.lock().unwrap().mark_every_ns);
                     let w = Message::Welcome(wire::Welcome {
                         client_id: id,
                         region_len: layout.region_len() as u64,

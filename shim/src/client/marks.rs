@@ -1,0 +1,208 @@
+//! Completion marks: how the coordinator learns when this process's GPU work
+//! completed without the program syncing.
+//!
+//! When the control block asks for them (`mark_every_ns` > 0: the coordinator
+//! asks training clients), the launching thread records a driver event on the
+//! launch's stream right after a launch, at most once per `mark_every_ns`
+//! across all threads, and reports it as a MARK record (sequence number, the
+//! session's launch counter). The watcher thread queries the outstanding
+//! events every [`POLL_EVERY`] and reports each one the GPU has reached as a
+//! MARK_DONE record: everything the process launched on that stream before
+//! the mark had completed by then.
+//!
+//! Cost on the launch path while marks are off: one Relaxed load of a word
+//! on the control block's first cache line (already read by the gate). While
+//! on: one more Relaxed load per launch, and per mark one `cuEventRecord`,
+//! one record push and a few atomics (the event is created once per slot).
+//!
+//! Bounded: at most [`SLOTS`] marks are outstanding; a mark that would reuse
+//! a slot still in flight is skipped (the GPU is that far behind; the marks in
+//! flight already say so). Events are completion-only
+//! (`CU_EVENT_DISABLE_TIMING`) and never destroyed (a fixed pool). No mark is
+//! placed on a stream being captured into a graph (such launches are not
+//! reported at all). The watcher's driver calls run in the relaxed
+//! stream-capture mode, so they cannot invalidate a capture the program runs
+//! in another thread. While the watcher is busy with a dedup scan slice
+//! (at most 20 ms) marks are seen late, never lost.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tandem_proto::{monotonic_ns, EventKind};
+
+use super::emit;
+use super::session::Session;
+use crate::calls;
+use crate::table::Hook;
+use crate::types::{CUcontext, CUevent, CUstream};
+
+/// Marks in flight at most.
+pub const SLOTS: usize = 32;
+/// How often the watcher queries outstanding marks.
+pub const POLL_EVERY: Duration = Duration::from_micros(200);
+/// How long the watcher sleeps at most while marks are asked for but none is
+/// outstanding (the first mark after an idle spell is seen this late at worst).
+pub const IDLE_POLL: Duration = Duration::from_millis(1);
+
+const FREE: u32 = 0;
+/// A launching thread is placing a mark in it.
+const BUSY: u32 = 1;
+/// Recorded and reported: the watcher queries it.
+const ARMED: u32 = 2;
+
+struct Slot {
+    state: AtomicU32,
+    /// The slot's event (created on first use), or 0.
+    event: AtomicUsize,
+    seq: AtomicU64,
+    stream: AtomicU64,
+}
+
+static POOL: [Slot; SLOTS] = [const {
+    Slot {
+        state: AtomicU32::new(FREE),
+        event: AtomicUsize::new(0),
+        seq: AtomicU64::new(0),
+        stream: AtomicU64::new(0),
+    }
+}; SLOTS];
+
+/// Earliest time (monotonic ns) of the next mark.
+static NEXT_NS: AtomicU64 = AtomicU64::new(0);
+/// Last sequence number handed out (marks are numbered from 1 per process).
+static SEQ: AtomicU64 = AtomicU64::new(0);
+/// Slots ARMED now.
+static OUTSTANDING: AtomicU32 = AtomicU32::new(0);
+/// The context the events were created in (the watcher makes it current).
+static CTX: AtomicUsize = AtomicUsize::new(0);
+
+/// After a launch that reached the GPU (`now`: its record's timestamp).
+#[inline(always)]
+pub fn after_launch(s: &Session, hook: Hook, stream: CUstream, now: u64) {
+    let every = s.control().mark_every_ns();
+    if every == 0 {
+        return;
+    }
+    let next = NEXT_NS.load(Ordering::Relaxed);
+    if now < next {
+        return;
+    }
+    place(s, hook.info().per_thread, stream, now, next, every);
+}
+
+#[cold]
+#[inline(never)]
+fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64, next: u64, every: u64) {
+    // One thread per interval places the mark.
+    if NEXT_NS
+        .compare_exchange(
+            next,
+            now.saturating_add(every),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .is_err()
+    {
+        return;
+    }
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let slot = &POOL[(seq % SLOTS as u64) as usize];
+    if slot
+        .state
+        .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let Some(event) = slot_event(slot) else {
+        slot.state.store(FREE, Ordering::Release);
+        return;
+    };
+    if calls::event_record(event, stream, per_thread).is_err() {
+        // Another context's stream, or a stream the driver refuses: no mark.
+        slot.state.store(FREE, Ordering::Release);
+        return;
+    }
+    slot.seq.store(seq, Ordering::Relaxed);
+    slot.stream.store(stream as u64, Ordering::Relaxed);
+    emit::mark(s, EventKind::MARK, seq, stream as u64, now);
+    s.control().count_mark(false);
+    OUTSTANDING.fetch_add(1, Ordering::Relaxed);
+    slot.state.store(ARMED, Ordering::Release);
+}
+
+/// The slot's event, created in the calling thread's context the first time.
+fn slot_event(slot: &Slot) -> Option<CUevent> {
+    match slot.event.load(Ordering::Relaxed) {
+        0 => {
+            let ctx = calls::ctx_current().ok().filter(|c| !c.is_null())?;
+            let e = calls::event_create().ok()?;
+            let _ = CTX.compare_exchange(0, ctx as usize, Ordering::Relaxed, Ordering::Relaxed);
+            slot.event.store(e as usize, Ordering::Relaxed);
+            Some(e)
+        }
+        e => Some(e as CUevent),
+    }
+}
+
+/// How long the watcher may sleep before it should poll marks again
+/// (`default` when this session asks for none).
+pub fn poll_slice(s: &Session, default: Duration) -> Duration {
+    if s.control().mark_every_ns() == 0 && OUTSTANDING.load(Ordering::Relaxed) == 0 {
+        default
+    } else if OUTSTANDING.load(Ordering::Relaxed) > 0 {
+        default.min(POLL_EVERY)
+    } else {
+        default.min(IDLE_POLL)
+    }
+}
+
+/// On the watcher thread: reports every outstanding mark the GPU has reached,
+/// in sequence order.
+pub fn poll(s: &Session) {
+    if OUTSTANDING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let ctx = CTX.load(Ordering::Relaxed) as CUcontext;
+    if !ctx.is_null()
+        && calls::ctx_current().ok() != Some(ctx)
+        && calls::ctx_set_current(ctx).is_err()
+    {
+        return;
+    }
+    let mut armed = [(0u64, 0usize); SLOTS];
+    let mut n = 0;
+    for (i, slot) in POOL.iter().enumerate() {
+        if slot.state.load(Ordering::Acquire) == ARMED {
+            armed[n] = (slot.seq.load(Ordering::Relaxed), i);
+            n += 1;
+        }
+    }
+    armed[..n].sort_unstable();
+    for &(seq, i) in &armed[..n] {
+        let slot = &POOL[i];
+        let event = slot.event.load(Ordering::Relaxed) as CUevent;
+        match calls::event_query(event) {
+            Ok(false) => continue,
+            Ok(true) => {
+                let stream = slot.stream.load(Ordering::Relaxed);
+                emit::mark(s, EventKind::MARK_DONE, seq, stream, monotonic_ns());
+                s.control().count_mark(true);
+            }
+            Err(e) => crate::log!(Debug, "dropping completion mark {seq}: {e}"),
+        }
+        slot.state.store(FREE, Ordering::Release);
+        OUTSTANDING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// In a child after fork: the parent's events belong to its context.
+pub(super) fn after_fork_in_child() {
+    for slot in &POOL {
+        slot.state.store(FREE, Ordering::Relaxed);
+        slot.event.store(0, Ordering::Relaxed);
+    }
+    NEXT_NS.store(0, Ordering::Relaxed);
+    OUTSTANDING.store(0, Ordering::Relaxed);
+    CTX.store(0, Ordering::Relaxed);
+}

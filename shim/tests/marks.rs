@@ -1,0 +1,111 @@
+//! Completion marks: a preloaded C host over the fake driver launches slow
+//! kernels and never syncs; the coordinator (in the test) asks for marks and
+//! must learn from MARK_DONE records when the GPU got where.
+
+mod support;
+
+use support::{run_client_host, socket_path, Coordinator, Mode};
+use tandem_proto::{EventKind, Record};
+
+/// The host's `slow` kernel (client_host.c).
+const KERNEL_NS: u64 = 2_000_000;
+/// A launch record's timestamp is taken after the driver call returns; the
+/// fake GPU started the kernel inside the call, up to this much earlier.
+const LAUNCH_CALL_SLACK_NS: u64 = 100_000;
+
+fn paced_records(mark_every_ns: u64, launches: u32, gap_us: u32) -> Vec<Record> {
+    let path = socket_path("marks");
+    let coord = Coordinator::start(&path, Mode::Welcome);
+    coord.set_mark_every_ns(mark_every_ns);
+    let out = run_client_host(
+        &path,
+        &["paced", &launches.to_string(), &gap_us.to_string()],
+        &[],
+    );
+    out.assert_ok();
+    let clients = coord.kill();
+    assert_eq!(clients.len(), 1, "one client: {clients:?}");
+    clients[0].records.clone()
+}
+
+#[test]
+fn marks_say_when_the_gpu_got_there_without_any_sync() {
+    const N: u32 = 30;
+    let records = paced_records(300_000, N, 500);
+    let launches: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.kind == EventKind::LAUNCH.raw())
+        .collect();
+    assert_eq!(launches.len(), N as usize);
+    let first_launch = launches[0].ts_ns;
+    assert!(
+        !records.iter().any(|r| r.kind == EventKind::SYNC_END.raw()),
+        "the host never syncs"
+    );
+
+    // Every mark follows a launch; its launch counter is the launches before it.
+    let mut marks = Vec::new();
+    let mut seen_launches = 0u64;
+    let mut last_seq = 0;
+    for (i, r) in records.iter().enumerate() {
+        if r.kind == EventKind::LAUNCH.raw() {
+            seen_launches += 1;
+        } else if r.kind == EventKind::MARK.raw() {
+            assert!(r.func_id > last_seq, "mark sequence increases: {r:?}");
+            last_seq = r.func_id;
+            assert_eq!(r.bytes, seen_launches, "launch counter at the mark");
+            assert_eq!(records[i - 1].kind, EventKind::LAUNCH.raw());
+            marks.push((r.func_id, seen_launches, r.ts_ns, i));
+        }
+    }
+    // Launches 0.5 ms apart, marks at most every 0.3 ms: most launches get one.
+    assert!(
+        marks.len() >= N as usize / 2,
+        "{} marks for {N} launches",
+        marks.len()
+    );
+
+    // Every mark completes, after its MARK, and never before the GPU could
+    // have run the kernels launched before it (they queue: 2 ms each, one
+    // launched every 0.5 ms).
+    for &(seq, k, mark_ts, at) in &marks {
+        let done: Vec<(usize, &Record)> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind == EventKind::MARK_DONE.raw() && r.func_id == seq)
+            .collect();
+        assert_eq!(done.len(), 1, "mark {seq} completes exactly once");
+        let (pos, d) = done[0];
+        assert!(pos > at, "MARK_DONE {seq} after its MARK");
+        let gpu_there = first_launch + k * KERNEL_NS - LAUNCH_CALL_SLACK_NS;
+        assert!(
+            d.ts_ns >= gpu_there,
+            "mark {seq} after launch {k} reported done at {} ns after the first launch, \
+             before the GPU could be there ({} ns)",
+            d.ts_ns as i64 - first_launch as i64,
+            k * KERNEL_NS
+        );
+        assert!(d.ts_ns >= mark_ts);
+    }
+    // The queue grew: the last mark completed well after it was placed.
+    let &(seq, _, mark_ts, _) = marks.last().unwrap();
+    let done_ts = records
+        .iter()
+        .find(|r| r.kind == EventKind::MARK_DONE.raw() && r.func_id == seq)
+        .unwrap()
+        .ts_ns;
+    assert!(
+        done_ts - mark_ts >= 5 * KERNEL_NS,
+        "the last mark waited behind the queue: {} ns",
+        done_ts - mark_ts
+    );
+}
+
+#[test]
+fn no_marks_unless_the_coordinator_asks() {
+    let records = paced_records(0, 10, 1000);
+    let n = |k: EventKind| records.iter().filter(|r| r.kind == k.raw()).count();
+    assert_eq!(n(EventKind::LAUNCH), 10);
+    assert_eq!(n(EventKind::MARK), 0);
+    assert_eq!(n(EventKind::MARK_DONE), 0);
+}
