@@ -44,6 +44,22 @@ const WARMUP_REQUESTS: u64 = 5;
 /// scheduler on.
 const TRAIN_KEEPS: f64 = 0.5;
 
+/// What `train` is asked for: `train_args()`, syncing every
+/// [`TRAIN_SYNC_EVERY`] launches, or never.
+#[derive(Clone, Copy)]
+enum Syncs {
+    Every,
+    Never,
+}
+
+fn train_args_with(syncs: Syncs) -> Vec<&'static str> {
+    let mut a = train_args();
+    if let Syncs::Never = syncs {
+        *a.last_mut().expect("--sync-every's value") = "0";
+    }
+    a
+}
+
 fn train_args() -> Vec<&'static str> {
     // No host work between launches: a burst issued faster than tandemd's
     // reader reacts (0.25-1 ms) is held back by the launch limit, which the
@@ -159,7 +175,15 @@ fn departed(d: &Tandemd, pid: u32) -> Value {
 /// One co-located run: train starts, then infer; returns (infer, train
 /// kernels, tandemd's final snapshots of the infer and train clients).
 fn colocated(d: &Tandemd, dev: &Path) -> (InferResult, u64, Value, Value) {
-    let mut train = spawn_host("train", &train_args(), &env(d.socket(), dev, "training"));
+    colocated_with(d, dev, Syncs::Every)
+}
+
+fn colocated_with(d: &Tandemd, dev: &Path, syncs: Syncs) -> (InferResult, u64, Value, Value) {
+    let mut train = spawn_host(
+        "train",
+        &train_args_with(syncs),
+        &env(d.socket(), dev, "training"),
+    );
     train.wait_line("READY ", SETTLE);
     wait_registered(d, &train, "training");
     let mut infer = spawn_host("infer", &infer_args(), &env(d.socket(), dev, "inference"));
@@ -268,11 +292,68 @@ fn scheduler_keeps_inference_latency_under_training() {
     drop((off, on));
 }
 
+/// A training job that never syncs: before completion marks tandemd never
+/// learned how long its kernels took (only a sync told it), kept the default
+/// 50 us estimate for 5 ms kernels, and so let a hundred times its budget
+/// queue ahead of inference. With marks (the default `mark_every_ns`) the
+/// shim reports when the GPU reached each mark, the estimates are measured,
+/// and the budget means GPU time again. Same jobs, same device, marks off
+/// (`mark_every_ns = 0`) versus on.
+#[test]
+fn completion_marks_bound_a_trainer_that_never_syncs() {
+    let dir_off = TestDir::new("marks-off");
+    let dir_on = TestDir::new("marks-on");
+    let with_marks = config(true);
+    let without = with_marks.replacen("\n[scheduler]\n", "\n[scheduler]\nmark_every_ns = 0\n", 1);
+    assert_ne!(with_marks, without);
+    let off = Tandemd::start_with_config(&dir_off, &without);
+    let on = Tandemd::start_with_config(&dir_on, &with_marks);
+
+    let (i_off, t_off, _, train_off) = colocated_with(&off, &device(&dir_off, "dev"), Syncs::Never);
+    let (i_on, t_on, _, train_on) = colocated_with(&on, &device(&dir_on, "dev"), Syncs::Never);
+    let summary = format!(
+        "marks off: infer p50 {:.0} us p99 {:.0} us (after {WARMUP_REQUESTS}: {:.0} us), train launched {t_off}\n\
+         marks on:  infer p50 {:.0} us p99 {:.0} us (after {WARMUP_REQUESTS}: {:.0} us), train launched {t_on}\n\
+         tandemd (off): train {}\n\
+         tandemd (on): train {}",
+        i_off.p50_us,
+        i_off.p99_us,
+        i_off.steady_p99_us,
+        i_on.p50_us,
+        i_on.p99_us,
+        i_on.steady_p99_us,
+        json_gate(&train_off),
+        json_gate(&train_on),
+    );
+    eprintln!("{summary}");
+
+    // Off: no marks, nothing ever measured the trainer's kernels.
+    assert_eq!(train_off["marks_placed"].as_u64(), Some(0), "{summary}");
+    assert_eq!(train_off["sched"]["measured"], false, "{summary}");
+    // On: the shim placed marks, saw them complete, and they measured.
+    assert!(
+        train_on["marks_done"].as_u64().unwrap_or(0) > 0,
+        "no completed marks:\n{summary}"
+    );
+    assert_eq!(train_on["sched"]["measured"], true, "{summary}");
+    // And that is what bounds what inference queues behind.
+    assert!(
+        i_on.steady_p99_us < 0.5 * i_off.steady_p99_us,
+        "marks did not cut inference's p99 below half:\n{summary}"
+    );
+    drop((off, on));
+}
+
 /// The gate-related fields of a client snapshot, for the summary.
 fn json_gate(c: &Value) -> String {
     format!(
-        "gate_waits={} gate_wait_ns={} gate_timeouts={} sched={}",
-        c["gate_waits"], c["gate_wait_ns"], c["gate_timeouts"], c["sched"]
+        "gate_waits={} gate_wait_ns={} gate_timeouts={} marks_placed={} marks_done={} sched={}",
+        c["gate_waits"],
+        c["gate_wait_ns"],
+        c["gate_timeouts"],
+        c["marks_placed"],
+        c["marks_done"],
+        c["sched"]
     )
 }
 
