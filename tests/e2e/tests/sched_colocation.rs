@@ -304,8 +304,8 @@ fn completion_marks_bound_a_trainer_that_never_syncs() {
     let dir_off = TestDir::new("marks-off");
     let dir_on = TestDir::new("marks-on");
     let with_marks = config(true);
-    let without = with_marks.replacen("\n[scheduler]\n", "\n[scheduler]\nmark_every_ns = 0\n", 1);
-    assert_ne!(with_marks, without);
+    let without = with_marks.replacen("\nmark_every_ns = 500000\n", "\nmark_every_ns = 0\n", 1);
+    assert_ne!(with_marks, without, "the default config sets mark_every_ns");
     let off = Tandemd::start_with_config(&dir_off, &without);
     let on = Tandemd::start_with_config(&dir_on, &with_marks);
 
