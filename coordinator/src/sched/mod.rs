@@ -203,9 +203,13 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use config::{SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS};
+pub use config::{
+    SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS,
+    MIN_MARK_EVERY_NS,
+};
 pub use estimate::{
-    GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MIN_KERNEL_NS,
+    GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MAX_SEALED_ITEMS,
+    MAX_SEALED_SEGMENTS, MIN_KERNEL_NS,
 };
 pub use scheduler::{
     allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
@@ -299,6 +303,25 @@ pub enum Input {
         /// The record's timestamp.
         ts_ns: u64,
     },
+    /// MARK: the client placed completion mark `seq` right after the launches
+    /// it had made so far (`seq` rises per client, from 1).
+    Mark {
+        /// Its id.
+        client: ClientId,
+        /// The mark's sequence number (the record's `func_id`).
+        seq: u64,
+        /// The record's timestamp.
+        ts_ns: u64,
+    },
+    /// MARK_DONE: the GPU had reached mark `seq` by `ts_ns`.
+    MarkDone {
+        /// Its id.
+        client: ClientId,
+        /// The mark's sequence number (the record's `func_id`).
+        seq: u64,
+        /// The record's timestamp.
+        ts_ns: u64,
+    },
 }
 
 /// How many more launches a client may start beyond those the scheduler has
@@ -331,6 +354,16 @@ pub enum Output {
         client: ClientId,
         /// How many more.
         beyond: Allowance,
+    },
+    /// Ask `client` for completion marks at most every `every_ns` (0: none):
+    /// store it as the control block's `mark_every_ns`. Emitted when the
+    /// value wanted for the client changes (a new client starts at 0, as a
+    /// fresh control block does).
+    Marks {
+        /// Whose.
+        client: ClientId,
+        /// Mark interval, ns; 0: no marks.
+        every_ns: u64,
     },
 }
 
@@ -383,9 +416,15 @@ pub struct ClientSnapshot {
     /// The recent mean estimate of one launch, ns (what an allowance is
     /// counted in).
     pub mean_launch_ns: u64,
-    /// A sync has measured some of the client's launches (until then its
-    /// estimates are the default and its allowance is at most 1).
+    /// A drain point (a sync or a completion mark) has measured some of the
+    /// client's launches (until then its estimates are the default and its
+    /// allowance is at most 1).
     pub measured: bool,
+    /// Completed marks ([`Input::MarkDone`]) that measured something.
+    pub marks_measured: u64,
+    /// The mark interval asked of the client, ns, as last emitted
+    /// ([`Output::Marks`]; 0: none).
+    pub mark_every_ns: u64,
 }
 
 /// One GPU in a [`SchedSnapshot`].

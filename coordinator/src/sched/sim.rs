@@ -403,6 +403,8 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
                         Output::Limit { client, beyond } => {
                             (client, &move |t| t.allowance = beyond)
                         }
+                        // Simulated clients place no completion marks (yet).
+                        Output::Marks { .. } => continue,
                     };
                     if client >= 101 {
                         set(&mut trains[(client - 101) as usize]);
@@ -435,8 +437,10 @@ fn ts_of(i: &Input) -> u64 {
         | Input::SyncBegin { ts_ns, .. }
         | Input::SyncEnd { ts_ns, .. }
         | Input::RequestBegin { ts_ns, .. }
-        | Input::RequestEnd { ts_ns, .. } => ts_ns,
-        _ => 0,
+        | Input::RequestEnd { ts_ns, .. }
+        | Input::Mark { ts_ns, .. }
+        | Input::MarkDone { ts_ns, .. } => ts_ns,
+        Input::Register { .. } | Input::SetClass { .. } | Input::Depart { .. } => 0,
     }
 }
 
