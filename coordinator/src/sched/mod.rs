@@ -108,13 +108,17 @@
 //!
 //! The rule "budget 0 while inference work is queued" is an addition to the
 //! contract's v1 rule; the simulator (`sim.rs`, run its test with
-//! `--nocapture`) compares both and other variants. In its three scenarios it
-//! lowered inference p99 by 5-13 % at the same training throughput, so it is
-//! the rule kept. Among the variants the simulator also shows that a smaller
-//! `idle_budget_ns` (1 ms) lowers p99 further (by a fifth to a half) at a
-//! cost of about 5 % of training throughput there; the default stays 4 ms because the
-//! simulator's training CPU (20 us per launch, stalls of 0.2-2 ms) is a guess
-//! and real jobs expose CPU launch latency sooner (DESIGN.md).
+//! `--nocapture`) compares both and other variants. In two of its three
+//! scenarios it lowered inference p99 by 7-15 % and in the third changed it
+//! by under 1 %, at 0.2 % less training throughput, so it is the rule kept.
+//! Among the variants the simulator also shows that a smaller
+//! `idle_budget_ns` (with `max_active_budget_ns` lowered to match, as
+//! [`SchedConfig::validate`] requires; without that the scheduler raises the
+//! idle budget back to 4 ms, and these variants used to measure the default)
+//! lowers p99 further: 2 ms by 13-33 % at 0.1-0.3 % of training throughput,
+//! 1 ms by 14-47 % at 1-5 %. The default stays 4 ms because the simulator's
+//! training CPU (20 us per launch, stalls of 0.2-2 ms) is a guess and real
+//! jobs expose CPU launch latency sooner (DESIGN.md).
 //!
 //! **SLO.** An inference client registered with `slo_p99_ns` is evaluated
 //! every [`SLO_EVAL_EVERY`] completed requests, on the p99 of exactly those

@@ -696,10 +696,13 @@ pub(crate) fn variants() -> Vec<(&'static str, SchedConfig, Knobs)> {
             },
             k(),
         ),
+        // The idle budget may not be below the active budget's ceiling
+        // (validate() refuses it, and the scheduler would raise it).
         (
             "idle budget 2 ms",
             SchedConfig {
                 idle_budget_ns: 2 * MS,
+                max_active_budget_ns: 2 * MS,
                 ..d()
             },
             k(),
@@ -708,6 +711,7 @@ pub(crate) fn variants() -> Vec<(&'static str, SchedConfig, Knobs)> {
             "idle budget 1 ms",
             SchedConfig {
                 idle_budget_ns: MS,
+                max_active_budget_ns: MS,
                 ..d()
             },
             k(),
