@@ -775,12 +775,13 @@ fn policy_on_beats_off_for_inference_and_keeps_training() {
         for (i, (name, cfg, knobs)) in variants().into_iter().enumerate() {
             let on = row(&sc, Some((cfg, knobs)), alone_train);
             println!(
-                "   on, {:27} p50 {:7.3} ms  p99 {:7.3} ms  training kept {:.3}  bounded waits {}",
+                "   on, {:27} p50 {:7.3} ms  p99 {:7.3} ms  training kept {:.3}  bounded waits {}  estimates/true {:.2}",
                 format!("{name}:"),
                 ms(on.p50),
                 ms(on.p99),
                 on.train_kept,
-                on.bounded_waits
+                on.bounded_waits,
+                on.est_over_true.unwrap_or(0.0)
             );
             if i == 0 {
                 assert!(
