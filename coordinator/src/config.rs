@@ -86,9 +86,9 @@ exes = []
 
 # When training may launch on a GPU shared with inference (the gates). Times in
 # nanoseconds (1..=10000000000). Estimated kernel durations are learned from
-# each job's launches and syncs; an inference request begins at
-# tandem_request_begin() or at a launch after request_idle_gap_ns idle, and ends
-# at tandem_request_end() or at the sync that returns its result.
+# each job's launches, syncs and completion marks; an inference request begins
+# at tandem_request_begin() or at a launch after request_idle_gap_ns idle, and
+# ends at tandem_request_end() or at the sync that returns its result.
 [scheduler]
 # false: every gate stays open (tandem only observes; stats still show latency).
 enabled = true
@@ -108,6 +108,11 @@ request_idle_gap_ns = 2000000
 request_hold_ns = 200000
 # Estimate for a kernel never measured.
 default_kernel_ns = 50000
+# Training jobs are asked to record a completion mark (a CUDA event) after a
+# launch at most this often; each mark that completes tells how long the
+# kernels before it really took, without waiting for the job to sync.
+# 0: no marks; else 50000..=10000000000.
+mark_every_ns = 500000
 
 # p99 request-latency targets for inference jobs (none by default). With a
 # target, the scheduler adapts the training room of the job's GPU while its
@@ -591,6 +596,10 @@ mod tests {
                 "[[scheduler.slo]]\np99_ms = 5.0\ncgroups = [\"serving\"]",
                 "scheduler.slo[0].cgroups",
             ),
+            (
+                "[scheduler]\nmark_every_ns = 1000",
+                "scheduler.mark_every_ns",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.key.as_deref(), Some(key), "{text}: {e}");
@@ -617,10 +626,12 @@ mod tests {
             [scheduler]
             enabled = false
             idle_budget_ns = 8000000
+            mark_every_ns = 0
             "#,
         )
         .unwrap();
         assert!(!c.scheduler.enabled);
+        assert_eq!(c.scheduler.mark_every_ns, 0, "0 (no marks) is valid");
         assert_eq!(c.scheduler.idle_budget_ns, 8_000_000);
         assert_eq!(
             c.scheduler.active_budget_ns,

@@ -48,7 +48,7 @@ pub fn render(s: &Snapshot) -> String {
     let _ = writeln!(out, "tandem_clients {}", s.totals.clients);
 
     type Field = fn(&ClientSnapshot) -> f64;
-    let per_client: [(&str, &str, &str, Field); 5] = [
+    let per_client: [(&str, &str, &str, Field); 7] = [
         (
             "tandem_launches_total",
             "counter",
@@ -79,6 +79,18 @@ pub fn render(s: &Snapshot) -> String {
             "Time the client's launches waited on its gate.",
             |c| c.gate_wait_ns as f64 / 1e9,
         ),
+        (
+            "tandem_marks_placed_total",
+            "counter",
+            "Completion marks the client placed after its launches.",
+            |c| c.marks_placed as f64,
+        ),
+        (
+            "tandem_marks_done_total",
+            "counter",
+            "Completion marks the client saw complete.",
+            |c| c.marks_done as f64,
+        ),
     ];
     for (name, ty, help, f) in per_client {
         header(&mut out, name, ty, help);
@@ -87,7 +99,7 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     type SchedField = fn(&SchedStats) -> Option<f64>;
-    let per_sched: [(&str, &str, &str, SchedField); 7] = [
+    let per_sched: [(&str, &str, &str, SchedField); 9] = [
         (
             "tandem_gate_open",
             "gauge",
@@ -129,6 +141,18 @@ pub fn render(s: &Snapshot) -> String {
             "gauge",
             "Share (0..1) of the recent GPU work on the client's GPU that was training.",
             |s| Some(s.train_share),
+        ),
+        (
+            "tandem_marks_measured_total",
+            "counter",
+            "Completed marks that measured the client's kernel durations.",
+            |s| Some(s.marks_measured as f64),
+        ),
+        (
+            "tandem_mark_interval_seconds",
+            "gauge",
+            "How often the client is asked to place completion marks (0: none).",
+            |s| Some(s.mark_every_ns as f64 / 1e9),
         ),
     ];
     for (name, ty, help, f) in per_sched {

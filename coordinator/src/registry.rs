@@ -94,6 +94,10 @@ pub struct Client {
     pub gate_timeouts: u64,
     /// Nanoseconds the client's launches waited at a closed gate (control block).
     pub gate_wait_ns: u64,
+    /// Completion marks the shim placed (control block).
+    pub marks_placed: u64,
+    /// Completion marks the shim saw complete (control block).
+    pub marks_done: u64,
     /// Its trust group, when it was given the share flag (decided once, at
     /// registration).
     pub trust_group: Option<String>,
@@ -192,13 +196,23 @@ fn sched_input(client: u64, r: &Record, ts_ns: u64) -> Option<Input> {
         EventKind::SYNC_END => Input::SyncEnd { client, ts_ns },
         EventKind::REQUEST_BEGIN => Input::RequestBegin { client, ts_ns },
         EventKind::REQUEST_END => Input::RequestEnd { client, ts_ns },
+        EventKind::MARK => Input::Mark {
+            client,
+            seq: r.func_id,
+            ts_ns,
+        },
+        EventKind::MARK_DONE => Input::MarkDone {
+            client,
+            seq: r.func_id,
+            ts_ns,
+        },
         _ => return None,
     })
 }
 
-/// Apply the scheduler's outputs to the clients' control blocks: launch
-/// limits first (so a gate that opens finds its limit in place), then gate
-/// changes. Returns how many gates it opened.
+/// Apply the scheduler's outputs to the clients' control blocks: mark
+/// intervals and launch limits first (so a gate that opens finds its limit
+/// in place), then gate changes. Returns how many gates it opened.
 fn apply_gates(
     clients: &BTreeMap<u64, Client>,
     limits: &mut Limits,
@@ -211,8 +225,14 @@ fn apply_gates(
             .and_then(Ring::control)
     };
     for o in out.iter() {
-        if let Output::Limit { client, beyond } = *o {
-            limits.set(client, beyond);
+        match *o {
+            Output::Limit { client, beyond } => limits.set(client, beyond),
+            Output::Marks { client, every_ns } => {
+                if let Some(cb) = control(client) {
+                    cb.set_mark_every_ns(every_ns);
+                }
+            }
+            Output::Gate { .. } => {}
         }
     }
     limits.store(control);
@@ -350,6 +370,8 @@ impl Registry {
                 gate_waits: 0,
                 gate_timeouts: 0,
                 gate_wait_ns: 0,
+                marks_placed: 0,
+                marks_done: 0,
                 trust_group,
                 warned_kind: false,
                 who,
@@ -636,6 +658,8 @@ fn sched_stats(s: &sched::SchedSnapshot, id: u64) -> Option<SchedStats> {
             sched::Allowance::Unlimited => None,
             sched::Allowance::Launches(n) => Some(n),
         },
+        marks_measured: c.marks_measured,
+        mark_every_ns: c.mark_every_ns,
     })
 }
 
@@ -689,6 +713,8 @@ fn drain_client(
                 c.gate_waits = k.gate_waits;
                 c.gate_timeouts = k.gate_timeouts;
                 c.gate_wait_ns = k.gate_wait_ns;
+                c.marks_placed = k.marks_placed;
+                c.marks_done = k.marks_done;
             }
             n
         }
@@ -737,6 +763,8 @@ fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         gate_wait_ns: c.gate_wait_ns,
         gate_waits: c.gate_waits,
         gate_timeouts: c.gate_timeouts,
+        marks_placed: c.marks_placed,
+        marks_done: c.marks_done,
         top_kernels: c.stats.top_kernels(TOP_KERNELS),
         sched: None,
         dedup: ClientDedup {

@@ -306,6 +306,12 @@ pub struct ClientSnapshot {
     pub gate_waits: u64,
     /// Gate waits that hit their bound (client's count).
     pub gate_timeouts: u64,
+    /// Completion marks placed (client's count; 0 while none are asked for).
+    #[serde(default)]
+    pub marks_placed: u64,
+    /// Completion marks seen complete (client's count).
+    #[serde(default)]
+    pub marks_done: u64,
     /// Most launched kernels.
     pub top_kernels: Vec<KernelSnapshot>,
     /// The scheduler's view of the client (absent when it does not track it).
@@ -338,6 +344,13 @@ pub struct SchedStats {
     /// (its launch limit is its launch counter plus this); null: unlimited.
     #[serde(default)]
     pub launch_allowance: Option<u64>,
+    /// Completion marks of the client that measured its launches.
+    #[serde(default)]
+    pub marks_measured: u64,
+    /// The mark interval tandemd asks of the client, ns (0: no marks;
+    /// training clients only).
+    #[serde(default)]
+    pub mark_every_ns: u64,
 }
 
 /// Daemon-wide counters.

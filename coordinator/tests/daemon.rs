@@ -822,3 +822,65 @@ fn auto_is_inference_until_a_training_kernel_shows() {
     let p = Peer::connect(&d2.socket, ClientClass::Auto);
     assert_eq!(p.welcome.class, ClientClass::Training);
 }
+
+#[test]
+fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
+    let d = Tandemd::start("marks", None);
+    let mut train = Peer::connect(&d.socket, ClientClass::Training);
+    let serve = Peer::connect(&d.socket, ClientClass::Inference);
+    assert_eq!(train.welcome.class, ClientClass::Training);
+    assert_eq!(serve.welcome.class, ClientClass::Inference);
+    // Set at registration, before the Welcome: no waiting needed.
+    assert_eq!(train.control().mark_every_ns(), 500_000);
+    assert_eq!(serve.control().mark_every_ns(), 0);
+    // What the shim does: launches, a mark after them, its completion; the
+    // control block's counters.
+    train.launches(3, 0x42);
+    train.push(EventKind::MARK, 1, 1, 3, 0);
+    std::thread::sleep(Duration::from_millis(2));
+    train.push(EventKind::MARK_DONE, 1, 1, 0, 0);
+    let cb = train.control();
+    cb.count_mark(false);
+    cb.count_mark(true);
+    let id = train.id();
+    let c = wait_for("the mark measured and counted", || {
+        d.client(id).filter(|c| {
+            c.marks_done == 1 && c.sched.as_ref().is_some_and(|s| s.marks_measured == 1)
+        })
+    });
+    assert_eq!(c.marks_placed, 1);
+    assert_eq!(c.bad_records, 0, "MARK and MARK_DONE are known records");
+    let s = c.sched.unwrap();
+    assert_eq!(s.mark_every_ns, 500_000);
+    assert_eq!(
+        d.client(serve.id())
+            .and_then(|c| c.sched)
+            .map(|s| s.mark_every_ns),
+        Some(0)
+    );
+    // Made inference by the operator: no more marks.
+    let (status, msg) = client::control(
+        &d.socket,
+        ControlOp::SetClass,
+        id,
+        ClientClass::Inference,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(status, 0, "{msg}");
+    assert_eq!(train.control().mark_every_ns(), 0);
+    let r = client::http_get(&d.stats, "/metrics", Duration::from_secs(5)).unwrap();
+    let ex = tandem_e2e::coord::parse_prometheus(&r.body)
+        .unwrap_or_else(|e| panic!("bad Prometheus text: {e}\n{}", r.body));
+    for n in [
+        "tandem_marks_placed_total",
+        "tandem_marks_done_total",
+        "tandem_marks_measured_total",
+    ] {
+        assert!(
+            ex.get(n).iter().any(|m| m.value == 1.0),
+            "{n} lacks the client's 1:\n{}",
+            r.body
+        );
+    }
+}

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// surely typos, and keeping every time below this keeps the arithmetic far
 /// from overflow.
 pub const MAX_PARAM_NS: u64 = 10_000_000_000;
+/// Smallest non-zero `mark_every_ns` (50 us): each mark costs the client a
+/// driver call and the shim a poll, and marks closer than the shim's poll
+/// interval (about 200 us) measure little more.
+pub const MIN_MARK_EVERY_NS: u64 = 50_000;
 
 /// The scheduler's parameters (`[scheduler]` in `tandemd.toml`). Every field
 /// is optional in the file; [`SchedConfig::default`] gives the documented
@@ -42,6 +46,13 @@ pub struct SchedConfig {
     pub request_hold_ns: u64,
     /// Estimated duration of a kernel never measured. Default 50 us.
     pub default_kernel_ns: u64,
+    /// Training clients are asked to place a completion mark after a launch
+    /// at most this often ([`crate::sched::Output::Marks`]); each completed
+    /// mark measures the launches before it, so durations are learned
+    /// without waiting for a sync. 0: no marks. Inference clients, and every
+    /// client while `enabled = false`, are asked for none. 0 or
+    /// [`MIN_MARK_EVERY_NS`]..=[`MAX_PARAM_NS`]. Default 500 us.
+    pub mark_every_ns: u64,
     /// `[[scheduler.slo]]`: p99 latency targets for inference jobs, first
     /// matching entry wins ([`SchedConfig::slo_for`]). Default: none.
     pub slo: Vec<SloRule>,
@@ -113,6 +124,7 @@ impl Default for SchedConfig {
             request_idle_gap_ns: 2_000_000,
             request_hold_ns: 200_000,
             default_kernel_ns: 50_000,
+            mark_every_ns: 500_000,
             slo: Vec::new(),
         }
     }
@@ -138,7 +150,8 @@ impl fmt::Display for SchedConfigError {
 impl std::error::Error for SchedConfigError {}
 
 impl SchedConfig {
-    /// Checks serde cannot express: every duration in range, and
+    /// Checks serde cannot express: every duration in range (`mark_every_ns`:
+    /// 0 or at least [`MIN_MARK_EVERY_NS`]), and
     /// `min_active_budget_ns <= active_budget_ns <= max_active_budget_ns`.
     pub fn validate(&self) -> Result<(), SchedConfigError> {
         let ranged: [(&'static str, u64, u64); 7] = [
@@ -157,6 +170,18 @@ impl SchedConfig {
                     problem: format!("{v} is out of range: use {lo} to {MAX_PARAM_NS} (ns)"),
                 });
             }
+        }
+        if self.mark_every_ns != 0
+            && !(MIN_MARK_EVERY_NS..=MAX_PARAM_NS).contains(&self.mark_every_ns)
+        {
+            return Err(SchedConfigError {
+                field: "mark_every_ns".into(),
+                problem: format!(
+                    "{} is out of range: use 0 (no completion marks) or {MIN_MARK_EVERY_NS} to \
+                     {MAX_PARAM_NS} (ns)",
+                    self.mark_every_ns
+                ),
+            });
         }
         if self.min_active_budget_ns > self.max_active_budget_ns {
             return Err(SchedConfigError {

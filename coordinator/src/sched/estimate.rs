@@ -1,8 +1,9 @@
-//! Bounded per-client tables: kernel-duration estimates learned from syncs,
-//! and the window of recent request latencies.
+//! Bounded per-client tables: kernel-duration estimates learned from drain
+//! points (syncs and completion marks), and the window of recent request
+//! latencies.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
 /// Distinct kernels whose durations one client's table learns; launches of
@@ -19,6 +20,14 @@ pub const GRAPH_FUNC: u64 = u64::MAX;
 /// Request latencies kept per client (a ring: exact quantiles over the last
 /// this many requests).
 pub const LATENCY_WINDOW: usize = 256;
+/// Sealed segments (launches up to a completion mark whose completion has not
+/// been seen yet) kept per client. Sealing one more drops the oldest,
+/// unmeasured (see "Learning durations" in the [module docs](super)).
+pub const MAX_SEALED_SEGMENTS: usize = 64;
+/// (kernel, count) entries kept over all of a client's sealed segments (each
+/// segment has one per distinct kernel in it); sealing beyond this drops the
+/// oldest segments, unmeasured, as [`MAX_SEALED_SEGMENTS`] does.
+pub const MAX_SEALED_ITEMS: usize = 2 * MAX_KERNELS_PER_CLIENT;
 
 /// A fixed (unkeyed) hasher: lookups only, never iteration, but determinism
 /// costs nothing here.
@@ -28,25 +37,67 @@ type Fixed = BuildHasherDefault<DefaultHasher>;
 struct Entry {
     est_ns: u64,
     samples: u32,
-    /// Launches of this kernel since the client's last drain point.
+    /// Launches of this kernel in the open segment (since the last seal or
+    /// drain point).
     pending: u32,
+    /// Launches of this kernel in the measurement being taken (0 between
+    /// measurements).
+    draining: u32,
+}
+
+/// Launches sealed by a completion mark, waiting for the mark to complete.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    /// The mark's sequence number.
+    label: u64,
+    /// Timestamp of its first launch.
+    first_ts: u64,
+    /// Launch calls in it (a graph launch is one).
+    calls: u64,
+    /// Estimated ns of its launches of kernels the table had no room for.
+    untracked_ns: u64,
+    /// Its (kernel, count) entries: the next this many of
+    /// [`KernelTable::items`] after those of the segments before it.
+    items: usize,
 }
 
 /// Per-(client, func_id) EWMA of kernel durations, and the launches since the
-/// last drain point that the next sync will measure.
+/// last drain point that a later drain point will measure.
+///
+/// Pending launches are kept in segments: the *open* segment (launches since
+/// the last seal or drain point) and up to [`MAX_SEALED_SEGMENTS`] *sealed*
+/// ones, each closed by a completion mark ([`KernelTable::seal`]) and
+/// labelled with its sequence number. When a mark completes,
+/// [`KernelTable::drain_through`] measures the sealed segments up to it and
+/// leaves later launches pending; a sync ([`KernelTable::drain`]) measures
+/// everything.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KernelTable {
     map: HashMap<u64, Entry, Fixed>,
     /// Function ids with `pending > 0`, in first-launch order (bounded by
     /// `MAX_KERNELS_PER_CLIENT`).
     touched: Vec<u64>,
-    /// Estimated ns of pending launches of kernels the table had no room for.
+    /// Estimated ns of the open segment's launches of kernels the table had
+    /// no room for.
     untracked_pending_ns: u64,
     /// Estimated ns of one launch call, recent mean (see
     /// [`KernelTable::mean_launch_ns`]); 0 until the first launch.
     mean_ns: u64,
-    /// Launch calls since the last drain point (a graph launch is one).
+    /// Launch calls in the open segment (a graph launch is one).
     pending_calls: u64,
+    /// Timestamp of the open segment's first launch.
+    open_first: Option<u64>,
+    /// Sealed segments, oldest (lowest label) first.
+    sealed: VecDeque<Segment>,
+    /// The sealed segments' (kernel, count) entries, in segment order.
+    items: VecDeque<(u64, u32)>,
+    /// The highest mark label sealed or skipped so far (labels must rise).
+    last_label: u64,
+    /// A sealed segment was dropped unmeasured since the last drain point:
+    /// the next measurement would include its GPU time, so it is not taken.
+    lost: bool,
+    /// Kernels of the measurement being taken (reused; empty between).
+    scratch: Vec<u64>,
     /// A drain point has measured launches of this client.
     measured: bool,
 }
@@ -68,10 +119,16 @@ impl KernelTable {
         self.map.get(&func).map_or(0, |e| e.samples)
     }
 
+    /// Sealed segments waiting for their marks.
+    #[cfg(test)]
+    pub(crate) fn sealed_len(&self) -> usize {
+        self.sealed.len()
+    }
+
     /// The client's recent mean estimate of one launch call (a graph launch
     /// is one call of all its kernels): at each drain point that measured
-    /// something, the mean over the launches since the previous one, at
-    /// their new estimates (so what a sync just taught applies at once);
+    /// something, the mean over the launches it measured, at their new
+    /// estimates (so what a drain point just taught applies at once);
     /// between drain points an EWMA (weight 1/8 per launch) of each launch's
     /// estimate; `default_ns` before the first launch. At least
     /// [`MIN_KERNEL_NS`].
@@ -89,10 +146,14 @@ impl KernelTable {
         self.measured
     }
 
-    /// Record `count` launches of `func`; returns their estimated total ns.
-    pub(crate) fn launch(&mut self, func: u64, count: u32, default_ns: u64) -> u64 {
+    /// Record `count` launches of `func` at `ts`; returns their estimated
+    /// total ns.
+    pub(crate) fn launch(&mut self, ts: u64, func: u64, count: u32, default_ns: u64) -> u64 {
         let ns = self.launch_inner(func, count, default_ns);
         self.pending_calls = self.pending_calls.saturating_add(1);
+        if self.open_first.is_none() {
+            self.open_first = Some(ts);
+        }
         // One launch call is one unit of the launch limit: its whole
         // estimate (all kernels of a graph) is one sample of the mean.
         let sample = ns.clamp(MIN_KERNEL_NS, MAX_KERNEL_NS);
@@ -112,6 +173,7 @@ impl KernelTable {
                 est_ns: default_ns,
                 samples: 0,
                 pending: 0,
+                draining: 0,
             })),
             None => None,
         };
@@ -131,21 +193,158 @@ impl KernelTable {
         }
     }
 
-    /// A drain point: the pending launches took `measured_ns` of wall time on
-    /// the GPU. Spread it over them in proportion to their current estimates
-    /// and fold each kernel's share into its EWMA (weight 1/4; the first
-    /// measurement replaces the default). `None`: nothing measurable, just
-    /// forget the pending launches.
+    /// A completion mark `label` placed after the launches so far: seal the
+    /// open segment under that label (nothing is kept when it holds no
+    /// launch). Labels must rise: a mark whose label is not above every
+    /// label seen before is ignored (its launches stay in the open segment).
+    /// When [`MAX_SEALED_SEGMENTS`] or [`MAX_SEALED_ITEMS`] would be
+    /// exceeded, the oldest sealed segments are dropped unmeasured: their
+    /// launches are forgotten, and the next measurement, which would include
+    /// their GPU time, is not taken (the next drain point only resets the
+    /// backlog).
+    pub(crate) fn seal(&mut self, label: u64) {
+        if label <= self.last_label {
+            return;
+        }
+        self.last_label = label;
+        let Some(first_ts) = self.open_first else {
+            return;
+        };
+        while !self.sealed.is_empty()
+            && (self.sealed.len() >= MAX_SEALED_SEGMENTS
+                || self.items.len() + self.touched.len() > MAX_SEALED_ITEMS)
+        {
+            if let Some(old) = self.sealed.pop_front() {
+                self.items.drain(..old.items);
+                self.lost = true;
+            }
+        }
+        let items = self.touched.len();
+        for f in self.touched.drain(..) {
+            if let Some(e) = self.map.get_mut(&f) {
+                self.items.push_back((f, e.pending));
+                e.pending = 0;
+            }
+        }
+        self.sealed.push_back(Segment {
+            label,
+            first_ts,
+            calls: self.pending_calls,
+            untracked_ns: self.untracked_pending_ns,
+            items,
+        });
+        self.open_first = None;
+        self.pending_calls = 0;
+        self.untracked_pending_ns = 0;
+    }
+
+    /// The first launch time of the sealed segments a completion of mark
+    /// `seq` covers (those labelled `<= seq`), or `None` when it covers none
+    /// (a stale mark, or one whose MARK was lost or had no launch before it).
+    pub(crate) fn covered_first(&self, seq: u64) -> Option<u64> {
+        self.sealed
+            .front()
+            .filter(|s| s.label <= seq)
+            .map(|s| s.first_ts)
+    }
+
+    /// The first launch time of every pending launch (sealed or open).
+    pub(crate) fn first_pending(&self) -> Option<u64> {
+        self.sealed.front().map(|s| s.first_ts).or(self.open_first)
+    }
+
+    /// Mark `seq` completed: the sealed segments labelled `<= seq` took
+    /// `measured_ns` of wall time on the GPU, together. They are measured as
+    /// [`KernelTable::drain`] measures everything; later launches stay
+    /// pending. Returns whether the measurement was taken (`measured_ns`
+    /// given and not discarded after a dropped segment).
+    pub(crate) fn drain_through(&mut self, seq: u64, measured_ns: Option<u64>) -> bool {
+        let n = self.sealed.iter().take_while(|s| s.label <= seq).count();
+        n > 0 && self.measure(n, false, measured_ns)
+    }
+
+    /// A drain point for every pending launch (a sync): they took
+    /// `measured_ns` of wall time on the GPU. Spread it over them in
+    /// proportion to their current estimates and fold each kernel's share
+    /// into its EWMA (weight 1/4; the first measurement replaces the
+    /// default). `None`: nothing measurable, just forget the pending
+    /// launches.
     pub(crate) fn drain(&mut self, measured_ns: Option<u64>) {
-        let total: u128 = self
+        self.measure(self.sealed.len(), true, measured_ns);
+    }
+
+    /// Estimated ns of every launch still pending (sealed and open), at the
+    /// current estimates.
+    pub(crate) fn queued_ns(&self) -> u64 {
+        let est = |f: &u64, n: u32| {
+            self.map
+                .get(f)
+                .map_or(0, |e| u128::from(e.est_ns) * u128::from(n))
+        };
+        let sealed: u128 = self.items.iter().map(|(f, n)| est(f, *n)).sum::<u128>()
+            + self
+                .sealed
+                .iter()
+                .map(|s| u128::from(s.untracked_ns))
+                .sum::<u128>();
+        let open: u128 = self
             .touched
             .iter()
             .filter_map(|f| self.map.get(f))
             .map(|e| u128::from(e.est_ns) * u128::from(e.pending))
             .sum::<u128>()
             + u128::from(self.untracked_pending_ns);
-        let mut new_total = u128::from(self.untracked_pending_ns);
-        for f in self.touched.drain(..) {
+        u64::try_from(sealed + open).unwrap_or(u64::MAX)
+    }
+
+    /// Measure the first `segments` sealed segments (and the open one with
+    /// `open`) as one interval of `measured_ns`, and forget them. Returns
+    /// whether the measurement was taken.
+    fn measure(&mut self, segments: usize, open: bool, measured_ns: Option<u64>) -> bool {
+        // The interval after a dropped segment holds its GPU time too.
+        let lost = std::mem::take(&mut self.lost);
+        let measured_ns = measured_ns.filter(|_| !lost);
+        let mut calls = 0u64;
+        let mut untracked = 0u64;
+        let mut collect = |map: &mut HashMap<u64, Entry, Fixed>, f: u64, n: u32| {
+            if let Some(e) = map.get_mut(&f) {
+                if e.draining == 0 {
+                    self.scratch.push(f);
+                }
+                e.draining = e.draining.saturating_add(n);
+            }
+        };
+        for _ in 0..segments {
+            let Some(s) = self.sealed.pop_front() else {
+                break;
+            };
+            calls = calls.saturating_add(s.calls);
+            untracked = untracked.saturating_add(s.untracked_ns);
+            for (f, n) in self.items.drain(..s.items) {
+                collect(&mut self.map, f, n);
+            }
+        }
+        if open {
+            for f in self.touched.drain(..) {
+                let n = self
+                    .map
+                    .get_mut(&f)
+                    .map_or(0, |e| std::mem::take(&mut e.pending));
+                collect(&mut self.map, f, n);
+            }
+            calls = calls.saturating_add(std::mem::take(&mut self.pending_calls));
+            untracked = untracked.saturating_add(std::mem::take(&mut self.untracked_pending_ns));
+            self.open_first = None;
+        }
+        let total: u128 = self
+            .scratch
+            .iter()
+            .filter_map(|f| self.map.get(f))
+            .map(|e| u128::from(e.est_ns) * u128::from(e.draining))
+            .sum::<u128>()
+            + u128::from(untracked);
+        let mut new_total = u128::from(untracked);
+        for f in self.scratch.drain(..) {
             let Some(e) = self.map.get_mut(&f) else {
                 continue;
             };
@@ -161,18 +360,17 @@ impl KernelTable {
                 };
                 e.samples = e.samples.saturating_add(1);
             }
-            new_total += u128::from(e.est_ns) * u128::from(e.pending);
-            e.pending = 0;
+            new_total += u128::from(e.est_ns) * u128::from(e.draining);
+            e.draining = 0;
         }
         if measured_ns.is_some() {
-            if let Some(mean) = new_total.checked_div(u128::from(self.pending_calls)) {
+            if let Some(mean) = new_total.checked_div(u128::from(calls)) {
                 self.measured = true;
                 self.mean_ns =
                     mean.clamp(u128::from(MIN_KERNEL_NS), u128::from(MAX_KERNEL_NS)) as u64;
             }
         }
-        self.pending_calls = 0;
-        self.untracked_pending_ns = 0;
+        measured_ns.is_some()
     }
 }
 
@@ -235,12 +433,12 @@ mod tests {
     fn unknown_kernels_use_the_default_and_first_sample_replaces_it() {
         let mut t = KernelTable::default();
         assert_eq!(t.estimate(7, 50_000), 50_000);
-        assert_eq!(t.launch(7, 1, 50_000), 50_000);
+        assert_eq!(t.launch(0, 7, 1, 50_000), 50_000);
         t.drain(Some(200_000));
         assert_eq!(t.estimate(7, 50_000), 200_000);
         assert_eq!(t.samples(7), 1);
         // EWMA weight 1/4 from then on.
-        t.launch(7, 1, 50_000);
+        t.launch(0, 7, 1, 50_000);
         t.drain(Some(100_000));
         assert_eq!(t.estimate(7, 50_000), 175_000);
     }
@@ -248,14 +446,14 @@ mod tests {
     #[test]
     fn a_measurement_is_spread_in_proportion_to_estimates() {
         let mut t = KernelTable::default();
-        t.launch(1, 1, 10_000);
+        t.launch(0, 1, 1, 10_000);
         t.drain(Some(10_000));
-        t.launch(2, 1, 10_000);
+        t.launch(0, 2, 1, 10_000);
         t.drain(Some(30_000));
         // 1 x kernel1 (10 us) + 1 x kernel2 (30 us) took 80 us: both doubled (first
         // samples were already taken, so EWMA: 3/4 old + 1/4 new).
-        t.launch(1, 1, 10_000);
-        t.launch(2, 1, 10_000);
+        t.launch(0, 1, 1, 10_000);
+        t.launch(0, 2, 1, 10_000);
         t.drain(Some(80_000));
         assert_eq!(t.estimate(1, 10_000), (3 * 10_000 + 20_000) / 4);
         assert_eq!(t.estimate(2, 10_000), (3 * 30_000 + 60_000) / 4);
@@ -265,7 +463,7 @@ mod tests {
     fn the_table_is_bounded_and_overflow_uses_the_default() {
         let mut t = KernelTable::default();
         for f in 0..(MAX_KERNELS_PER_CLIENT as u64 + 10) {
-            t.launch(f, 1, 5_000);
+            t.launch(0, f, 1, 5_000);
         }
         assert_eq!(t.len(), MAX_KERNELS_PER_CLIENT);
         t.drain(Some(u64::MAX / 2));
@@ -278,10 +476,10 @@ mod tests {
     #[test]
     fn drain_without_a_measurement_forgets_pending_launches() {
         let mut t = KernelTable::default();
-        t.launch(3, 4, 1_000);
+        t.launch(0, 3, 4, 1_000);
         t.drain(None);
         assert_eq!(t.samples(3), 0);
-        t.launch(3, 1, 1_000);
+        t.launch(0, 3, 1, 1_000);
         t.drain(Some(9_000));
         // Only the one launch since the last drain was measured.
         assert_eq!(t.estimate(3, 1_000), 9_000);
@@ -297,24 +495,24 @@ mod tests {
         );
         assert_eq!(t.mean_launch_ns(10), MIN_KERNEL_NS, "never below the floor");
         assert!(!t.measured());
-        t.launch(1, 1, 8_000);
+        t.launch(0, 1, 1, 8_000);
         assert_eq!(
             t.mean_launch_ns(50_000),
             8_000,
             "the first launch replaces it"
         );
-        t.launch(2, 1, 8_000);
+        t.launch(0, 2, 1, 8_000);
         // A sync measures 2 launches at 40 us: each kernel is now 20 us, and
         // so is the mean, at once.
         t.drain(Some(40_000));
         assert_eq!(t.mean_launch_ns(50_000), 20_000);
         assert!(t.measured());
         // Between syncs: an EWMA of the launches' estimates.
-        t.launch(3, 1, 8_000);
+        t.launch(0, 3, 1, 8_000);
         assert_eq!(t.mean_launch_ns(50_000), (7 * 20_000 + 8_000) / 8);
         // A graph launch of 4 kernels is one launch of 4 kernels' worth.
         let before = t.mean_launch_ns(50_000);
-        t.launch(GRAPH_FUNC, 4, 8_000);
+        t.launch(0, GRAPH_FUNC, 4, 8_000);
         assert_eq!(t.mean_launch_ns(50_000), (7 * before + 4 * 8_000) / 8);
         // A drain with nothing measured leaves the mean alone.
         let before = t.mean_launch_ns(50_000);
@@ -323,11 +521,134 @@ mod tests {
         // The next measured interval: 1 launch of kernel 3 + 1 graph launch of
         // 4 kernels = 2 calls of 5 kernels estimated at 8 us each; it took
         // 100 us: 20 us a kernel (first samples), 50 us a call.
-        t.launch(3, 1, 8_000);
-        t.launch(GRAPH_FUNC, 4, 8_000);
+        t.launch(0, 3, 1, 8_000);
+        t.launch(0, GRAPH_FUNC, 4, 8_000);
         t.drain(Some(100_000));
         assert_eq!(t.estimate(3, 0), 20_000);
         assert_eq!(t.mean_launch_ns(50_000), 50_000);
+    }
+
+    /// Launches of kernels 1 (x2) and 2, mark 1; kernel 3, mark 2; kernel 4
+    /// (open). Every kernel starts at 10 us.
+    fn three_segments() -> KernelTable {
+        let mut t = KernelTable::default();
+        t.launch(100, 1, 1, 10_000);
+        t.launch(105, 1, 1, 10_000);
+        t.launch(110, 2, 1, 10_000);
+        t.seal(1);
+        t.launch(120, 3, 1, 10_000);
+        t.seal(2);
+        t.launch(130, 4, 1, 10_000);
+        t
+    }
+
+    #[test]
+    fn a_mark_measures_only_the_segments_it_covers() {
+        let mut t = three_segments();
+        assert_eq!(t.sealed_len(), 2);
+        assert_eq!(t.first_pending(), Some(100));
+        assert_eq!(t.covered_first(1), Some(100));
+        // The first segment (3 launches of 10 us) took 60 us: 20 us each.
+        t.drain_through(1, Some(60_000));
+        assert_eq!((t.estimate(1, 0), t.estimate(2, 0)), (20_000, 20_000));
+        assert_eq!((t.samples(1), t.samples(2)), (1, 1));
+        // Later launches are still pending, unmeasured, at their estimates.
+        assert_eq!((t.samples(3), t.samples(4)), (0, 0));
+        assert_eq!(t.sealed_len(), 1);
+        assert_eq!(t.first_pending(), Some(120));
+        assert_eq!(t.queued_ns(), 20_000);
+        assert!(t.measured());
+        // The mean is the measured launches' (3 calls of 20 us).
+        assert_eq!(t.mean_launch_ns(50_000), 20_000);
+        // The next mark measures exactly kernel 3.
+        t.drain_through(2, Some(35_000));
+        assert_eq!(t.estimate(3, 0), 35_000);
+        assert_eq!(t.samples(4), 0);
+        assert_eq!(t.queued_ns(), 10_000, "the open segment");
+    }
+
+    #[test]
+    fn a_lost_mark_done_is_covered_by_the_next_as_one_measurement() {
+        let mut t = three_segments();
+        // Mark 1's completion never came; mark 2's covers both segments: 4
+        // launches of 10 us took 80 us together.
+        assert_eq!(t.covered_first(2), Some(100));
+        t.drain_through(2, Some(80_000));
+        for f in 1..=3 {
+            assert_eq!((t.estimate(f, 0), t.samples(f)), (20_000, 1), "kernel {f}");
+        }
+        assert_eq!(t.sealed_len(), 0);
+        assert_eq!(t.samples(4), 0);
+        assert_eq!(t.first_pending(), Some(130));
+        // A completion beyond every sealed mark never takes the open segment.
+        let mut t = three_segments();
+        t.drain_through(u64::MAX, Some(80_000));
+        assert_eq!(t.samples(4), 0);
+        assert_eq!(t.queued_ns(), 10_000);
+    }
+
+    #[test]
+    fn a_mark_that_covers_nothing_changes_nothing() {
+        let mut t = three_segments();
+        let before = format!("{t:?}");
+        // Seq 0: before every sealed mark (stale, or its MARK was lost).
+        assert_eq!(t.covered_first(0), None);
+        t.drain_through(0, Some(1_000_000));
+        assert_eq!(format!("{t:?}"), before);
+        // A mark that does not rise is ignored: its launches stay open.
+        t.seal(2);
+        assert_eq!(t.sealed_len(), 2);
+        // A mark with nothing launched before it keeps no segment.
+        let mut e = KernelTable::default();
+        e.seal(1);
+        assert_eq!((e.sealed_len(), e.covered_first(1)), (0, None));
+    }
+
+    #[test]
+    fn a_sync_drains_sealed_segments_and_the_open_one_together() {
+        let mut t = three_segments();
+        // 5 launches of 10 us took 100 us: everything measured at once.
+        t.drain(Some(100_000));
+        for f in 1..=4 {
+            assert_eq!((t.estimate(f, 0), t.samples(f)), (20_000, 1), "kernel {f}");
+        }
+        assert_eq!(
+            (t.sealed_len(), t.first_pending(), t.queued_ns()),
+            (0, None, 0)
+        );
+        // A late completion of a mark the sync drained covers nothing.
+        assert_eq!(t.covered_first(2), None);
+    }
+
+    #[test]
+    fn the_sealed_queue_is_bounded_and_drops_the_oldest_unmeasured() {
+        let mut t = KernelTable::default();
+        for seq in 1..=(MAX_SEALED_SEGMENTS as u64 + 1) {
+            t.launch(seq, seq, 1, 10_000);
+            t.seal(seq);
+        }
+        assert_eq!(t.sealed_len(), MAX_SEALED_SEGMENTS);
+        // Segment 1 was dropped: its completion covers nothing ...
+        assert_eq!(t.covered_first(1), None);
+        assert_eq!(t.first_pending(), Some(2));
+        // ... and the next measurement, which would include its GPU time, is
+        // not taken; the one after it is.
+        assert!(!t.drain_through(2, Some(1_000_000)));
+        assert_eq!((t.samples(2), t.estimate(2, 0)), (0, 10_000));
+        assert!(t.drain_through(3, Some(30_000)));
+        assert_eq!((t.samples(3), t.estimate(3, 0)), (1, 30_000));
+        // The (kernel, count) entries are bounded too: segments of 1000
+        // distinct kernels each.
+        let mut t = KernelTable::default();
+        for seq in 1..=3u64 {
+            for f in 0..1_000 {
+                t.launch(seq, f, 1, 10_000);
+            }
+            t.seal(seq);
+        }
+        assert_eq!(t.sealed_len(), MAX_SEALED_ITEMS / 1_000);
+        assert!(t.items.len() <= MAX_SEALED_ITEMS);
+        assert_eq!(t.covered_first(1), None, "the oldest was dropped");
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //!
 //! [`Scheduler`] is a pure, deterministic state machine: [`Input`]s (what the
 //! shims' ring records and the registry say) and times go in, [`Output`]s
-//! (gate changes) come out. It does no I/O, reads no clock, starts no thread;
-//! the same inputs at the same times always give the same outputs. Its tables
-//! are bounded ([`MAX_CLIENTS`] clients, [`MAX_KERNELS_PER_CLIENT`] kernel
-//! estimates and [`LATENCY_WINDOW`] latencies per client), and handling an
-//! input allocates nothing except when a client or a kernel is seen for the
-//! first time.
+//! (gate, launch-limit and mark-interval changes) come out. It does no I/O,
+//! reads no clock, starts no thread; the same inputs at the same times always
+//! give the same outputs. Its tables are bounded ([`MAX_CLIENTS`] clients,
+//! [`MAX_KERNELS_PER_CLIENT`] kernel estimates, [`LATENCY_WINDOW`] latencies
+//! and [`MAX_SEALED_SEGMENTS`] sealed mark segments per client), and handling
+//! an input allocates nothing except when a client or a kernel is seen for
+//! the first time or a client's buffers first grow.
 //!
 //! (Not to be confused with [`crate::policy`], which decides *who* may claim
 //! the inference class; this module decides *when* training may launch.)
@@ -24,14 +25,38 @@
 //! kernel"). The client's *backlog* at `now` is `busy_until - now` (0 when
 //! past): the GPU time its queued work still needs, as if it ran alone.
 //!
-//! **Learning durations.** The shim cannot see kernels complete; only a sync
-//! tells. A `SyncEnd` at `t` means everything the client launched had drained
-//! by `t`: `busy_until = min(busy_until, t)`, and the interval from
-//! `max(first launch since the last drain, last drain)` to `t` is a
-//! measurement of the GPU time of the launches since the last drain. It is
-//! spread over them in proportion to their current estimates and folded into
-//! per-(client, func_id) EWMAs (weight 1/4; the first measurement replaces the
-//! default; clamped to 1 us .. 10 s).
+//! **Learning durations.** The shim cannot see kernels complete; *drain
+//! points* tell: syncs, and completion marks.
+//!
+//! * A `SyncEnd` at `t` means everything the client launched had drained by
+//!   `t`: `busy_until = min(busy_until, t)` (that nothing is left is all it
+//!   says).
+//! * A completion mark is the drain point of a prefix. The scheduler asks
+//!   every training client for marks ([`Output::Marks`], `mark_every_ns`);
+//!   its shim then records a driver event right after a launch at most that
+//!   often ([`Input::Mark`], with a sequence number `seq` rising from 1) and
+//!   reports when the GPU got there ([`Input::MarkDone`]). At a `Mark` the
+//!   launches pending since the last mark or drain point are *sealed* into a
+//!   segment labelled `seq`. A `MarkDone(seq)` at `t` means every sealed
+//!   segment labelled `<= seq` had drained by `t` (so a lost MARK_DONE is
+//!   covered by the next one; one that covers no sealed segment, stale or
+//!   whose MARK was lost, changes nothing). Those segments are measured, and
+//!   `busy_until = t +` the estimated ns of the launches still pending (the
+//!   later sealed segments and the open one), at the estimates just learned:
+//!   this corrects the backlog upwards as well as downwards. A `SyncEnd`
+//!   drains the sealed segments and the open one alike. At most
+//!   [`MAX_SEALED_SEGMENTS`] segments (together at most [`MAX_SEALED_ITEMS`]
+//!   (kernel, count) entries) wait per client: sealing beyond that drops the
+//!   oldest unmeasured, and the measurement right after it, which would
+//!   contain its GPU time, is not taken. A mark whose `seq` does not rise
+//!   is ignored. A mark on one stream says nothing about another; it is
+//!   taken as a drain point of the client's one timeline, as syncs are.
+//!
+//! At either kind, the interval from `max(first launch of the launches
+//! drained, last drain point)` to `t` is a measurement of the GPU time of
+//! those launches. It is spread over them in proportion to their current
+//! estimates and folded into per-(client, func_id) EWMAs (weight 1/4; the
+//! first measurement replaces the default; clamped to 1 us .. 10 s).
 //!
 //! **Requests.** An inference request begins at an explicit `RequestBegin`,
 //! or (for clients that never sent one) at a launch after at least
@@ -86,11 +111,11 @@
 //! it is launched. It is 0 exactly when the gate is closed and at least 1
 //! when it is open, so it says the same as the gate, only sooner; like the
 //! gate it may overshoot the budget by less than one mean launch. Until a
-//! sync has measured some of a client's launches its estimates are only the
-//! default (50 us, often a hundredth of a training kernel), so its allowance
-//! is at most 1: a guess is not allowed to grant a burst (each further
-//! launch then waits for the reader to see the last one; the first sync
-//! ends this). It is
+//! drain point has measured some of a client's launches its estimates are
+//! only the default (50 us, often a hundredth of a training kernel), so its
+//! allowance is at most 1: a guess is not allowed to grant a burst (each
+//! further launch then waits for the reader to see the last one; the first
+//! sync or completed mark ends this). It is
 //! [`Allowance::Unlimited`] whenever the gate is held open regardless of
 //! backlog: inference clients, every client of a GPU with no inference
 //! client, and everything while `enabled = false`. The caller turns it
@@ -108,13 +133,31 @@
 //!
 //! The rule "budget 0 while inference work is queued" is an addition to the
 //! contract's v1 rule; the simulator (`sim.rs`, run its test with
-//! `--nocapture`) compares both and other variants. In its three scenarios it
-//! lowered inference p99 by 5-13 % at the same training throughput, so it is
-//! the rule kept. Among the variants the simulator also shows that a smaller
-//! `idle_budget_ns` (1 ms) lowers p99 further (by a fifth to a half) at a
-//! cost of about 5 % of training throughput there; the default stays 4 ms because the
-//! simulator's training CPU (20 us per launch, stalls of 0.2-2 ms) is a guess
-//! and real jobs expose CPU launch latency sooner (DESIGN.md).
+//! `--nocapture`) compares both and other variants. In two of its three
+//! scenarios it lowered inference p99 by 7-15 % and in the third changed it
+//! by under 1 %, at 0.2 % less training throughput, so it is the rule kept.
+//! Among the variants the simulator also shows that a smaller
+//! `idle_budget_ns` (with `max_active_budget_ns` lowered to match, as
+//! [`SchedConfig::validate`] requires; without that the scheduler raises the
+//! idle budget back to 4 ms, and these variants used to measure the default)
+//! lowers p99 further: 2 ms by 13-33 % at 0.1-0.3 % of training throughput,
+//! 1 ms by 14-47 % at 1-5 %. The default stays 4 ms because the simulator's
+//! training CPU (20 us per launch, stalls of 0.2-2 ms) is a guess and real
+//! jobs expose CPU launch latency sooner (DESIGN.md).
+//!
+//! Completion marks (the test `marks_correct_a_trainer_that_rarely_syncs`,
+//! and the variant "no completion marks") matter for a trainer that syncs
+//! rarely or never. One that never syncs, with 1-3 ms kernels, is otherwise
+//! estimated at 50 us a kernel for ever: it queues without bound, and
+//! requests wait seconds (p99 at least 8.9 s: most never finish within the
+//! simulated 10 s); with marks every 500 us its estimates are within 5 % of
+//! the truth and p99 is 12 ms at 97 % of its training throughput alone. For
+//! trainers that sync every 25-100 ms, which syncs already correct, marks
+//! changed p99 by -2 % to +9 % with training throughput within one point
+//! (over 8 seeds each, p99 +4 % to +16 % on average): each mark measures a
+//! few launches, with up to a poll interval (200 us) of noise at either end,
+//! and the estimates no longer include the CPU stalls between segments that
+//! a sync's interval contains.
 //!
 //! **SLO.** An inference client registered with `slo_p99_ns` is evaluated
 //! every [`SLO_EVAL_EVERY`] completed requests, on the p99 of exactly those
@@ -138,24 +181,40 @@
 //! | `request_idle_gap_ns` | 2 ms | an inference launch after this long idle begins a request |
 //! | `request_hold_ns` | 200 us | the GPU stays active this long after a request ended |
 //! | `default_kernel_ns` | 50 us | estimate of a kernel never measured |
+//! | `mark_every_ns` | 500 us | training clients place a completion mark after a launch at most this often (see "Learning durations"); 0: no marks; else at least [`MIN_MARK_EVERY_NS`] |
 //! | `[[scheduler.slo]]` | none | p99 targets: `p99_ms` and match criteria (`uids`, `executables`, `cgroups` prefixes); the first entry a job matches gives its `slo_p99_ns` ([`SchedConfig::slo_for`], fed in by the registry with [`Input::Register`]) |
 //!
 //! # What the model cannot see
 //!
-//! * **True completion.** Only syncs tell when work finished. Between syncs
-//!   the backlog is a prediction; a client that never syncs is never
-//!   corrected (its estimates stay as they are and `busy_until` just runs
-//!   out). A measurement is wall time, so it also contains time the client's
-//!   work spent queued behind *other* clients on the same GPU, and CPU gaps in
-//!   which its queue was empty: estimates drift up under contention (which
-//!   errs on the side of inference). An underestimate corrects itself at the
-//!   next sync (the GPU stays busy, the interval is long); an overestimate
-//!   under a closed gate corrects only through the tail of each interval,
-//!   slowly, and costs training throughput meanwhile.
+//! * **True completion.** Only syncs and completed marks tell when work
+//!   finished. For a client that marks, the backlog is corrected at every
+//!   mark, to within the shim's poll interval (about 200 us: a MARK_DONE is
+//!   that late at most) plus the mark interval (what was launched since the
+//!   last mark is still a prediction). Between drain points the backlog is a
+//!   prediction; a client that neither syncs nor marks (an inference client
+//!   that never syncs, `mark_every_ns = 0`, a shim that places no marks) is
+//!   never corrected (its estimates stay as they are and `busy_until` just
+//!   runs out). A measurement is wall time, so it also contains time the
+//!   client's work spent queued behind *other* clients on the same GPU, and
+//!   CPU gaps inside the interval in which its queue was empty (a sync's
+//!   interval spans every gap since the last drain point; a mark's only
+//!   those inside its segments): estimates drift up under contention (which
+//!   errs on the side of inference; in the simulator two trainers on one GPU
+//!   are each estimated at about twice their true durations, see its
+//!   `estimates/true` column). The poll delay
+//!   adds noise to each mark's measurement, which cancels over consecutive
+//!   segments only while the client's queue stays full. An underestimate
+//!   corrects itself at the next drain point (at a mark at once, upwards;
+//!   at a sync the GPU stays busy and the interval is long); an
+//!   overestimate under a closed gate corrects at a mark too, and otherwise
+//!   only through the tail of each interval, slowly, costing training
+//!   throughput meanwhile.
 //! * **Streams.** One timeline per client: kernels on several streams that
 //!   overlap on the GPU are counted as if serial (backlog overestimated), and a
 //!   sync of one stream is taken as a drain of all of them (backlog
-//!   underestimated until the next launch).
+//!   underestimated until the next launch). Likewise a mark is placed on one
+//!   stream and says nothing about work on another, but is taken as a drain
+//!   point of everything launched before it.
 //! * **The GPU's own scheduling.** Kernels of different processes are
 //!   time-sliced by the driver, not queued FIFO; without MPS they do not
 //!   overlap, with MPS they may run concurrently and the "serial GPU" bound
@@ -169,14 +228,16 @@
 //!   own, and the slow reader costs no p99 there (it costs a little training
 //!   throughput: a client at its limit waits for the reader to grant more).
 //!   Inference work launched before the reader sees it is still not counted.
-//! * **Which kernel is which.** Syncs measure sums. When every interval
-//!   between syncs holds the same mix of kernels (a training step), the
-//!   per-kernel shares cannot be told apart: the total is right, the split is
-//!   by the estimates the kernels started with, so a long kernel can be
-//!   counted as an average one and the backlog underestimated by its
-//!   difference. Until a client's first sync every kernel is
-//!   `default_kernel_ns`, usually an underestimate for training (the
-//!   simulator reports the first second apart for this reason).
+//! * **Which kernel is which.** Drain points measure sums. When every
+//!   interval between them holds the same mix of kernels (a training step
+//!   between syncs), the per-kernel shares cannot be told apart: the total is
+//!   right, the split is by the estimates the kernels started with, so a long
+//!   kernel can be counted as an average one and the backlog underestimated
+//!   by its difference. Marks every few hundred microseconds cut a step into
+//!   segments of different mixes, which tells kernels apart over time. Until
+//!   a client's first drain point every kernel is `default_kernel_ns`,
+//!   usually an underestimate for training (the simulator reports the first
+//!   second apart for this reason).
 //! * **Inference that never syncs** keeps its GPU active only while its
 //!   estimated work is queued, and an inference client that keeps the GPU
 //!   busy on its own keeps training waiting (bounded by the shim's wait).
@@ -184,13 +245,16 @@
 //! # Wiring
 //!
 //! Feed every record of every client as the matching [`Input`] (LAUNCH and
-//! LAUNCH_EX as [`Input::Launch`], with the record's `ts_ns`), registry events
-//! as `Register`/`SetClass`/`Depart`, and apply each [`Output::Gate`] to that
-//! client's control block, and each [`Output::Limit`] as described under
-//! "Launch limits". After a batch of inputs, [`Scheduler::next_tick`]
-//! (or the value [`Scheduler::tick`] returned) says when to call
-//! [`Scheduler::tick`] again; `None` means only new inputs can change a gate.
-//! No output is emitted for a departing client.
+//! LAUNCH_EX as [`Input::Launch`], with the record's `ts_ns`; MARK and
+//! MARK_DONE as [`Input::Mark`] and [`Input::MarkDone`] with `seq` = the
+//! record's `func_id`), registry events as `Register`/`SetClass`/`Depart`,
+//! and apply each [`Output::Gate`] to that client's control block, each
+//! [`Output::Limit`] as described under "Launch limits", and each
+//! [`Output::Marks`] as the control block's `mark_every_ns`. After a batch
+//! of inputs, [`Scheduler::next_tick`] (or the value [`Scheduler::tick`]
+//! returned) says when to call [`Scheduler::tick`] again; `None` means only
+//! new inputs can change a gate. No output is emitted for a departing
+//! client.
 
 mod config;
 mod estimate;
@@ -203,9 +267,13 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use config::{SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS};
+pub use config::{
+    SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS,
+    MIN_MARK_EVERY_NS,
+};
 pub use estimate::{
-    GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MIN_KERNEL_NS,
+    GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MAX_SEALED_ITEMS,
+    MAX_SEALED_SEGMENTS, MIN_KERNEL_NS,
 };
 pub use scheduler::{
     allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
@@ -299,6 +367,25 @@ pub enum Input {
         /// The record's timestamp.
         ts_ns: u64,
     },
+    /// MARK: the client placed completion mark `seq` right after the launches
+    /// it had made so far (`seq` rises per client, from 1).
+    Mark {
+        /// Its id.
+        client: ClientId,
+        /// The mark's sequence number (the record's `func_id`).
+        seq: u64,
+        /// The record's timestamp.
+        ts_ns: u64,
+    },
+    /// MARK_DONE: the GPU had reached mark `seq` by `ts_ns`.
+    MarkDone {
+        /// Its id.
+        client: ClientId,
+        /// The mark's sequence number (the record's `func_id`).
+        seq: u64,
+        /// The record's timestamp.
+        ts_ns: u64,
+    },
 }
 
 /// How many more launches a client may start beyond those the scheduler has
@@ -331,6 +418,16 @@ pub enum Output {
         client: ClientId,
         /// How many more.
         beyond: Allowance,
+    },
+    /// Ask `client` for completion marks at most every `every_ns` (0: none):
+    /// store it as the control block's `mark_every_ns`. Emitted when the
+    /// value wanted for the client changes (a new client starts at 0, as a
+    /// fresh control block does).
+    Marks {
+        /// Whose.
+        client: ClientId,
+        /// Mark interval, ns; 0: no marks.
+        every_ns: u64,
     },
 }
 
@@ -383,9 +480,15 @@ pub struct ClientSnapshot {
     /// The recent mean estimate of one launch, ns (what an allowance is
     /// counted in).
     pub mean_launch_ns: u64,
-    /// A sync has measured some of the client's launches (until then its
-    /// estimates are the default and its allowance is at most 1).
+    /// A drain point (a sync or a completion mark) has measured some of the
+    /// client's launches (until then its estimates are the default and its
+    /// allowance is at most 1).
     pub measured: bool,
+    /// Completed marks ([`Input::MarkDone`]) that measured something.
+    pub marks_measured: u64,
+    /// The mark interval asked of the client, ns, as last emitted
+    /// ([`Output::Marks`]; 0: none).
+    pub mark_every_ns: u64,
 }
 
 /// One GPU in a [`SchedSnapshot`].

@@ -1,5 +1,6 @@
 //! Property tests: random input streams (several inference and training
-//! clients on two GPUs, monotone time) against the contract's invariants.
+//! clients on two GPUs, monotone time, completion marks and their
+//! completions, some lost or stale) against the contract's invariants.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +33,11 @@ enum Op {
     Depart(u64),
     Register(u64, bool),
     SetClass(u64, bool),
+    /// The client's next completion mark.
+    Mark(u64),
+    /// A completion of the client's mark `latest - back` (0: the latest; a
+    /// `back` beyond the marks placed is a stale or unknown one).
+    MarkDone(u64, u64),
     Tick,
 }
 
@@ -46,7 +52,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => c.clone().prop_map(Op::ReqEnd),
         1 => c.clone().prop_map(Op::Depart),
         1 => (c.clone(), any::<bool>()).prop_map(|(c, i)| Op::Register(c, i)),
-        1 => (c, any::<bool>()).prop_map(|(c, i)| Op::SetClass(c, i)),
+        1 => (c.clone(), any::<bool>()).prop_map(|(c, i)| Op::SetClass(c, i)),
+        3 => c.clone().prop_map(Op::Mark),
+        3 => (c, prop_oneof![4 => 0u64..3, 1 => 3u64..1_000]).prop_map(|(c, b)| Op::MarkDone(c, b)),
         2 => Just(Op::Tick),
     ]
 }
@@ -64,8 +72,9 @@ fn cfg() -> impl Strategy<Value = SchedConfig> {
         0..4 * MS,
         0..500 * US,
         10 * US..200 * US,
+        prop_oneof![Just(0), MIN_MARK_EVERY_NS..2 * MS],
     )
-        .prop_map(|(active, above_active, above_max, hold, dflt)| {
+        .prop_map(|(active, above_active, above_max, hold, dflt, marks)| {
             let max_active = active + above_active;
             let c = SchedConfig {
                 idle_budget_ns: max_active + above_max,
@@ -73,6 +82,7 @@ fn cfg() -> impl Strategy<Value = SchedConfig> {
                 max_active_budget_ns: max_active,
                 request_hold_ns: hold,
                 default_kernel_ns: dflt,
+                mark_every_ns: marks,
                 ..SchedConfig::default()
             };
             assert!(c.validate().is_ok(), "{c:?}");
@@ -88,8 +98,24 @@ fn class(inference: bool) -> Class {
     }
 }
 
-fn to_input(op: &Op, ts: u64) -> Option<Input> {
+/// The input of `op` at `ts`; `marks` holds each client's latest mark
+/// sequence number.
+fn to_input(op: &Op, ts: u64, marks: &mut BTreeMap<u64, u64>) -> Option<Input> {
     Some(match *op {
+        Op::Mark(client) => {
+            let seq = marks.entry(client).or_default();
+            *seq += 1;
+            Input::Mark {
+                client,
+                seq: *seq,
+                ts_ns: ts,
+            }
+        }
+        Op::MarkDone(client, back) => Input::MarkDone {
+            client,
+            seq: marks.get(&client).copied().unwrap_or(0).wrapping_sub(back),
+            ts_ns: ts,
+        },
         Op::Launch(client, func_id) => Input::Launch {
             client,
             func_id,
@@ -124,11 +150,18 @@ type Trace = Vec<(u64, Vec<Output>, Option<u64>)>;
 
 type Gates = BTreeMap<u64, bool>;
 type Allowances = BTreeMap<u64, Allowance>;
+/// The mark interval last emitted per client.
+type Marks = BTreeMap<u64, u64>;
 
 /// The checks after every step: (1), (2), (4), (6), inference gates open, and
 /// that a closed gate has asked for a tick no later than its backlog allows
 /// reopening.
-fn check(s: &Scheduler, gates: &Gates, allowances: &Allowances) -> Result<(), String> {
+fn check(
+    s: &Scheduler,
+    gates: &Gates,
+    allowances: &Allowances,
+    marks: &Marks,
+) -> Result<(), String> {
     // Every GPU evaluated at the current time (an input evaluates only its
     // own client's GPU): its allowances must cover all of the room.
     let mut copy = s.clone();
@@ -160,6 +193,19 @@ fn check(s: &Scheduler, gates: &Gates, allowances: &Allowances) -> Result<(), St
             .unwrap_or(Allowance::Unlimited);
         if emitted != c.allowance {
             return Err(format!("emitted allowance differs from snapshot: {c:?}"));
+        }
+        // Marks are asked of training clients only (all of them: the
+        // configurations here are enabled).
+        let want = match c.class {
+            Class::Training => s.config().mark_every_ns,
+            Class::Inference => 0,
+        };
+        if marks.get(&c.client).copied().unwrap_or(0) != want || c.mark_every_ns != want {
+            return Err(format!(
+                "mark interval emitted {:?}, snapshot {}, wanted {want}: {c:?}",
+                marks.get(&c.client),
+                c.mark_every_ns
+            ));
         }
         check_allowance(&snap, c, g, false)?;
         match c.class {
@@ -269,12 +315,15 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
     let mut s = Scheduler::new(cfg.clone());
     let mut gates = Gates::new();
     let mut allowances = Allowances::new();
+    let mut marks = Marks::new();
+    let mut seqs = BTreeMap::new();
     let mut trace = Trace::new();
     let mut out = Vec::new();
     let mut now = 10 * MS;
     let apply = |out: &mut Vec<Output>,
                  gates: &mut Gates,
-                 allowances: &mut Allowances|
+                 allowances: &mut Allowances,
+                 marks: &mut Marks|
      -> Result<Vec<Output>, String> {
         for o in out.iter() {
             match *o {
@@ -293,6 +342,12 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
                         return Err(format!("(4) repeated allowance {o:?}"));
                     }
                 }
+                Output::Marks { client, every_ns } => {
+                    let prev = marks.insert(client, every_ns).unwrap_or(0);
+                    if prev == every_ns {
+                        return Err(format!("(4) repeated mark interval {o:?}"));
+                    }
+                }
             }
         }
         Ok(std::mem::take(out))
@@ -309,7 +364,7 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
             &mut out,
         );
     }
-    let o = apply(&mut out, &mut gates, &mut allowances)?;
+    let o = apply(&mut out, &mut gates, &mut allowances, &mut marks)?;
     trace.push((now, o, s.next_tick()));
     for (dt, lag, op) in ops {
         let target = now + dt;
@@ -317,8 +372,8 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
         while let Some(t) = s.next_tick().filter(|&t| t <= target) {
             now = t;
             let next = s.tick(now, &mut out);
-            let o = apply(&mut out, &mut gates, &mut allowances)?;
-            check(&s, &gates, &allowances)?;
+            let o = apply(&mut out, &mut gates, &mut allowances, &mut marks)?;
+            check(&s, &gates, &allowances, &marks)?;
             trace.push((now, o, next));
         }
         // Those ticks were enough: a tick right now (on a copy) changes no
@@ -329,7 +384,7 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
         copy.tick(target, &mut pending);
         for o in &pending {
             let grew = match *o {
-                Output::Gate { .. } => false,
+                Output::Gate { .. } | Output::Marks { .. } => false,
                 Output::Limit { client, beyond } => {
                     let was = allowances
                         .get(&client)
@@ -348,11 +403,12 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
             }
         }
         now = target;
-        match to_input(op, now.saturating_sub(*lag)) {
+        match to_input(op, now.saturating_sub(*lag), &mut seqs) {
             Some(input) => {
                 if let Input::Depart { client } = input {
                     gates.remove(&client);
                     allowances.remove(&client);
+                    marks.remove(&client);
                 }
                 s.handle(now, input, &mut out);
             }
@@ -360,8 +416,8 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
                 s.tick(now, &mut out);
             }
         }
-        let o = apply(&mut out, &mut gates, &mut allowances)?;
-        check(&s, &gates, &allowances)?;
+        let o = apply(&mut out, &mut gates, &mut allowances, &mut marks)?;
+        check(&s, &gates, &allowances, &marks)?;
         trace.push((now, o, s.next_tick()));
     }
     // (5) With no more input, every gate opens (no gate is stuck closed).
@@ -369,8 +425,8 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
         let Some(t) = s.next_tick() else { break };
         now = t;
         s.tick(now, &mut out);
-        let o = apply(&mut out, &mut gates, &mut allowances)?;
-        check(&s, &gates, &allowances)?;
+        let o = apply(&mut out, &mut gates, &mut allowances, &mut marks)?;
+        check(&s, &gates, &allowances, &marks)?;
         trace.push((now, o, s.next_tick()));
     }
     if s.next_tick().is_some() {

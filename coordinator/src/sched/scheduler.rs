@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use super::config::SchedConfig;
+use super::config::{SchedConfig, MAX_PARAM_NS, MIN_MARK_EVERY_NS};
 use super::estimate::{quantile, KernelTable, LatencyWindow, GRAPH_FUNC, LATENCY_WINDOW};
 use super::{
     Allowance, Class, ClientId, ClientSnapshot, GpuSnapshot, Input, Output, SchedSnapshot,
@@ -74,11 +74,14 @@ struct Client {
     last_ts: u64,
     /// Last launch or sync (the idle-gap rule).
     last_activity: Option<u64>,
-    /// First launch since the last drain point.
-    interval_first: Option<u64>,
-    /// Last drain point (SyncEnd).
+    /// Last drain point (SyncEnd, or a MarkDone that covered launches).
     last_drain: u64,
     kernels: KernelTable,
+    /// The mark interval last emitted (`Output::Marks`; a fresh control
+    /// block holds 0).
+    mark_every_ns: u64,
+    /// MarkDone inputs that measured something.
+    marks_measured: u64,
     /// Explicit request boundaries seen: no implicit detection from then on.
     explicit: bool,
     /// Begin of the open request.
@@ -104,9 +107,10 @@ impl Client {
             busy_until: 0,
             last_ts: 0,
             last_activity: None,
-            interval_first: None,
             last_drain: 0,
             kernels: KernelTable::default(),
+            mark_every_ns: 0,
+            marks_measured: 0,
             explicit: false,
             req_begin: None,
             sync_outstanding: false,
@@ -156,6 +160,24 @@ impl Client {
     fn inference_active(&self, now: u64) -> bool {
         self.class == Class::Inference
             && (self.req_begin.is_some() || now < self.hold_until || self.busy_until > now)
+    }
+
+    /// Emit the mark interval this client should have (training clients:
+    /// `every`; inference clients and everyone while disabled: 0) if it
+    /// differs from the one last emitted.
+    fn update_marks(&mut self, id: ClientId, enabled: bool, every: u64, out: &mut Vec<Output>) {
+        let want = if enabled && self.class == Class::Training {
+            every
+        } else {
+            0
+        };
+        if want != self.mark_every_ns {
+            self.mark_every_ns = want;
+            out.push(Output::Marks {
+                client: id,
+                every_ns: want,
+            });
+        }
     }
 
     /// When [`Client::inference_active`] turns false if nothing happens.
@@ -211,6 +233,9 @@ impl Scheduler {
             .active_budget_ns
             .clamp(cfg.min_active_budget_ns, cfg.max_active_budget_ns);
         cfg.default_kernel_ns = cfg.default_kernel_ns.max(1);
+        if cfg.mark_every_ns != 0 {
+            cfg.mark_every_ns = cfg.mark_every_ns.clamp(MIN_MARK_EVERY_NS, MAX_PARAM_NS);
+        }
         Scheduler {
             cfg,
             knobs,
@@ -229,12 +254,17 @@ impl Scheduler {
 
     /// Replace the configuration (a reload). Learned estimates and statistics
     /// are kept; each GPU's adaptive active budget restarts from the new
-    /// `active_budget_ns`. Gates are re-evaluated at once.
+    /// `active_budget_ns`. Mark intervals that change are emitted, and gates
+    /// are re-evaluated at once.
     pub fn reconfigure(&mut self, cfg: SchedConfig, out: &mut Vec<Output>) {
         let fresh = Scheduler::with_knobs(cfg, self.knobs);
         self.cfg = fresh.cfg;
         for g in self.gpus.values_mut() {
             g.active_budget_ns = self.cfg.active_budget_ns;
+        }
+        let (enabled, every) = (self.cfg.enabled, self.cfg.mark_every_ns);
+        for (&id, c) in &mut self.clients {
+            c.update_marks(id, enabled, every, out);
         }
         let now = self.now;
         self.eval_all(now, out);
@@ -262,6 +292,7 @@ impl Scheduler {
                     c.verdict = Verdict::None;
                     c.since_eval = 0;
                 }
+                c.update_marks(client, self.cfg.enabled, self.cfg.mark_every_ns, out);
                 let gpu = c.gpu;
                 self.eval_gpu(gpu, now, out);
             }
@@ -320,6 +351,17 @@ impl Scheduler {
                 let gpu = self.clients.get(&client).map_or(0, |c| c.gpu);
                 self.eval_gpu(gpu, now, out);
             }
+            Input::Mark { client, seq, ts_ns } => {
+                let Some(c) = self.clients.get_mut(&client) else {
+                    return;
+                };
+                let ts = ts_ns.min(now).max(c.last_ts);
+                c.last_ts = ts;
+                c.kernels.seal(seq);
+                let gpu = c.gpu;
+                self.eval_gpu(gpu, now, out);
+            }
+            Input::MarkDone { client, seq, ts_ns } => self.mark_done(now, client, seq, ts_ns, out),
         }
     }
 
@@ -420,6 +462,8 @@ impl Scheduler {
                 allowance: c.allowance,
                 mean_launch_ns: c.kernels.mean_launch_ns(self.cfg.default_kernel_ns),
                 measured: c.kernels.measured(),
+                marks_measured: c.marks_measured,
+                mark_every_ns: c.mark_every_ns,
             });
         }
         let gpus = self
@@ -462,6 +506,7 @@ impl Scheduler {
         slo_p99_ns: Option<u64>,
         out: &mut Vec<Output>,
     ) {
+        let (enabled, every) = (self.cfg.enabled, self.cfg.mark_every_ns);
         if let Some(c) = self.clients.get_mut(&id) {
             let old_gpu = c.gpu;
             if c.class != class {
@@ -471,6 +516,7 @@ impl Scheduler {
             c.class = class;
             c.gpu = gpu;
             c.slo_p99_ns = slo_p99_ns;
+            c.update_marks(id, enabled, every, out);
             if old_gpu != gpu {
                 self.leave_gpu(id, old_gpu);
                 self.join_gpu(id, gpu, now);
@@ -480,7 +526,9 @@ impl Scheduler {
             if self.clients.len() >= MAX_CLIENTS {
                 return;
             }
-            self.clients.insert(id, Client::new(class, gpu, slo_p99_ns));
+            let mut c = Client::new(class, gpu, slo_p99_ns);
+            c.update_marks(id, enabled, every, out);
+            self.clients.insert(id, c);
             self.join_gpu(id, gpu, now);
         }
         self.eval_gpu(gpu, now, out);
@@ -539,10 +587,7 @@ impl Scheduler {
             }
         }
         c.last_activity = Some(ts);
-        if c.interval_first.is_none() {
-            c.interval_first = Some(ts);
-        }
-        let est = c.kernels.launch(func, count, cfg.default_kernel_ns);
+        let est = c.kernels.launch(ts, func, count, cfg.default_kernel_ns);
         c.busy_until = c.busy_until.max(ts).saturating_add(est);
         c.work_cur = c.work_cur.saturating_add(est);
         let (gpu, class) = (c.gpu, c.class);
@@ -563,13 +608,14 @@ impl Scheduler {
         c.last_ts = ts;
         c.last_activity = Some(ts);
         c.sync_outstanding = false;
-        // Everything launched so far had drained by `ts`.
+        // Everything launched so far had drained by `ts`: the launches of the
+        // sealed segments and of the open one are one measurement.
         let measured = c
-            .interval_first
+            .kernels
+            .first_pending()
             .map(|first| ts.saturating_sub(first.max(c.last_drain)))
             .filter(|&m| m > 0);
         c.kernels.drain(measured);
-        c.interval_first = None;
         c.last_drain = ts;
         c.busy_until = c.busy_until.min(ts);
         let ended = if c.class == Class::Inference && !c.explicit {
@@ -581,6 +627,29 @@ impl Scheduler {
             self.finish_request(id, lat, ts);
         }
         let gpu = self.clients.get(&id).map_or(0, |c| c.gpu);
+        self.eval_gpu(gpu, now, out);
+    }
+
+    /// Mark `seq` of `id` completed by `ts_ns`: the sealed segments up to it
+    /// are measured (from the later of their first launch and the last drain
+    /// point), and the backlog becomes what is still pending, at the current
+    /// estimates, from `ts_ns` on: up or down. A mark that covers no sealed
+    /// segment changes nothing.
+    fn mark_done(&mut self, now: u64, id: ClientId, seq: u64, ts_ns: u64, out: &mut Vec<Output>) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if let Some(first) = c.kernels.covered_first(seq) {
+            let ts = ts_ns.min(now).max(c.last_ts);
+            c.last_ts = ts;
+            let measured = Some(ts.saturating_sub(first.max(c.last_drain))).filter(|&m| m > 0);
+            if c.kernels.drain_through(seq, measured) {
+                c.marks_measured += 1;
+            }
+            c.last_drain = ts;
+            c.busy_until = ts.saturating_add(c.kernels.queued_ns());
+        }
+        let gpu = c.gpu;
         self.eval_gpu(gpu, now, out);
     }
 
