@@ -179,14 +179,35 @@ fn colocated(d: &Tandemd, dev: &Path) -> (InferResult, u64, Value, Value) {
 }
 
 fn colocated_with(d: &Tandemd, dev: &Path, syncs: Syncs) -> (InferResult, u64, Value, Value) {
-    let mut train = spawn_host(
-        "train",
-        &train_args_with(syncs),
-        &env(d.socket(), dev, "training"),
-    );
-    train.wait_line("READY ", SETTLE);
-    wait_registered(d, &train, "training");
-    let mut infer = spawn_host("infer", &infer_args(), &env(d.socket(), dev, "inference"));
+    let (mut train, mut infer) = match syncs {
+        Syncs::Every => {
+            let mut train = spawn_host("train", &train_args(), &env(d.socket(), dev, "training"));
+            train.wait_line("READY ", SETTLE);
+            wait_registered(d, &train, "training");
+            let infer = spawn_host("infer", &infer_args(), &env(d.socket(), dev, "inference"));
+            (train, infer)
+        }
+        Syncs::Never => {
+            // Inference first, with its device known to tandemd (it launched):
+            // on a GPU with no inference job a trainer's gate is open, and one
+            // that never syncs would queue without end on the fake driver
+            // (which, unlike CUDA, never blocks a launch on a full queue).
+            let infer = spawn_host("infer", &infer_args(), &env(d.socket(), dev, "inference"));
+            poll(SETTLE, "the inference job's first launch", || {
+                let st = d.try_stats()?;
+                match client_by_pid(&st, infer.pid()) {
+                    Some(c) if c["launches"].as_u64().unwrap_or(0) > 0 => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            });
+            let train = spawn_host(
+                "train",
+                &train_args_with(syncs),
+                &env(d.socket(), dev, "training"),
+            );
+            (train, infer)
+        }
+    };
     let i = infer_done(&mut infer);
     let t = train_done(&mut train);
     (i, t, departed(d, infer.pid()), departed(d, train.pid()))
