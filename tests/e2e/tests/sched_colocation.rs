@@ -30,6 +30,8 @@ use tandem_e2e::Env;
 /// `train` is READY, for INFER_S.
 const TRAIN_S: &str = "3.0";
 const INFER_S: &str = "2.5";
+/// `train` with no syncs runs this long, inside `infer`'s run.
+const NEVER_SYNC_TRAIN_S: &str = "2.0";
 /// Inference: Poisson arrivals at this rate (req/s), K kernels of U us each.
 const INFER_ARGS: &[&str] = &["--rate", "40", "--kernels", "5", "--kernel-us", "200"];
 /// Training: 5 ms kernels, a sync every 20 launches, launched back to back.
@@ -55,6 +57,10 @@ enum Syncs {
 fn train_args_with(syncs: Syncs) -> Vec<&'static str> {
     let mut a = train_args();
     if let Syncs::Never = syncs {
+        // It starts after inference and must end before it: the moment the
+        // GPU has no inference job its gate is open, and a job that never
+        // syncs then floods the fake device without bound.
+        a[1] = NEVER_SYNC_TRAIN_S;
         *a.last_mut().expect("--sync-every's value") = "0";
     }
     a
