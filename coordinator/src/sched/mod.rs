@@ -77,7 +77,14 @@
 //! **Gates.** Inference gates are always open. On a GPU with no inference
 //! client at all every training gate is open too: there is nothing to protect,
 //! and estimates that no sync ever corrects would otherwise throttle training
-//! below what the GPU can do. Otherwise a training client's gate is
+//! below what the GPU can do. The exception is the unknown GPU (group 0):
+//! a training client there whose device report tandemd has not read yet
+//! (it follows the first launch) may share a GPU with inference, so while
+//! any inference client is registered, on any GPU, it is gated like one
+//! beside inference, for at most [`UNKNOWN_GPU_GRACE_NS`] after it
+//! registered. (Without this a training job's first burst, faster than the
+//! reader, went unlimited: on the fake driver, 4000 launches of 5 ms in the
+//! first 50 ms, queued ahead of an inference job already running.) Otherwise a training client's gate is
 //! open iff its backlog < its budget, where budget = (`active_budget` of its
 //! GPU while the GPU is active, else `idle_budget_ns`) / (number of training
 //! clients on that GPU), except that the budget is 0 while any inference
@@ -277,6 +284,7 @@ pub use estimate::{
 };
 pub use scheduler::{
     allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
+    UNKNOWN_GPU_GRACE_NS,
 };
 
 use serde::{Deserialize, Serialize};

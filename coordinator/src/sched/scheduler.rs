@@ -21,6 +21,11 @@ pub const MAX_REQUEST_NS: u64 = 10_000_000_000;
 /// Period of the windows over which shares of GPU work are counted (the share
 /// covers the current and the previous window).
 pub const SHARE_WINDOW_NS: u64 = 1_000_000_000;
+/// How long a training client whose GPU is not known yet (group 0) is gated
+/// as if inference shared its GPU, while any inference client is registered:
+/// its device report normally follows within one reader pass of its first
+/// launch; one that never comes stops costing after this.
+pub const UNKNOWN_GPU_GRACE_NS: u64 = 1_000_000_000;
 
 /// How a GPU's training budget is divided among its training clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +69,8 @@ enum Verdict {
 struct Client {
     class: Class,
     gpu: u64,
+    /// When it registered (first `Register`).
+    since: u64,
     slo_p99_ns: Option<u64>,
     gate_open: bool,
     /// Launch allowance as last emitted.
@@ -97,10 +104,11 @@ struct Client {
 }
 
 impl Client {
-    fn new(class: Class, gpu: u64, slo_p99_ns: Option<u64>) -> Client {
+    fn new(class: Class, gpu: u64, slo_p99_ns: Option<u64>, since: u64) -> Client {
         Client {
             class,
             gpu,
+            since,
             slo_p99_ns,
             gate_open: true,
             allowance: Allowance::Unlimited,
@@ -526,7 +534,7 @@ impl Scheduler {
             if self.clients.len() >= MAX_CLIENTS {
                 return;
             }
-            let mut c = Client::new(class, gpu, slo_p99_ns);
+            let mut c = Client::new(class, gpu, slo_p99_ns, now);
             c.update_marks(id, enabled, every, out);
             self.clients.insert(id, c);
             self.join_gpu(id, gpu, now);
@@ -796,12 +804,20 @@ impl Scheduler {
         // from estimates (never corrected for a job that does not sync) would
         // only throttle training below what the GPU can do.
         let unguarded = n_inference == 0;
+        // Except on the unknown GPU while inference runs anywhere: a training
+        // job whose device report tandemd has not read yet may share a GPU
+        // with it, and must not queue unbounded work there meanwhile.
+        let inference_somewhere =
+            gid == 0 && unguarded && self.clients.values().any(|c| c.class == Class::Inference);
         let default_ns = self.cfg.default_kernel_ns;
         for id in &g.members {
             let Some(c) = self.clients.get_mut(id) else {
                 continue;
             };
-            let held_open = !self.cfg.enabled || unguarded || c.class == Class::Inference;
+            let unknown_yet =
+                inference_somewhere && now.saturating_sub(c.since) < UNKNOWN_GPU_GRACE_NS;
+            let held_open =
+                !self.cfg.enabled || (unguarded && !unknown_yet) || c.class == Class::Inference;
             let allowance = if held_open {
                 Allowance::Unlimited
             } else {

@@ -1235,3 +1235,37 @@ fn marks_are_asked_of_training_clients_only_and_only_changes_are_emitted() {
     h.input(T0, Input::Depart { client: 3 });
     assert_eq!(h.marks.len(), 3);
 }
+
+#[test]
+fn a_training_client_of_unknown_gpu_is_held_while_inference_runs_anywhere() {
+    let mut h = H::default();
+    // Inference on a known GPU; a trainer registers before its device report.
+    h.reg(T0, 1, Class::Inference, 7);
+    h.reg(T0, 2, Class::Training, 0);
+    // Unmeasured and possibly beside that inference: one launch at a time.
+    assert_eq!(h.client(2).allowance, Allowance::Launches(1));
+    h.launch(T0 + 10 * US, 2, 5);
+    assert_eq!(h.client(2).allowance, Allowance::Launches(1));
+    // Its device report: another GPU, with no inference on it: unlimited.
+    h.reg(T0 + 20 * US, 2, Class::Training, 9);
+    assert_eq!(h.client(2).allowance, Allowance::Unlimited);
+    // Its device report never comes: the hold ends after the grace period.
+    let t = T0 + 30 * US;
+    h.reg(t, 3, Class::Training, 0);
+    assert_eq!(h.client(3).allowance, Allowance::Launches(1));
+    h.launch(t + UNKNOWN_GPU_GRACE_NS - US, 3, 5);
+    assert_eq!(h.client(3).allowance, Allowance::Launches(1));
+    h.launch(t + UNKNOWN_GPU_GRACE_NS, 3, 5);
+    assert_eq!(h.client(3).allowance, Allowance::Unlimited);
+}
+
+#[test]
+fn a_training_client_of_unknown_gpu_is_free_when_no_inference_runs() {
+    let mut h = H::default();
+    h.reg(T0, 2, Class::Training, 0);
+    assert_eq!(h.client(2).allowance, Allowance::Unlimited);
+    // Inference arrives (on some GPU): the unknown-GPU trainer is held.
+    h.reg(T0 + MS, 1, Class::Inference, 7);
+    h.launch(T0 + 2 * MS, 2, 5);
+    assert_eq!(h.client(2).allowance, Allowance::Launches(1));
+}
