@@ -101,6 +101,8 @@ impl Shared {
             protocol: PROTOCOL_VERSION,
             pid: std::process::id(),
             uptime_s: now.duration_since(self.started).as_secs_f64(),
+            // One stat() per snapshot: MPS may start or stop while tandemd runs.
+            sharing: Some(crate::mps::SharingSnapshot::current()),
             socket: self.socket.display().to_string(),
             config_path: self.config_path.display().to_string(),
             gpus,

@@ -5,6 +5,7 @@
 //! * [`daemon`] — sockets, the accept/handshake loop, reload, lifecycle.
 //! * [`registry`] — registered clients, their rings, reclaim.
 //! * [`policy`] — who may claim which class.
+//! * [`mps`] — which sharing mode is in force (time slicing, or over MPS).
 //! * [`sched`] — when training may launch: the pure scheduling policy core.
 //! * [`dedup`] — weight deduplication: trust groups, the content index, the
 //!   shared copies' fds.
@@ -28,6 +29,7 @@ pub mod dedup;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod mps;
 pub mod notify;
 pub mod policy;
 pub mod reader;

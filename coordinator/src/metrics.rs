@@ -211,6 +211,19 @@ pub fn render(s: &Snapshot) -> String {
         "Seconds since tandemd started.",
     );
     let _ = writeln!(out, "tandem_uptime_seconds {}", s.uptime_s);
+    if let Some(sh) = &s.sharing {
+        header(
+            &mut out,
+            "tandem_sharing_mode",
+            "gauge",
+            "1 for the GPU sharing mode in force (time_slicing, time_slicing_over_mps).",
+        );
+        let _ = writeln!(
+            out,
+            "tandem_sharing_mode{{mode=\"{}\"}} 1",
+            escape_label(&sh.mode)
+        );
+    }
     out
 }
 
@@ -322,6 +335,49 @@ fn dedup(out: &mut String, s: &Snapshot) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snapshot(sharing: &str) -> Snapshot {
+        serde_json::from_str(&format!(
+            r#"{{
+            "version": "0", "protocol": 1, "pid": 1, "uptime_s": 1.0, "socket": "s",
+            "config_path": "c", "gpus": [], "clients": [], {sharing}
+            "totals": {{"clients": 0, "launches": 0, "dropped": 0, "clients_reclaimed": 0,
+                       "rejected": 0, "clients_registered": 0, "handshake_timeouts": 0,
+                       "bad_records": 0, "control_denied": 0, "reloads": 0, "reload_failures": 0}}
+            }}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn sharing_mode_is_one_series_for_the_mode_in_force() {
+        let s = snapshot(
+            r#""sharing": {"mode": "time_slicing_over_mps", "mps_pipe_dir": "/m", "describe": "d"},"#,
+        );
+        let text = render(&s);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("tandem_sharing_mode"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "# HELP tandem_sharing_mode 1 for the GPU sharing mode in force (time_slicing, time_slicing_over_mps).",
+                "# TYPE tandem_sharing_mode gauge",
+                "tandem_sharing_mode{mode=\"time_slicing_over_mps\"} 1",
+            ],
+            "{text}"
+        );
+        let mut plain = snapshot("");
+        plain.sharing = Some(crate::mps::SharingSnapshot::of(None));
+        let text = render(&plain);
+        assert!(
+            text.contains("\ntandem_sharing_mode{mode=\"time_slicing\"} 1\n"),
+            "{text}"
+        );
+        // An older daemon's snapshot (no `sharing`): no made-up series.
+        assert!(!render(&snapshot("")).contains("tandem_sharing_mode"));
+    }
 
     #[test]
     fn label_escaping() {

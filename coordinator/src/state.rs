@@ -197,6 +197,10 @@ pub struct Snapshot {
     pub pid: u32,
     /// Seconds since start.
     pub uptime_s: f64,
+    /// The GPU sharing mode in force (time slicing, or time slicing over
+    /// MPS); null from daemons that predate it.
+    #[serde(default)]
+    pub sharing: Option<crate::mps::SharingSnapshot>,
     /// The main socket.
     pub socket: String,
     /// The configuration file (which may not exist: defaults).

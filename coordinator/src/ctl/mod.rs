@@ -207,6 +207,9 @@ pub fn table(s: &Snapshot) -> String {
         s.pid,
         s.uptime_s
     ));
+    if let Some(sh) = &s.sharing {
+        out.push_str(&format!("sharing: {}\n", sh.describe));
+    }
     out
 }
 
@@ -220,6 +223,8 @@ mod tests {
             r#"{
             "version": "0", "protocol": 1, "pid": 1, "uptime_s": 1.0, "socket": "s",
             "config_path": "c",
+            "sharing": {"mode": "time_slicing_over_mps", "mps_pipe_dir": "/tmp/nvidia-mps",
+                        "describe": "time slicing over MPS: an MPS control daemon runs (/tmp/nvidia-mps)"},
             "gpus": [{"uuid": "GPU-1", "name": "H100", "clients": [1], "launches": 0,
                       "dedup_saved_bytes": 4194304, "dedup_shared_copies": 2, "dedup_merges": 2},
                      {"uuid": "GPU-2", "name": "H100", "clients": [], "launches": 0}],
@@ -247,6 +252,29 @@ mod tests {
         assert_eq!(row[at - 1], "8.0MiB", "{t}");
         assert!(t.contains("GPU-1 (H100): 4.0MiB saved"), "{t}");
         assert!(!t.contains("GPU-2"), "no line without savings: {t}");
+        assert_eq!(
+            t.lines().last(),
+            Some("sharing: time slicing over MPS: an MPS control daemon runs (/tmp/nvidia-mps)"),
+            "{t}"
+        );
+    }
+
+    /// A daemon that predates `sharing` still parses, and no sharing line is made up.
+    #[test]
+    fn table_without_sharing_from_older_daemon() {
+        let snap: Snapshot = serde_json::from_str(
+            r#"{
+            "version": "0", "protocol": 1, "pid": 1, "uptime_s": 1.0, "socket": "s",
+            "config_path": "c", "gpus": [], "clients": [],
+            "totals": {"clients": 0, "launches": 0, "dropped": 0, "clients_reclaimed": 0,
+                       "rejected": 0, "clients_registered": 0, "handshake_timeouts": 0,
+                       "bad_records": 0, "control_denied": 0, "reloads": 0, "reload_failures": 0}
+            }"#,
+        )
+        .unwrap();
+        assert_eq!(snap.sharing, None);
+        let t = table(&snap);
+        assert!(!t.contains("sharing"), "{t}");
     }
 
     #[test]
