@@ -12,6 +12,7 @@ use tandem_e2e::coord::{
 
 /// The metric families the contract lists, with their Prometheus types.
 const FAMILIES: &[(&str, &str)] = &[
+    ("tandem_sharing_mode", "gauge"),
     ("tandem_clients", "gauge"),
     ("tandem_launches_total", "counter"),
     ("tandem_dropped_records_total", "counter"),
