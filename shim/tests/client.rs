@@ -168,7 +168,13 @@ fn workload_hosts_report_every_kernel_and_stay_transparent() {
             c.kinds()
         );
         assert!(c.count(EventKind::ALLOC) > 0 && c.count(EventKind::SYNC_END) > 0);
-        assert_eq!(c.count(EventKind::SYNC_BEGIN), c.count(EventKind::SYNC_END));
+        // Every sync begins and ends; a dropped record may be either.
+        let (begins, ends) = (c.count(EventKind::SYNC_BEGIN), c.count(EventKind::SYNC_END));
+        assert!(
+            begins.abs_diff(ends) <= c.ring_dropped,
+            "{host}: {begins} sync begins, {ends} ends, {} dropped",
+            c.ring_dropped
+        );
     }
 }
 

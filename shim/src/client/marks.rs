@@ -23,9 +23,15 @@
 //! reported at all). The watcher's driver calls run in the relaxed
 //! stream-capture mode, so they cannot invalidate a capture the program runs
 //! in another thread. While the watcher is busy with a dedup scan slice
-//! (at most 20 ms) marks are seen late, never lost.
+//! (at most 20 ms) marks are seen late, never lost. The watcher sleeps as
+//! usual while no mark is outstanding: the first mark after an idle spell
+//! wakes it through an eventfd (one `write`, only on that transition).
+//!
+//! One context per process is assumed (the common case): events are created
+//! in the context current at the first mark, and a mark on another
+//! context's stream fails to record and is skipped.
 
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tandem_proto::{monotonic_ns, EventKind};
@@ -40,9 +46,6 @@ use crate::types::{CUcontext, CUevent, CUstream};
 pub const SLOTS: usize = 32;
 /// How often the watcher queries outstanding marks.
 pub const POLL_EVERY: Duration = Duration::from_micros(200);
-/// How long the watcher sleeps at most while marks are asked for but none is
-/// outstanding (the first mark after an idle spell is seen this late at worst).
-pub const IDLE_POLL: Duration = Duration::from_millis(1);
 
 const FREE: u32 = 0;
 /// A launching thread is placing a mark in it.
@@ -75,6 +78,10 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 static OUTSTANDING: AtomicU32 = AtomicU32::new(0);
 /// The context the events were created in (the watcher makes it current).
 static CTX: AtomicUsize = AtomicUsize::new(0);
+/// An eventfd the watcher sleeps on too (-1: none yet): written when a mark
+/// is placed while none was outstanding, so an idle process's watcher needs
+/// no periodic wake-ups and the first mark after an idle spell is seen at once.
+static WAKE: AtomicI32 = AtomicI32::new(-1);
 
 /// After a launch that reached the GPU (`now`: its record's timestamp).
 #[inline(always)]
@@ -127,8 +134,48 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64, next: u64, e
     slot.stream.store(stream as u64, Ordering::Relaxed);
     emit::mark(s, EventKind::MARK, seq, stream as u64, now);
     s.control().count_mark(false);
-    OUTSTANDING.fetch_add(1, Ordering::Relaxed);
+    let first = OUTSTANDING.fetch_add(1, Ordering::Relaxed) == 0;
     slot.state.store(ARMED, Ordering::Release);
+    if first {
+        wake_watcher();
+    }
+}
+
+/// One eventfd write (cold: only when a mark follows an idle spell).
+fn wake_watcher() {
+    let fd = WAKE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a valid u64 to the watcher's eventfd
+        // (never closed while this process runs, except in a fork child, which
+        // resets WAKE first); a failure (EAGAIN at the counter's maximum) only
+        // delays the watcher to its next slice.
+        let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// The watcher's end of the wake-up: an eventfd (created once per process),
+/// or `None` when none could be made (the watcher then polls marks on its
+/// slices only).
+pub fn wake_fd() -> Option<i32> {
+    let fd = WAKE.load(Ordering::Acquire);
+    if fd >= 0 {
+        return Some(fd);
+    }
+    // SAFETY: eventfd(2) with valid flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    WAKE.store(fd, Ordering::Release);
+    Some(fd)
+}
+
+/// Clears the wake-up (after the watcher's poll saw it readable).
+pub fn clear_wake(fd: i32) {
+    let mut v: u64 = 0;
+    // SAFETY: an 8-byte read into a valid u64 from our non-blocking eventfd.
+    let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 /// The slot's event, created in the calling thread's context the first time.
@@ -145,15 +192,17 @@ fn slot_event(slot: &Slot) -> Option<CUevent> {
     }
 }
 
-/// How long the watcher may sleep before it should poll marks again
-/// (`default` when this session asks for none).
+/// How long the watcher may sleep before it should poll marks again:
+/// [`POLL_EVERY`] while any is outstanding, else `default` (a new mark wakes
+/// it through [`wake_fd`]; without an eventfd, [`POLL_EVERY`] while this
+/// session asks for marks).
 pub fn poll_slice(s: &Session, default: Duration) -> Duration {
-    if s.control().mark_every_ns() == 0 && OUTSTANDING.load(Ordering::Relaxed) == 0 {
-        default
-    } else if OUTSTANDING.load(Ordering::Relaxed) > 0 {
+    let outstanding = OUTSTANDING.load(Ordering::Relaxed) > 0;
+    let unwakeable = WAKE.load(Ordering::Relaxed) < 0 && s.control().mark_every_ns() != 0;
+    if outstanding || unwakeable {
         default.min(POLL_EVERY)
     } else {
-        default.min(IDLE_POLL)
+        default
     }
 }
 
@@ -205,4 +254,10 @@ pub(super) fn after_fork_in_child() {
     NEXT_NS.store(0, Ordering::Relaxed);
     OUTSTANDING.store(0, Ordering::Relaxed);
     CTX.store(0, Ordering::Relaxed);
+    let fd = WAKE.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: the child's copy of the parent's eventfd; nothing in the
+        // child uses it (its own watcher makes a new one).
+        unsafe { libc::close(fd) };
+    }
 }

@@ -6,7 +6,7 @@
 //! It is also where weight dedup runs (`crate::dedup`): the coordinator's Dedup
 //! messages arrive here, and between them the periodic granule scan; and
 //! where completion marks are polled (`super::marks`, every 200 us while any
-//! is outstanding).
+//! is outstanding; the first mark after an idle spell wakes it).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -111,26 +111,39 @@ fn watch(s: &Session) {
         let slice = crate::dedup::poll_slice(s, Duration::from_millis(POLL_SLICE_MS))
             .max(Duration::from_millis(1));
         let slice = super::marks::poll_slice(s, slice);
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN | libc::POLLRDHUP,
-            revents: 0,
-        };
+        let wake = super::marks::wake_fd();
+        let mut p = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN | libc::POLLRDHUP,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         let timeout = libc::timespec {
             tv_sec: slice.as_secs() as libc::time_t,
             tv_nsec: slice.subsec_nanos() as libc::c_long,
         };
-        // SAFETY: one valid pollfd and timespec, no signal mask; `fd` stays
-        // open (only this thread and a fork child close a live session's
-        // socket).
-        let r = unsafe { libc::ppoll(&mut p, 1, &timeout, core::ptr::null()) };
+        // SAFETY: two valid pollfds (a negative fd is ignored) and a valid
+        // timespec, no signal mask; `fd` stays open (only this thread and a
+        // fork child close a live session's socket).
+        let r = unsafe { libc::ppoll(p.as_mut_ptr(), 2, &timeout, core::ptr::null()) };
         if r < 0 {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
             return;
         }
-        if r == 0 {
+        if let Some(w) = wake.filter(|_| p[1].revents & libc::POLLIN != 0) {
+            // A mark was placed: the next turn of the loop polls it.
+            super::marks::clear_wake(w);
+        }
+        let p = p[0];
+        if p.revents == 0 {
             continue;
         }
         if p.revents & libc::POLLIN != 0 {
