@@ -10,15 +10,16 @@ use super::*;
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
-/// Clients 1..=2 start as inference, 3..=5 as training; GPU 1 has clients 1,
-/// 3 and 5, GPU 2 has 2 and 4 (see `gpu_of`).
+/// Clients 1..=2 start as inference, 3..=5 as training; GPU 1 has clients 1
+/// and 3, GPU 2 has 2 and 4, and client 5's GPU is unknown (group 0: its
+/// device report never came; see `gpu_of`).
 const CLIENTS: u64 = 5;
 
 fn gpu_of(c: u64) -> u64 {
-    if c == 2 || c == 4 {
-        2
-    } else {
-        1
+    match c {
+        2 | 4 => 2,
+        5 => 0,
+        _ => 1,
     }
 }
 
@@ -268,8 +269,15 @@ fn check_allowance(
         .clients
         .iter()
         .any(|o| o.gpu == c.gpu && o.class == Class::Inference);
+    // A training client of the unknown GPU is held while inference runs
+    // anywhere, for a grace period after it registered (not in the
+    // snapshot): either answer is right there, and a limit must be sound.
+    let maybe_held = c.gpu == 0
+        && c.class == Class::Training
+        && snap.clients.iter().any(|o| o.class == Class::Inference);
     let n = match c.allowance {
         Allowance::Unlimited if c.class == Class::Inference || !guarded => return Ok(()),
+        Allowance::Launches(n) if maybe_held => n,
         Allowance::Unlimited => {
             return Err(format!("(6) unlimited training beside inference: {c:?}"))
         }

@@ -289,7 +289,10 @@ impl Scheduler {
                 class,
                 gpu,
                 slo_p99_ns,
-            } => self.register(now, client, class, gpu, slo_p99_ns, out),
+            } => {
+                self.register(now, client, class, gpu, slo_p99_ns, out);
+                self.eval_unknown_gpu(gpu, now, out);
+            }
             Input::SetClass { client, class } => {
                 let Some(c) = self.clients.get_mut(&client) else {
                     return;
@@ -303,6 +306,7 @@ impl Scheduler {
                 c.update_marks(client, self.cfg.enabled, self.cfg.mark_every_ns, out);
                 let gpu = c.gpu;
                 self.eval_gpu(gpu, now, out);
+                self.eval_unknown_gpu(gpu, now, out);
             }
             Input::Depart { client } => {
                 let Some(c) = self.clients.remove(&client) else {
@@ -310,6 +314,7 @@ impl Scheduler {
                 };
                 self.leave_gpu(client, c.gpu);
                 self.eval_gpu(c.gpu, now, out);
+                self.eval_unknown_gpu(c.gpu, now, out);
             }
             Input::Launch {
                 client,
@@ -760,6 +765,15 @@ impl Scheduler {
     }
 
     /// Recompute `gid`'s state at `now` and emit every gate change.
+    /// The unknown GPU's training clients are held while inference runs on
+    /// any GPU: after a change of the inference clients on `changed`,
+    /// re-evaluate that group too.
+    fn eval_unknown_gpu(&mut self, changed: u64, now: u64, out: &mut Vec<Output>) {
+        if changed != 0 {
+            self.eval_gpu(0, now, out);
+        }
+    }
+
     fn eval_gpu(&mut self, gid: u64, now: u64, out: &mut Vec<Output>) {
         let Some(g) = self.gpus.get_mut(&gid) else {
             return;

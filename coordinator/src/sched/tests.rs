@@ -1266,6 +1266,8 @@ fn a_training_client_of_unknown_gpu_is_free_when_no_inference_runs() {
     assert_eq!(h.client(2).allowance, Allowance::Unlimited);
     // Inference arrives (on some GPU): the unknown-GPU trainer is held.
     h.reg(T0 + MS, 1, Class::Inference, 7);
-    h.launch(T0 + 2 * MS, 2, 5);
     assert_eq!(h.client(2).allowance, Allowance::Launches(1));
+    // It leaves again: nothing to protect, released at once (no launch needed).
+    h.input(T0 + 2 * MS, Input::Depart { client: 1 });
+    assert_eq!(h.client(2).allowance, Allowance::Unlimited);
 }
