@@ -104,10 +104,18 @@ impl InProcess {
     /// coordinator for "detached"), `TANDEM_CLASS` unset, and prepares the
     /// noop kernel. The shim's `cuInit` is its first hooked call.
     pub fn load(socket: &Path) -> InProcess {
+        Self::load_as(socket, None)
+    }
+
+    /// [`load`](Self::load) with `TANDEM_CLASS` = `class` (unset for `None`).
+    pub fn load_as(socket: &Path, class: Option<&str>) -> InProcess {
         let a = crate::artifacts();
         std::env::set_var("TANDEM_REAL_LIBCUDA", &a.fake);
         std::env::set_var("TANDEM_SOCKET", socket);
-        std::env::remove_var("TANDEM_CLASS");
+        match class {
+            Some(c) => std::env::set_var("TANDEM_CLASS", c),
+            None => std::env::remove_var("TANDEM_CLASS"),
+        }
         let fake = dlopen(&a.fake);
         let shim = dlopen(&a.shim);
         // SAFETY: each type below is the cuda.h signature of the symbol named.
