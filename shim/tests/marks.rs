@@ -23,6 +23,9 @@ fn paced_records(mark_every_ns: u64, launches: u32, gap_us: u32) -> Vec<Record> 
         &[],
     );
     out.assert_ok();
+    // The watcher put itself in the relaxed capture mode (its queries must
+    // never invalidate a capture the program runs in another thread).
+    assert_eq!(out.state_u64("main", "capture_mode_calls"), 1, "{out}");
     let clients = coord.kill();
     assert_eq!(clients.len(), 1, "one client: {clients:?}");
     clients[0].records.clone()

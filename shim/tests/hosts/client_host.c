@@ -19,8 +19,9 @@
  *                              prints its STATE; the parent waits, makes N more
  *                              launches and prints its STATE.
  *
- * STATE <role> pid=<pid> launches=<n> pushed=<n> dropped=<n> client_id=<n>
- * (pushed/dropped/client_id are `-` without the shim.)
+ * STATE <role> pid=<pid> launches=<n> pushed=<n> dropped=<n> client_id=<n> capture_mode_calls=<n>
+ * (pushed/dropped/client_id are `-` without the shim; capture_mode_calls is the
+ * fake driver's count of cuThreadExchangeStreamCaptureMode calls.)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -124,6 +125,11 @@ static void state(const char *role)
     opt("pushed", "tandem_records_pushed");
     opt("dropped", "tandem_records_dropped");
     opt("client_id", "tandem_client_id");
+    /* The fake driver's count of calls the process (the shim's watcher) made. */
+    typedef uint64_t (*calls_fn)(const char *);
+    calls_fn calls = (calls_fn)dlsym(RTLD_DEFAULT, "fakecuda_calls");
+    if (calls)
+        printf(" capture_mode_calls=%" PRIu64, calls("cuThreadExchangeStreamCaptureMode"));
     printf("\n");
     fflush(stdout);
 }

@@ -161,6 +161,9 @@ driver_api! {
         => graphs::end_capture(stream, true, graph);
     cuStreamIsCapturing["cuStreamIsCapturing", 10000, legacy, init](stream: Handle, status: *mut c_uint)
         => graphs::is_capturing(stream, false, status);
+    cuThreadExchangeStreamCaptureMode["cuThreadExchangeStreamCaptureMode", 10010, legacy, init](
+        mode: *mut c_uint,
+    ) => graphs::exchange_capture_mode(mode);
     cuStreamIsCapturing_ptsz["cuStreamIsCapturing", 10000, per_thread, init](stream: Handle, status: *mut c_uint)
         => graphs::is_capturing(stream, true, status);
     cuGraphLaunch["cuGraphLaunch", 10000, legacy, init](exec: Handle, stream: Handle)

@@ -120,6 +120,32 @@ pub unsafe fn is_capturing(
     unsafe { write_out(out, status) }
 }
 
+thread_local! {
+    /// The calling thread's stream-capture interaction mode (GLOBAL 0,
+    /// THREAD_LOCAL 1, RELAXED 2).
+    static CAPTURE_MODE: std::cell::Cell<c_uint> = const { std::cell::Cell::new(0) };
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode. The
+/// fake enforces no capture rules; it keeps the mode so that a swap reads
+/// back what was set.
+///
+/// # Safety
+/// `mode` must be NULL or valid for a read and a write.
+pub unsafe fn exchange_capture_mode(mode: *mut c_uint) -> CuResult<()> {
+    if mode.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-NULL, caller contract.
+    let new = unsafe { mode.read() };
+    if new > 2 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let old = CAPTURE_MODE.with(|m| m.replace(new));
+    // SAFETY: as above.
+    unsafe { write_out(mode, old) }
+}
+
 /// # Safety
 /// `out` must be NULL or valid for a write.
 pub unsafe fn graph_create(out: *mut Handle, flags: c_uint) -> CuResult<()> {
