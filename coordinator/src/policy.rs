@@ -71,6 +71,22 @@ pub fn cgroup_under(path: &str, prefix: &str) -> bool {
     path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
+/// Whether a job running `exe`, in `cgroup`, meets a rule's executable and
+/// cgroup criteria: each list that is not empty must hold the exact
+/// executable, or a prefix of the cgroup ([`cgroup_under`]); an empty list
+/// matches every job. (`[[scheduler.slo]]` and `[[dedup.group]]` entries.)
+#[must_use]
+pub fn exe_and_cgroup_match(
+    executables: &[String],
+    cgroups: &[String],
+    exe: Option<&str>,
+    cgroup: Option<&str>,
+) -> bool {
+    (executables.is_empty() || exe.is_some_and(|e| executables.iter().any(|x| x == e)))
+        && (cgroups.is_empty()
+            || cgroup.is_some_and(|c| cgroups.iter().any(|p| cgroup_under(c, p))))
+}
+
 /// The class to grant and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {

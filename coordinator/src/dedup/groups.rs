@@ -20,7 +20,7 @@ use tandem_proto::wire::{
     ClientClass, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_SHARE_WEIGHTS,
 };
 
-use crate::policy::{cgroup_under, Who};
+use crate::policy::{exe_and_cgroup_match, Who};
 
 /// Default `[dedup] timeout_ms`.
 pub const DEFAULT_TIMEOUT_MS: u32 = 5000;
@@ -93,17 +93,12 @@ impl TrustGroup {
         let user = (self.uids.is_empty() && self.user_uids.is_empty())
             || self.uids.contains(&who.uid)
             || self.user_uids.contains(&who.uid);
-        let exe = self.executables.is_empty()
-            || who
-                .exe
-                .as_deref()
-                .is_some_and(|e| self.executables.iter().any(|x| x == e));
-        let cgroup = self.cgroups.is_empty()
-            || who
-                .cgroup
-                .as_deref()
-                .is_some_and(|c| self.cgroups.iter().any(|p| cgroup_under(c, p)));
-        user && exe && cgroup
+        user && exe_and_cgroup_match(
+            &self.executables,
+            &self.cgroups,
+            who.exe.as_deref(),
+            who.cgroup.as_deref(),
+        )
     }
 
     fn has_criteria(&self) -> bool {

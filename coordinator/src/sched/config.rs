@@ -87,14 +87,7 @@ impl SloRule {
     #[must_use]
     pub fn matches(&self, uid: u32, exe: Option<&str>, cgroup: Option<&str>) -> bool {
         (self.uids.is_empty() || self.uids.contains(&uid))
-            && (self.executables.is_empty()
-                || exe.is_some_and(|e| self.executables.iter().any(|x| x == e)))
-            && (self.cgroups.is_empty()
-                || cgroup.is_some_and(|c| {
-                    self.cgroups
-                        .iter()
-                        .any(|p| crate::policy::cgroup_under(c, p))
-                }))
+            && crate::policy::exe_and_cgroup_match(&self.executables, &self.cgroups, exe, cgroup)
     }
 
     /// The target in ns.
