@@ -70,6 +70,19 @@ extern "C" {
 #define TANDEM_GATE_SEQ_STEP 2u /* added to the gate word when the launch limit is raised */
 #define TANDEM_LAUNCH_UNLIMITED 0u /* launch_limit: no limit */
 
+/* ---- tandem_follow_* return codes (see tandem_follow_strerror) ---- */
+#define TANDEM_FOLLOW_OK (0)
+#define TANDEM_FOLLOW_DISABLED (-1)
+#define TANDEM_FOLLOW_NO_COORDINATOR (-2)
+#define TANDEM_FOLLOW_NOT_FOUND (-3)
+#define TANDEM_FOLLOW_MISMATCH (-4)
+#define TANDEM_FOLLOW_NOT_PERMITTED (-5)
+#define TANDEM_FOLLOW_NAME_TAKEN (-6)
+#define TANDEM_FOLLOW_LIMIT (-7)
+#define TANDEM_FOLLOW_TIMEOUT (-8)
+#define TANDEM_FOLLOW_DRIVER (-9)
+#define TANDEM_FOLLOW_INVALID (-10)
+
 /* ---- one event, 64 bytes ---- */
 struct tandem_record {
     uint64_t ts_ns;                  /* @0   ns on CLOCK_MONOTONIC */
@@ -227,6 +240,36 @@ uint64_t tandem_dedup_cow_breaks(void);
  * shared or private, in whole 2 MiB granules.
  */
 uint64_t tandem_dedup_backed_bytes(void);
+/* Follow mode (TANDEM_FOLLOW=on; see README): allocate `bytes` of device memory in the
+ * current context (whole 2 MiB granules, read-write, like cuMemAlloc) and offer it,
+ * as region `name` with the opaque `layout` tag, to followers of this trust group on
+ * this GPU. *dptr is non-zero exactly when memory was allocated (free it with
+ * tandem_follow_free), whatever the code: TANDEM_FOLLOW_OK, or why it is not shared.
+ * Waits for tandemd's answer for at most 5 s. Re-offered after a coordinator restart.
+ */
+int tandem_follow_share(const char *name, uint64_t bytes, const uint8_t layout[16],
+unsigned long long *dptr);
+/* Follow mode: map region `name`, shared by another job, read-only into the current
+ * context. `bytes` and `layout` must equal the sharer's. Reads see the sharer's live
+ * memory (no snapshot: a read may see a half-applied update); writes by a driver copy
+ * fail, a kernel that writes faults this process only. Waits up to timeout_ms for the
+ * region to appear (0: 5000). On TANDEM_FOLLOW_OK *dptr is set, else it is 0.
+ */
+int tandem_follow_map(const char *name, uint64_t bytes, const uint8_t layout[16],
+unsigned timeout_ms, unsigned long long *dptr);
+/* Follow mode: release a region returned by tandem_follow_share (no longer offered;
+ * followers keep what they mapped) or tandem_follow_map. cuMemFree does the same.
+ */
+int tandem_follow_free(unsigned long long dptr);
+/* Follow mode: one line of text for a tandem_follow_* return code (static storage).
+ */
+const char *tandem_follow_strerror(int code);
+/* Follow mode: bytes this process offers to followers now.
+ */
+uint64_t tandem_follow_shared_bytes(void);
+/* Follow mode: bytes of other jobs' regions this process maps read-only now.
+ */
+uint64_t tandem_follow_mapped_bytes(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -91,6 +91,41 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
         "uint64_t tandem_dedup_backed_bytes(void);",
         "Weight dedup: bytes of device memory held through dedup-backed (VMM) allocations,\n\
          shared or private, in whole 2 MiB granules.",
+    ),    (
+        "int tandem_follow_share(const char *name, uint64_t bytes, const uint8_t layout[16],\n\
+                        unsigned long long *dptr);",
+        "Follow mode (TANDEM_FOLLOW=on; see README): allocate `bytes` of device memory in the\n\
+         current context (whole 2 MiB granules, read-write, like cuMemAlloc) and offer it,\n\
+         as region `name` with the opaque `layout` tag, to followers of this trust group on\n\
+         this GPU. *dptr is non-zero exactly when memory was allocated (free it with\n\
+         tandem_follow_free), whatever the code: TANDEM_FOLLOW_OK, or why it is not shared.\n\
+         Waits for tandemd's answer for at most 5 s. Re-offered after a coordinator restart.",
+    ),
+    (
+        "int tandem_follow_map(const char *name, uint64_t bytes, const uint8_t layout[16],\n\
+                      unsigned timeout_ms, unsigned long long *dptr);",
+        "Follow mode: map region `name`, shared by another job, read-only into the current\n\
+         context. `bytes` and `layout` must equal the sharer's. Reads see the sharer's live\n\
+         memory (no snapshot: a read may see a half-applied update); writes by a driver copy\n\
+         fail, a kernel that writes faults this process only. Waits up to timeout_ms for the\n\
+         region to appear (0: 5000). On TANDEM_FOLLOW_OK *dptr is set, else it is 0.",
+    ),
+    (
+        "int tandem_follow_free(unsigned long long dptr);",
+        "Follow mode: release a region returned by tandem_follow_share (no longer offered;\n\
+         followers keep what they mapped) or tandem_follow_map. cuMemFree does the same.",
+    ),
+    (
+        "const char *tandem_follow_strerror(int code);",
+        "Follow mode: one line of text for a tandem_follow_* return code (static storage).",
+    ),
+    (
+        "uint64_t tandem_follow_shared_bytes(void);",
+        "Follow mode: bytes this process offers to followers now.",
+    ),
+    (
+        "uint64_t tandem_follow_mapped_bytes(void);",
+        "Follow mode: bytes of other jobs' regions this process maps read-only now.",
     ),
 ];
 
@@ -527,6 +562,15 @@ extern \"C\" {
         o,
         "#define TANDEM_LAUNCH_UNLIMITED {LAUNCH_UNLIMITED}u /* launch_limit: no limit */"
     );
+    o.push('\n');
+
+    let _ = writeln!(
+        o,
+        "/* ---- tandem_follow_* return codes (see tandem_follow_strerror) ---- */"
+    );
+    for (name, value, _) in crate::follow::api::CODES {
+        let _ = writeln!(o, "#define TANDEM_FOLLOW_{name} ({value})");
+    }
     o.push('\n');
 
     let _ = writeln!(o, "/* ---- one event, 64 bytes ---- */");

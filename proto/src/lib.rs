@@ -9,6 +9,7 @@
 //! * [`shm`]: sealed memfd regions and the owned [`Mapping`].
 //! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
 //! * [`dedup`]: the weight-deduplication message ([`wire`] type 8).
+//! * [`follow`]: the follow-mode message ([`wire`] type 9).
 //! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
 //!
 //! # Connection flow
@@ -37,6 +38,7 @@
 pub mod control;
 pub mod dedup;
 pub mod error;
+pub mod follow;
 pub mod header;
 pub mod paths;
 pub mod record;

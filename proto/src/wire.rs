@@ -21,10 +21,12 @@
 //!                                                            (tandemd -> tandemctl)
 //! Dedup    56 bytes, see [`crate::dedup`]       (both ways; PUBLISHED and OFFER
 //!                                                carry a shareable fd by SCM_RIGHTS)
+//! Follow   96 bytes, see [`crate::follow`]      (both ways; SHARE and MAPPED
+//!                                                carry a shareable fd by SCM_RIGHTS)
 //! ```
 //!
 //! Type codes: Hello 1, Welcome 2, Reject 3, FuncName 4, Device 5, Control 6,
-//! ControlReply 7, Dedup 8.
+//! ControlReply 7, Dedup 8, Follow 9.
 //!
 //! The header's `version` is the sender's [`PROTOCOL_VERSION`]. The header and
 //! the Reject message are frozen across versions: a receiver always decodes a
@@ -41,6 +43,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::dedup::{Dedup, DEDUP_LEN};
 use crate::error::{Error, Result};
+use crate::follow::{Follow, FOLLOW_LEN};
 use crate::ring::{RingLayout, RING_LAYOUT_VERSION};
 
 /// Wire magic, the first four bytes of every message (`"TNDM"`).
@@ -86,12 +89,22 @@ pub const HELLO_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
 /// the configuration (wins over [`HELLO_FLAG_SHARE_WEIGHTS`] and over the
 /// coordinator's per-class defaults).
 pub const HELLO_FLAG_NO_SHARE_WEIGHTS: u8 = 1 << 1;
+/// Hello flag: the job set `TANDEM_FOLLOW=on`: it may share regions for
+/// followers or follow them ([`crate::follow`]). Sent only when set, so a job
+/// that does not use follow mode still registers with an older coordinator.
+pub const HELLO_FLAG_FOLLOW: u8 = 1 << 2;
 /// Every Hello flag this build knows.
-const HELLO_FLAGS: u8 = HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS;
+const HELLO_FLAGS: u8 = HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW;
 /// Welcome flag: weight sharing is enabled for this client. Only a coordinator
 /// that speaks [`Message::Dedup`] sets it, and a shim sends Dedup messages only
 /// after seeing it, so the Dedup message needed no protocol version bump.
 pub const WELCOME_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
+/// Welcome flag: this coordinator speaks [`Message::Follow`] and follow mode
+/// is enabled for this client. Set only in answer to [`HELLO_FLAG_FOLLOW`]
+/// (a shim that did not send it may not know this bit).
+pub const WELCOME_FLAG_FOLLOW: u8 = 1 << 1;
+/// Every Welcome flag this build knows.
+const WELCOME_FLAGS: u8 = WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW;
 
 const TYPE_HELLO: u16 = 1;
 const TYPE_WELCOME: u16 = 2;
@@ -101,9 +114,12 @@ const TYPE_DEVICE: u16 = 5;
 const TYPE_CONTROL: u16 = 6;
 const TYPE_CONTROL_REPLY: u16 = 7;
 const TYPE_DEDUP: u16 = 8;
+const TYPE_FOLLOW: u16 = 9;
 
 /// The type code of [`Message::Dedup`] (see [`message_type`]).
 pub const MESSAGE_TYPE_DEDUP: u16 = TYPE_DEDUP;
+/// The type code of [`Message::Follow`] (see [`message_type`]).
+pub const MESSAGE_TYPE_FOLLOW: u16 = TYPE_FOLLOW;
 
 /// The type code in a datagram's header, if it has a whole header with the
 /// right magic (whatever its version or body). Lets a receiver tell which
@@ -122,6 +138,7 @@ const _: () = {
     assert!(HEADER_LEN + DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + CONTROL_REPLY_FIXED_LEN + MAX_CONTROL_MESSAGE_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + DEDUP_LEN <= MAX_MESSAGE_LEN);
+    assert!(HEADER_LEN + FOLLOW_LEN <= MAX_MESSAGE_LEN);
 };
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
@@ -374,6 +391,8 @@ pub enum Message<'a> {
     ControlReply(ControlReply<'a>),
     /// Both ways, between a shim that shares weights and the coordinator.
     Dedup(Dedup),
+    /// Both ways, between a shim in follow mode and the coordinator.
+    Follow(Follow),
 }
 
 // ---- little-endian cursor helpers (bounds already checked by callers) ----
@@ -457,6 +476,7 @@ impl<'a> Message<'a> {
             Message::Control(_) => "Control",
             Message::ControlReply(_) => "ControlReply",
             Message::Dedup(_) => "Dedup",
+            Message::Follow(_) => "Follow",
         }
     }
 
@@ -510,6 +530,10 @@ impl<'a> Message<'a> {
             TYPE_DEDUP => {
                 exact("Dedup", body_len, body.len())?;
                 Dedup::decode(body).map(Message::Dedup)
+            }
+            TYPE_FOLLOW => {
+                exact("Follow", body_len, body.len())?;
+                Follow::decode(body).map(Message::Follow)
             }
             raw => Err(Error::UnknownMessage { raw }),
         }
@@ -565,7 +589,7 @@ impl<'a> Message<'a> {
             });
         }
         let class = class("class", b[28])?;
-        let flags = flags("welcome flags", b[29], WELCOME_FLAG_SHARE_WEIGHTS)?;
+        let flags = flags("welcome flags", b[29], WELCOME_FLAGS)?;
         Ok(Message::Welcome(Welcome {
             client_id,
             region_len,
@@ -668,6 +692,7 @@ impl<'a> Message<'a> {
             Message::Control(_) => CONTROL_LEN,
             Message::ControlReply(r) => CONTROL_REPLY_FIXED_LEN + r.message.len(),
             Message::Dedup(_) => DEDUP_LEN,
+            Message::Follow(_) => FOLLOW_LEN,
         }
     }
 
@@ -705,7 +730,7 @@ impl<'a> Message<'a> {
                         value: u64::from(w.heartbeat_interval_ms),
                     });
                 }
-                flags("welcome flags", w.flags, WELCOME_FLAG_SHARE_WEIGHTS)?;
+                flags("welcome flags", w.flags, WELCOME_FLAGS)?;
                 TYPE_WELCOME
             }
             Message::Reject(r) => {
@@ -734,6 +759,10 @@ impl<'a> Message<'a> {
             Message::Dedup(d) => {
                 d.validate()?;
                 TYPE_DEDUP
+            }
+            Message::Follow(f) => {
+                f.validate()?;
+                TYPE_FOLLOW
             }
         };
         let total = self.encoded_len();
@@ -798,6 +827,7 @@ impl<'a> Message<'a> {
                 b[CONTROL_REPLY_FIXED_LEN..].copy_from_slice(r.message.as_bytes());
             }
             Message::Dedup(d) => d.encode_body(b)?,
+            Message::Follow(f) => f.encode_body(b)?,
         }
         Ok(total)
     }
@@ -1065,7 +1095,7 @@ mod tests {
             assert_eq!(Message::decode(&b), Ok(m));
         }
         assert_ne!(HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS);
-        let unknown = 1u8 << 2;
+        let unknown = 1u8 << 3;
         let mut b = enc(&Message::Hello(hello()));
         b[HEADER_LEN + 5] = HELLO_FLAG_NO_SHARE_WEIGHTS | unknown;
         assert_eq!(
@@ -1084,8 +1114,36 @@ mod tests {
         .is_err());
         // The Welcome knows no such flag.
         let mut w = enc(&Message::Welcome(welcome()));
-        w[HEADER_LEN + 29] = 1 << 1;
+        w[HEADER_LEN + 29] = 1 << 2;
         assert!(Message::decode(&w).is_err());
+    }
+
+    #[test]
+    fn follow_flags_and_messages_round_trip() {
+        let m = Message::Hello(Hello {
+            flags: HELLO_FLAG_FOLLOW,
+            ..hello()
+        });
+        assert_eq!(Message::decode(&enc(&m)), Ok(m));
+        let w = Message::Welcome(Welcome {
+            flags: WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW,
+            ..welcome()
+        });
+        assert_eq!(Message::decode(&enc(&w)), Ok(w));
+        let mut f = Follow::new(crate::follow::FollowOp::Map, 3, b"gpt2", 64 << 20).unwrap();
+        f.layout = [9; 16];
+        let b = enc(&Message::Follow(f));
+        assert_eq!(b.len(), HEADER_LEN + FOLLOW_LEN);
+        assert_eq!(message_type(&b), Some(MESSAGE_TYPE_FOLLOW));
+        assert_eq!(Message::decode(&b), Ok(Message::Follow(f)));
+        // A body of the wrong length is named as a Follow.
+        let mut short = b.clone();
+        short.truncate(b.len() - 1);
+        short[8..12].copy_from_slice(&((FOLLOW_LEN - 1) as u32).to_le_bytes());
+        assert!(matches!(
+            Message::decode(&short),
+            Err(Error::LengthMismatch { what: "Follow", .. })
+        ));
     }
 
     #[test]
