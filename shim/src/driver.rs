@@ -31,7 +31,7 @@ pub enum Support {
     DeviceGetUuidV2,
     DeviceGetUuid,
     DeviceGetName,
-    // weight dedup (crate::dedup::vmm)
+    // weight dedup and follow mode (crate::vmm)
     CtxGetCurrent,
     CtxSetCurrent,
     CtxGetStreamPriorityRange,

@@ -33,6 +33,7 @@ mod memops;
 mod proc_address;
 mod table;
 mod types;
+mod vmm;
 
 /// The constructor runs in every process the preload reaches (shells, compilers,
 /// …), so it does almost nothing: read `TANDEM_LOG`, arrange for fork and exit.

@@ -24,7 +24,6 @@ mod granules;
 mod hash;
 mod merge;
 pub mod quiesce;
-mod vmm;
 
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,6 +1,7 @@
-//! A thin typed layer over the real driver calls dedup makes on its own behalf
-//! (never the program's): VMM reserve/create/map/access/export/import, context
-//! and stream plumbing, and the copies used to hash and compare granules.
+//! A thin typed layer over the VMM driver calls the shim makes on its own
+//! behalf (never the program's), for weight dedup and follow mode:
+//! reserve/create/map/access/export/import, context and stream plumbing, and
+//! the copies dedup uses to hash and compare granules.
 //!
 //! Built on [`crate::calls`] (one error type, [`DriverError`], naming the call).
 
