@@ -117,7 +117,10 @@ pub fn dump() {
     }
     crate::log!(Debug, "{}", Counts);
     crate::log!(Debug, "{}", Totals);
-    if let Some(line) = crate::dedup::summary() {
+    for line in [crate::dedup::summary(), crate::follow::summary()]
+        .into_iter()
+        .flatten()
+    {
         crate::log!(Debug, "{line}");
     }
 }

@@ -26,6 +26,7 @@ mod dedup;
 mod dlsym;
 mod driver;
 mod env;
+mod follow;
 mod graphs;
 mod hooks;
 mod launch;
@@ -54,6 +55,7 @@ extern "C" fn after_fork_in_child() {
     counters::reset();
     client::after_fork_in_child();
     dedup::after_fork_in_child();
+    follow::after_fork_in_child();
 }
 
 extern "C" fn at_exit() {

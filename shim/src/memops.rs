@@ -162,9 +162,12 @@ pub unsafe fn free(
     real: unsafe extern "C" fn(CUdeviceptr) -> CuResult,
     dptr: CUdeviceptr,
 ) -> CuResult {
-    // A dedup-backed allocation is released by dedup, anything else by the driver.
-    // SAFETY: forwarded unchanged.
-    let rc = crate::dedup::free(dptr).unwrap_or_else(|| unsafe { real(dptr) });
+    // A dedup-backed allocation is released by dedup, a follow-mode region by
+    // follow, anything else by the driver.
+    let rc = crate::dedup::free(dptr)
+        .or_else(|| crate::follow::free(dptr))
+        // SAFETY: forwarded unchanged.
+        .unwrap_or_else(|| unsafe { real(dptr) });
     if let (Some(s), CuResult::SUCCESS) = (client, rc) {
         emit::memory(s, hook, EventKind::FREE, 0, 0, dptr, 0);
     }

@@ -248,6 +248,7 @@ macro_rules! hook_table {
                     drop(bracket);
                     if KIND.reports_faults() && rc == $crate::types::CuResult::ILLEGAL_ADDRESS {
                         $crate::dedup::illegal_address();
+                        $crate::follow::illegal_address();
                     }
                     rc
                 }

@@ -5,7 +5,8 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
 
 use tandem_proto::wire::{
-    ClientClass, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS, MAX_CGROUP_LEN, MAX_EXE_LEN,
+    ClientClass, HELLO_FLAG_FOLLOW, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS,
+    MAX_CGROUP_LEN, MAX_EXE_LEN,
 };
 
 /// Longest socket path `sockaddr_un` holds (without the NUL).
@@ -41,7 +42,8 @@ pub fn parse_class(value: &[u8]) -> Option<ClassSetting> {
     ClientClass::from_env_value(value).map(ClassSetting::Claim)
 }
 
-/// Parses a `TANDEM_SHARE_WEIGHTS` value; `None` when it is neither on nor off.
+/// Parses a `TANDEM_SHARE_WEIGHTS` or `TANDEM_FOLLOW` value; `None` when it is
+/// neither on nor off.
 pub fn parse_share_weights(value: &[u8]) -> Option<bool> {
     match value {
         b"on" | b"1" => Some(true),
@@ -83,6 +85,7 @@ pub fn load() -> Option<Config> {
             false
         })
     });
+    let follow = follow_enabled();
     let path = tandem_proto::paths::default_socket().into_os_string();
     let socket = match socket_path(path) {
         Ok(s) => s,
@@ -103,9 +106,24 @@ pub fn load() -> Option<Config> {
             None => 0,
             Some(true) => HELLO_FLAG_SHARE_WEIGHTS,
             Some(false) => HELLO_FLAG_NO_SHARE_WEIGHTS,
-        },
+        } | if follow { HELLO_FLAG_FOLLOW } else { 0 },
         exe: exe_path(),
         cgroup: cgroup_path(),
+    })
+}
+
+/// Whether `TANDEM_FOLLOW=on` (follow mode, `crate::follow`); anything but on
+/// or off is said once and means off.
+pub fn follow_enabled() -> bool {
+    crate::env::var(c"TANDEM_FOLLOW").is_some_and(|v| {
+        parse_share_weights(v).unwrap_or_else(|| {
+            crate::log!(
+                Warn,
+                "TANDEM_FOLLOW={:?} is not on or off (using off)",
+                crate::log::String8(v)
+            );
+            false
+        })
     })
 }
 

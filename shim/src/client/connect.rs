@@ -374,7 +374,7 @@ fn open_session(
         w.client_id,
         gen,
         w.heartbeat_interval_ms,
-        w.flags & tandem_proto::wire::WELCOME_FLAG_SHARE_WEIGHTS != 0,
+        w.flags,
     );
     // The session owns the socket from here on.
     core::mem::forget(sock);

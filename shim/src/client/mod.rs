@@ -31,6 +31,7 @@ mod watcher;
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+pub(crate) use config::follow_enabled;
 pub use session::Session;
 
 /// What a hook body gets: the live session, or `None` (fail-open).

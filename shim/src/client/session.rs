@@ -42,6 +42,8 @@ pub struct Session {
     pub(crate) client_id: u64,
     /// The Welcome said this client may share weights (dedup).
     pub(crate) share_weights: bool,
+    /// The Welcome said this coordinator speaks follow mode to this client.
+    pub(crate) follow: bool,
     /// The connected socket, or -1 once closed.
     sock: AtomicI32,
     /// Threads inside [`Session::send`] (so the socket is not closed under them).
@@ -60,7 +62,7 @@ impl Session {
         client_id: u64,
         gen: u32,
         heartbeat_ms: u32,
-        share_weights: bool,
+        welcome_flags: u8,
     ) -> Session {
         Session {
             producer,
@@ -71,7 +73,8 @@ impl Session {
             last_beat: AtomicU64::new(control.heartbeat()),
             beat_seen_ns: AtomicU64::new(tandem_proto::monotonic_ns()),
             client_id,
-            share_weights,
+            share_weights: welcome_flags & tandem_proto::wire::WELCOME_FLAG_SHARE_WEIGHTS != 0,
+            follow: welcome_flags & tandem_proto::wire::WELCOME_FLAG_FOLLOW != 0,
             sock: AtomicI32::new(sock),
             senders: AtomicU32::new(0),
             region,
@@ -263,7 +266,7 @@ mod tests {
             9,
             1,
             100,
-            false,
+            0,
         );
         (s, consumer)
     }

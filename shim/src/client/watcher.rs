@@ -86,6 +86,7 @@ fn run(cfg: Config, mut current: Option<&'static Session>) {
             Outcome::Welcome(s) => {
                 if super::publish(s) {
                     current = Some(s);
+                    crate::follow::session_started(s);
                 } else {
                     s.retire();
                 }
@@ -153,6 +154,7 @@ fn watch(s: &Session) {
                 Ok(got) if got.len == 0 => return,
                 Ok(got) => match wire::Message::decode(&buf[..got.len]) {
                     Ok(wire::Message::Dedup(d)) => crate::dedup::on_message(s, d, got.fd),
+                    Ok(wire::Message::Follow(f)) => crate::follow::on_message(f, got.fd),
                     Ok(m) => crate::log!(
                         Debug,
                         "ignoring a {} message from the coordinator",
