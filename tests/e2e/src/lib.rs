@@ -264,6 +264,12 @@ const HOSTS: &[HostSpec] = &[
         rtld_next: false,
     },
     HostSpec {
+        name: "follower",
+        sources: &["follower.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
         name: "rtld_next",
         sources: &["rtld_next.c", "resolve_linked.c"],
         link_cuda: true,
