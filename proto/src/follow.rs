@@ -179,7 +179,11 @@ pub mod api {
     /// (C name suffix, value, text) of every code.
     pub const CODES: &[(&str, i32, &CStr)] = &[
         ("OK", OK, c"ok"),
-        ("DISABLED", DISABLED, c"follow mode is off in this process (set TANDEM_FOLLOW=on)"),
+        (
+            "DISABLED",
+            DISABLED,
+            c"follow mode is off in this process (set TANDEM_FOLLOW=on)",
+        ),
         (
             "NO_COORDINATOR",
             NO_COORDINATOR,
@@ -200,10 +204,22 @@ pub mod api {
             NOT_PERMITTED,
             c"tandemd's configuration does not allow follow mode for this job",
         ),
-        ("NAME_TAKEN", NAME_TAKEN, c"another job already shares a region of that name"),
-        ("LIMIT", LIMIT, c"this job already shares as many regions as tandemd allows"),
+        (
+            "NAME_TAKEN",
+            NAME_TAKEN,
+            c"another job already shares a region of that name",
+        ),
+        (
+            "LIMIT",
+            LIMIT,
+            c"this job already shares as many regions as tandemd allows",
+        ),
         ("TIMEOUT", TIMEOUT, c"tandemd did not answer in time"),
-        ("DRIVER", DRIVER, c"a CUDA driver call failed (TANDEM_LOG=debug says which)"),
+        (
+            "DRIVER",
+            DRIVER,
+            c"a CUDA driver call failed (TANDEM_LOG=debug says which)",
+        ),
         (
             "INVALID",
             INVALID,
@@ -450,15 +466,25 @@ mod tests {
         let m = sample(FollowOp::Map);
         let a = m.answer(FollowStatus::NOT_FOUND);
         assert_eq!(a.op, FollowOp::Mapped);
-        assert_eq!((a.request, a.len, a.layout, a.name()), (77, m.len, m.layout, m.name()));
+        assert_eq!(
+            (a.request, a.len, a.layout, a.name()),
+            (77, m.len, m.layout, m.name())
+        );
         assert_eq!(FollowStatus(a.status).name(), "not_found");
-        assert_eq!(sample(FollowOp::Share).answer(FollowStatus::OK).op, FollowOp::Shared);
+        assert_eq!(
+            sample(FollowOp::Share).answer(FollowStatus::OK).op,
+            FollowOp::Shared
+        );
     }
 
     #[test]
     fn api_codes_are_distinct_and_every_status_has_one() {
         for (i, a) in api::CODES.iter().enumerate() {
-            assert!(api::CODES[i + 1..].iter().all(|b| b.1 != a.1 && b.0 != a.0), "{}", a.0);
+            assert!(
+                api::CODES[i + 1..].iter().all(|b| b.1 != a.1 && b.0 != a.0),
+                "{}",
+                a.0
+            );
             assert_eq!(api::text(a.1), a.2);
         }
         assert_eq!(api::text(1234), c"unknown tandem_follow code");

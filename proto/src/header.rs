@@ -91,7 +91,8 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
         "uint64_t tandem_dedup_backed_bytes(void);",
         "Weight dedup: bytes of device memory held through dedup-backed (VMM) allocations,\n\
          shared or private, in whole 2 MiB granules.",
-    ),    (
+    ),
+    (
         "int tandem_follow_share(const char *name, uint64_t bytes, const uint8_t layout[16],\n\
                         unsigned long long *dptr);",
         "Follow mode (TANDEM_FOLLOW=on; see README): allocate `bytes` of device memory in the\n\

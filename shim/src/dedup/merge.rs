@@ -15,11 +15,11 @@ use tandem_proto::dedup::{Dedup, DedupOp, DedupStatus, WithdrawReason};
 use super::granules::{Alloc, Backing, Granule, Rule, Verdict};
 use super::hash::{hash128, is_uniform};
 use super::quiesce::{self, Bracket};
-use crate::vmm::{self, Access, DriverError};
 use super::{ctx_of, send, shared_changed, state, State};
 use super::{BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
 use crate::client::Session;
 use crate::types::{CUdeviceptr, CuResult};
+use crate::vmm::{self, Access, DriverError};
 
 /// The watcher thread's own resources.
 struct Worker {

@@ -132,6 +132,9 @@ mod tests {
         });
         let got = M.wait(7, Instant::now() + Duration::from_secs(10));
         t.join().unwrap();
-        assert_eq!(got.map(|a| (a.0.request, a.0.op)), Some((7, FollowOp::Mapped)));
+        assert_eq!(
+            got.map(|a| (a.0.request, a.0.op)),
+            Some((7, FollowOp::Mapped))
+        );
     }
 }

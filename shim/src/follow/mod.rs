@@ -31,8 +31,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tandem_proto::follow::{api, valid_name, Follow, FollowOp, FollowStatus, FOLLOW_LEN};
 use tandem_proto::follow::MAX_REGION_LEN;
+use tandem_proto::follow::{api, valid_name, Follow, FollowOp, FollowStatus, FOLLOW_LEN};
 use tandem_proto::wire::{Message, HEADER_LEN};
 
 use crate::client::Session;

@@ -71,7 +71,12 @@ impl Regions {
     /// Sets the `offered` state of the shared region at `base`; `false` when
     /// there is no shared region there (any more).
     pub fn set_offered(&mut self, base: CUdeviceptr, offered: bool) -> bool {
-        match self.0.iter_mut().find(|r| r.base == base).map(|r| &mut r.role) {
+        match self
+            .0
+            .iter_mut()
+            .find(|r| r.base == base)
+            .map(|r| &mut r.role)
+        {
             Some(Role::Shared { offered: o }) => {
                 *o = offered;
                 true
@@ -117,15 +122,26 @@ mod tests {
     #[test]
     fn lookups_by_address_name_and_role() {
         let mut t = Regions::new();
-        t.insert(region(0x1000_0000, 4 << 20, Role::Shared { offered: false }, b"a"));
+        t.insert(region(
+            0x1000_0000,
+            4 << 20,
+            Role::Shared { offered: false },
+            b"a",
+        ));
         t.insert(region(0x2000_0000, 2 << 20, Role::Followed, b"b"));
         assert!(t.contains(0x1000_0000));
         assert!(t.contains(0x1000_0000 + (4 << 20) - 1));
         assert!(!t.contains(0x1000_0000 + (4 << 20)));
         assert!(!t.contains(0x0fff_ffff));
-        assert!(t.shared().all(|r| r.name == b"a"), "b is followed, not shared");
+        assert!(
+            t.shared().all(|r| r.name == b"a"),
+            "b is followed, not shared"
+        );
         assert!(t.set_offered(0x1000_0000, true));
-        assert!(!t.set_offered(0x2000_0000, true), "not a shared one: no effect");
+        assert!(
+            !t.set_offered(0x2000_0000, true),
+            "not a shared one: no effect"
+        );
         assert!(t.export_of(0x1000_0000).is_none());
         let roles: Vec<Role> = t.0.iter().map(|r| r.role).collect();
         assert!(roles.contains(&Role::Shared { offered: true }));
