@@ -5,9 +5,16 @@
 //! sharer's training.
 //!
 //! * [`config`] — `[follow]` in tandemd.toml, the Welcome flag.
+//! * [`regions`] — the registry of shared regions: a pure state machine
+//!   (messages in, answers out, time injected) that holds the regions' fds.
 //!
 //! The conversation itself is documented in [`tandem_proto::follow`].
 
 pub mod config;
+pub mod regions;
+
+#[cfg(test)]
+mod tests;
 
 pub use config::{FollowConfig, FollowLimits};
+pub use regions::{Gone, Region, RegionKey, Regions};
