@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::dedup::stats::ClientDedup;
+use crate::follow::stats::ClientFollow;
 use crate::limits::Limits;
 use crate::policy::{decide, Decision, Who};
 use crate::sched::{self, Class, Input, Output, SchedConfig, Scheduler};
@@ -786,6 +787,12 @@ fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
             shared_bytes: 0,
             candidate_granules: 0,
             private_bytes: c.stats.bytes_allocated,
+        },
+        follow: ClientFollow {
+            granted: c.follow_group.is_some(),
+            group: c.follow_group.clone(),
+            shared_bytes: 0,
+            mapped_bytes: 0,
         },
     }
 }

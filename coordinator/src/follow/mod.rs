@@ -7,11 +7,13 @@
 //! * [`config`] — `[follow]` in tandemd.toml, the Welcome flag.
 //! * [`regions`] — the registry of shared regions: a pure state machine
 //!   (messages in, answers out, time injected) that holds the regions' fds.
+//! * [`stats`] — the JSON shapes in `GET /stats`.
 //!
 //! The conversation itself is documented in [`tandem_proto::follow`].
 
 pub mod config;
 pub mod regions;
+pub mod stats;
 
 #[cfg(test)]
 mod tests;

@@ -573,3 +573,57 @@ fn counters_list_every_refusal_and_count_malformed_messages() {
     assert_eq!(t.refusals(MALFORMED), 2);
     assert_eq!(t.r.counters().shares + t.r.counters().maps, 0);
 }
+
+#[test]
+fn stats_name_each_region_s_gpu_and_the_owner_s_ordinal_on_it() {
+    use super::stats::{annotate, Placement};
+    let mut t = T::new();
+    assert_eq!(t.share(1, "w", memfd("tfu-stats")), FollowStatus::OK);
+    assert_eq!(
+        t.share_in(
+            2,
+            Some("models"),
+            Some(GPU + 1),
+            "v",
+            Some(memfd("tfu-stats"))
+        ),
+        FollowStatus::OK
+    );
+    assert_eq!(t.map(3, "w").0, FollowStatus::OK);
+    assert!(t.unshare(9, "x").is_empty());
+    let place = Placement {
+        gpus: [(GPU, "GPU-a".to_string())].into_iter().collect(),
+        // Client 2 has moved to another GPU since it shared: no ordinal.
+        devices: [(1, (GPU, 3)), (2, (GPU, 0))].into_iter().collect(),
+    };
+    let f = annotate(&t.r, true, &place, &mut []);
+    assert!(f.enabled);
+    let rows: Vec<_> = f
+        .regions
+        .iter()
+        .map(|r| {
+            (
+                r.name.as_str(),
+                r.group.as_str(),
+                r.gpu.as_deref(),
+                r.gpu_ordinal,
+                r.owner,
+                r.owner_pid,
+                r.bytes,
+                r.followers,
+                r.maps,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("v", "models", None, None, 2, 4002, LEN, 0, 0),
+            ("w", G, Some("GPU-a"), Some(3), 1, 4001, LEN, 1, 1),
+        ]
+    );
+    assert_eq!((f.shared_bytes, f.mapped_bytes), (2 * LEN, LEN));
+    assert_eq!((f.shares, f.maps, f.unmaps), (2, 1, 0));
+    assert_eq!(f.refusals.len(), REFUSALS.len());
+    assert_eq!(f.refusals[UNOWNED_UNSHARE], 1);
+}
