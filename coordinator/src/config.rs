@@ -10,6 +10,7 @@ use tandem_proto::ring::{MAX_CAPACITY, MIN_CAPACITY};
 use tandem_proto::wire::{ClientClass, MAX_HEARTBEAT_INTERVAL_MS};
 
 use crate::dedup::DedupConfig;
+use crate::follow::FollowConfig;
 use crate::sched::SchedConfig;
 
 /// Where tandemd looks for its configuration unless `--config` says otherwise.
@@ -163,6 +164,18 @@ max_candidates_per_client = 262144
 # users = ["alice"]          # and/or uids = [1000]
 # executables = ["/usr/bin/python3"]
 # cgroups = ["/kubepods/inference"]   # cgroup path prefix
+
+# Follow mode: a job shares a named region of its device memory (e.g. a
+# training job's live weights, through tandem_follow_share), and jobs of the
+# same trust group (the groups above) on the same GPU map it read-only
+# (tandem_follow_map), so their outputs track it. Both jobs set
+# TANDEM_FOLLOW=on. A reload applies to later requests: regions already
+# shared stay, and so do the mappings of them.
+[follow]
+# Master switch: when false no client is told it may use follow mode.
+enabled = true
+# Regions one client may share at once (1..=1024).
+max_regions_per_client = 16
 "#;
 
 /// A class the operator may grant ("auto" is a claim, not a grant).
@@ -208,6 +221,8 @@ pub struct Config {
     pub scheduler: SchedConfig,
     /// `[dedup]`: weight sharing and trust groups.
     pub dedup: DedupConfig,
+    /// `[follow]`: follow mode (shared regions mapped read-only).
+    pub follow: FollowConfig,
 }
 
 /// `[stats]`.
@@ -299,6 +314,7 @@ impl Default for Config {
             policy: PolicyConfig::default(),
             scheduler: SchedConfig::default(),
             dedup: DedupConfig::default(),
+            follow: FollowConfig::default(),
         }
     }
 }
@@ -439,6 +455,7 @@ impl Config {
             .validate()
             .map_err(|e| (format!("scheduler.{}", e.field), e.problem))?;
         self.dedup.validate()?;
+        self.follow.validate()?;
         for (i, o) in self.policy.overrides.iter().enumerate() {
             let n = usize::from(o.exe.is_some())
                 + usize::from(o.uid.is_some())

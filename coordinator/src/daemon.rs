@@ -15,16 +15,20 @@ use std::time::{Duration, Instant};
 
 use tandem_proto::wire::{
     self, Control, ControlOp, ControlReply, Message, Reject, RejectReason, MAX_MESSAGE_LEN,
-    MESSAGE_TYPE_DEDUP, PROTOCOL_VERSION,
+    MESSAGE_TYPE_DEDUP, MESSAGE_TYPE_FOLLOW, PROTOCOL_VERSION,
 };
 use tandem_proto::Error as ProtoError;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, Source};
+use crate::dedup::broker::RateLimit;
 use crate::dedup::{Broker, Index};
+use crate::follow::stats::Placement;
+use crate::follow::Regions;
 use crate::policy::Who;
 use crate::registry::{gpu_key, Registry};
 use crate::sock::{self, Epoll, PeerCred, Probe};
+use crate::state::format_uuid;
 use crate::state::Snapshot;
 
 /// Most connections allowed to sit in the handshake at once.
@@ -33,6 +37,7 @@ pub const MAX_PENDING: usize = 1024;
 const MAX_MESSAGES_PER_WAKE: usize = 64;
 
 mod dedup_io;
+mod follow_io;
 
 const TOKEN_LISTENER: u64 = 0;
 const TOKEN_STOP: u64 = 1;
@@ -44,6 +49,8 @@ pub struct Shared {
     registry: Mutex<Registry>,
     /// The dedup index (never locked while holding the registry's lock).
     dedup: Mutex<Index>,
+    /// Follow mode's shared regions (never locked while holding another lock).
+    follow: Mutex<Regions>,
     config: Mutex<Arc<Config>>,
     /// Start time.
     pub started: Instant,
@@ -72,6 +79,13 @@ impl Shared {
         self.dedup.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Lock the registry of follow-mode regions (poisoning ignored, as for
+    /// the registry). Never taken while another lock is held, and no other
+    /// lock is taken while it is held.
+    pub fn follow(&self) -> MutexGuard<'_, Regions> {
+        self.follow.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         Arc::clone(&self.config.lock().unwrap_or_else(|e| e.into_inner()))
@@ -88,12 +102,31 @@ impl Shared {
         let (mut gpus, mut clients, totals) = reg.snapshot(now);
         let departed = reg.departed.iter().cloned().collect();
         let gpu_keys: Vec<u64> = reg.gpus.keys().map(gpu_key).collect();
+        let placement = Placement {
+            gpus: reg
+                .gpus
+                .keys()
+                .map(|u| (gpu_key(u), format_uuid(u)))
+                .collect(),
+            devices: reg
+                .clients
+                .values()
+                .filter_map(|c| Some((c.id, (gpu_key(&c.gpu?), c.gpu_ordinal?))))
+                .collect(),
+        };
         drop(reg);
+        let cfg = self.config();
         let dedup = crate::dedup::stats::annotate(
             &self.dedup(),
-            self.config().dedup.enabled,
+            cfg.dedup.enabled,
             &gpu_keys,
             &mut gpus,
+            &mut clients,
+        );
+        let follow = crate::follow::stats::annotate(
+            &self.follow(),
+            cfg.follow.enabled,
+            &placement,
             &mut clients,
         );
         Snapshot {
@@ -110,6 +143,7 @@ impl Shared {
             totals,
             departed,
             dedup,
+            follow,
         }
     }
 }
@@ -185,6 +219,8 @@ pub struct Daemon {
     client_tokens: HashMap<u64, u64>,
     /// The shared copies' fds; runs the dedup index's actions.
     broker: Broker,
+    /// Bounds the debug lines about refused or malformed Follow messages.
+    follow_log: RateLimit,
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
@@ -283,6 +319,7 @@ impl Daemon {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::new(opts.config.scheduler.clone())),
             dedup: Mutex::new(Index::new(opts.config.dedup.index_config())),
+            follow: Mutex::new(Regions::new(opts.config.follow.limits())),
             config: Mutex::new(Arc::new(opts.config)),
             started: Instant::now(),
             socket,
@@ -326,6 +363,7 @@ impl Daemon {
             pending_full_warned: false,
             client_tokens: HashMap::new(),
             broker: Broker::new(),
+            follow_log: RateLimit::default(),
         })
     }
 
@@ -454,6 +492,8 @@ impl Daemon {
                     .reapply_policy(&cfg, self.shared.euid);
                 // Sharing and trust groups of registered clients stay as they are.
                 self.shared.dedup().set_config(cfg.dedup.index_config());
+                // Later Follow messages see it; shared regions stay.
+                self.shared.follow().set_limits(cfg.follow.limits());
                 self.shared.set_config(cfg);
                 self.shared.registry().totals.reloads += 1;
                 let msg = match src {
@@ -570,10 +610,12 @@ impl Daemon {
         Some(c)
     }
 
-    /// Remove registered client `id` everywhere (registry, dedup index).
+    /// Remove registered client `id` everywhere (registry, dedup index,
+    /// follow regions).
     fn reclaim(&mut self, id: u64, why: &str) {
         self.shared.registry().reclaim(id, why);
         self.dedup_leave(id);
+        self.follow_leave(id);
     }
 
     /// Send a Reject (non-blocking, best effort), count it, and close.
@@ -756,6 +798,18 @@ impl Daemon {
                     Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_DEDUP) => {
                         self.dedup_malformed(id, &e);
                     }
+                    // Follow messages likewise: refusals are answers, and
+                    // what does not decode is counted, never a disconnect.
+                    Ok(Message::Follow(m)) if m.op.from_shim() => {
+                        self.follow_message(id, &m, g.fd);
+                    }
+                    Ok(Message::Follow(m)) => {
+                        let why = format!("{} is sent only by tandemd", m.op.name());
+                        self.follow_malformed(id, &why);
+                    }
+                    Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_FOLLOW) => {
+                        self.follow_malformed(id, &e.to_string());
+                    }
                     _ if g.fd.is_some() => {
                         bad = Some("a file descriptor was attached".into());
                         break;
@@ -849,6 +903,29 @@ impl Daemon {
             if let Ok(n) = m.encode(&mut self.out) {
                 let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
             }
+        }
+    }
+}
+
+/// Send one datagram to registered client `client` (non-blocking): `false`
+/// if it is gone or its socket would block or failed (logged at debug,
+/// naming `what` was sent).
+fn send_to(
+    conns: &HashMap<u64, Conn>,
+    tokens: &HashMap<u64, u64>,
+    client: u64,
+    bytes: &[u8],
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+    what: &str,
+) -> bool {
+    let Some(c) = tokens.get(&client).and_then(|t| conns.get(t)) else {
+        return false;
+    };
+    match wire::send(c.fd.as_fd(), bytes, fd) {
+        Ok(()) => true,
+        Err(e) => {
+            debug!(client, "could not send a {what} message: {e}");
+            false
         }
     }
 }

@@ -9,6 +9,7 @@
 //! * [`sched`] — when training may launch: the pure scheduling policy core.
 //! * [`dedup`] — weight deduplication: trust groups, the content index, the
 //!   shared copies' fds.
+//! * [`follow`] — follow mode: the registry of shared regions and their fds.
 //! * [`reader`] — the ring-reader thread (adaptive polling, heartbeats).
 //! * [`state`] — per-client and per-GPU statistics; the stats snapshot.
 //! * [`stats_http`] and [`metrics`] — `GET /stats` (JSON) and `GET /metrics` (Prometheus).
@@ -26,6 +27,7 @@ pub mod control;
 pub mod ctl;
 pub mod daemon;
 pub mod dedup;
+pub mod follow;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

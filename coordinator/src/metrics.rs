@@ -164,6 +164,7 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     dedup(&mut out, s);
+    follow(&mut out, s);
     header(
         &mut out,
         "tandem_gpu_training_share",
@@ -332,6 +333,72 @@ fn dedup(out: &mut String, s: &Snapshot) {
     );
 }
 
+/// The `tandem_follow_*` families: daemon-wide, per refusal reason, and per
+/// client granted follow mode.
+fn follow(out: &mut String, s: &Snapshot) {
+    let f = &s.follow;
+    let gauges: [(&str, &str, u64); 3] = [
+        (
+            "tandem_follow_regions",
+            "Regions shared for followers now (follow mode).",
+            f.regions.len() as u64,
+        ),
+        (
+            "tandem_follow_shared_bytes",
+            "Bytes of the regions shared for followers.",
+            f.shared_bytes,
+        ),
+        (
+            "tandem_follow_mapped_bytes",
+            "Bytes followers map read-only: device memory follow mode saves, since a follower holds no copy.",
+            f.mapped_bytes,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        header(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    header(
+        out,
+        "tandem_follow_maps_total",
+        "counter",
+        "Maps of shared regions granted to followers.",
+    );
+    let _ = writeln!(out, "tandem_follow_maps_total {}", f.maps);
+    header(
+        out,
+        "tandem_follow_refusals_total",
+        "counter",
+        "Follow messages refused, by answer status; malformed and unowned_unshare: ignored.",
+    );
+    for (status, n) in &f.refusals {
+        let _ = writeln!(
+            out,
+            "tandem_follow_refusals_total{{status=\"{}\"}} {n}",
+            escape_label(status)
+        );
+    }
+    type ClientField = fn(&ClientSnapshot) -> u64;
+    let per_client: [(&str, &str, ClientField); 2] = [
+        (
+            "tandem_follow_client_shared_bytes",
+            "Bytes of the regions the client shares for followers.",
+            |c| c.follow.shared_bytes,
+        ),
+        (
+            "tandem_follow_client_mapped_bytes",
+            "Bytes of shared regions the client maps read-only.",
+            |c| c.follow.mapped_bytes,
+        ),
+    ];
+    for (name, help, v) in per_client {
+        header(out, name, "gauge", help);
+        for c in s.clients.iter().filter(|c| c.follow.granted) {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(c), v(c));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,6 +444,60 @@ mod tests {
         );
         // An older daemon's snapshot (no `sharing`): no made-up series.
         assert!(!render(&snapshot("")).contains("tandem_sharing_mode"));
+    }
+
+    #[test]
+    fn follow_families_carry_the_snapshot_and_every_refusal() {
+        let mut s = snapshot(
+            r#""follow": {"enabled": true, "shared_bytes": 4194304, "mapped_bytes": 8388608,
+                "shares": 1, "maps": 3, "refusals": {"mismatch": 2, "not_found": 0},
+                "regions": [{"name": "w", "group": "uid:0", "gpu": null, "owner": 1,
+                             "owner_pid": 10, "bytes": 4194304, "followers": 2, "maps": 3}]},"#,
+        );
+        let client = |id: u64, granted: bool, mapped: u64| -> ClientSnapshot {
+            serde_json::from_value(serde_json::json!({
+                "id": id, "pid": 10 + id, "uid": 0, "exe": "/x", "cgroup": "/",
+                "class": "training", "class_claimed": "auto", "class_reason": "r", "gpu": null,
+                "connected_s": 1.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
+                "graph_kernels": 0, "launch_rate_hz": 0.0, "records": 0, "dropped": 0,
+                "bad_records": 0, "ring_detached": false, "bytes_allocated": 0, "allocs": 0,
+                "frees": 0, "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0,
+                "gate_waits": 0, "gate_timeouts": 0, "top_kernels": [],
+                "follow": {"granted": granted, "group": null, "shared_bytes": 0,
+                           "mapped_bytes": mapped}
+            }))
+            .unwrap()
+        };
+        s.clients = vec![client(1, true, 8388608), client(2, false, 0)];
+        let text = render(&s);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tandem_follow"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "tandem_follow_regions 1",
+                "tandem_follow_shared_bytes 4194304",
+                "tandem_follow_mapped_bytes 8388608",
+                "tandem_follow_maps_total 3",
+                "tandem_follow_refusals_total{status=\"mismatch\"} 2",
+                "tandem_follow_refusals_total{status=\"not_found\"} 0",
+                "tandem_follow_client_shared_bytes{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 0",
+                "tandem_follow_client_mapped_bytes{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 8388608",
+            ],
+            "{text}"
+        );
+        for fam in [
+            "tandem_follow_regions",
+            "tandem_follow_maps_total",
+            "tandem_follow_refusals_total",
+            "tandem_follow_client_mapped_bytes",
+        ] {
+            assert!(text.contains(&format!("# HELP {fam} ")), "{fam}: {text}");
+        }
+        assert!(text.contains("# TYPE tandem_follow_maps_total counter\n"));
+        assert!(text.contains("# TYPE tandem_follow_mapped_bytes gauge\n"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::dedup::stats::ClientDedup;
+use crate::follow::stats::ClientFollow;
 use crate::limits::Limits;
 use crate::policy::{decide, Decision, Who};
 use crate::sched::{self, Class, Input, Output, SchedConfig, Scheduler};
@@ -77,6 +78,8 @@ pub struct Client {
     pub seen_training_kernel: bool,
     /// GPU from the Device message.
     pub gpu: Option<[u8; 16]>,
+    /// The device ordinal the client reported with it (its own numbering).
+    pub gpu_ordinal: Option<u32>,
     /// Registration time.
     pub connected: Instant,
     /// Heartbeat period announced in the Welcome.
@@ -101,6 +104,10 @@ pub struct Client {
     /// Its trust group, when it was given the share flag (decided once, at
     /// registration).
     pub trust_group: Option<String>,
+    /// Its follow group (the trust group rule of `[[dedup.group]]`, whether
+    /// or not it shares weights), when it was granted follow mode (decided
+    /// once, at registration).
+    pub follow_group: Option<String>,
     warned_kind: bool,
 }
 
@@ -329,8 +336,11 @@ impl Registry {
             .cgroup
             .clone()
             .unwrap_or_else(|| String::from_utf8_lossy(hello.cgroup).into_owned());
-        let flags = cfg.dedup.welcome_flags(hello.flags, granted);
-        let trust_group = (flags != 0).then(|| cfg.dedup.group_of(&who));
+        let dedup_flags = cfg.dedup.welcome_flags(hello.flags, granted);
+        let trust_group = (dedup_flags != 0).then(|| cfg.dedup.group_of(&who));
+        let follow_flags = cfg.follow.welcome_flags(hello.flags);
+        let follow_group = (follow_flags != 0).then(|| cfg.dedup.group_of(&who));
+        let flags = dedup_flags | follow_flags;
         let welcome = Welcome {
             client_id: id,
             region_len: ring.layout.region_len() as u64,
@@ -347,6 +357,7 @@ impl Registry {
             class = decision.class.name(),
             reason = %decision.reason,
             share_weights = trust_group.as_deref().unwrap_or("no"),
+            follow = follow_group.as_deref().unwrap_or("no"),
             "client registered"
         );
         let now = Instant::now();
@@ -361,6 +372,7 @@ impl Registry {
                 operator_set: false,
                 seen_training_kernel: false,
                 gpu: None,
+                gpu_ordinal: None,
                 connected: now,
                 heartbeat: Duration::from_millis(u64::from(cfg.heartbeat_interval_ms)),
                 last_beat: now,
@@ -373,6 +385,7 @@ impl Registry {
                 marks_placed: 0,
                 marks_done: 0,
                 trust_group,
+                follow_group,
                 warned_kind: false,
                 who,
             },
@@ -434,6 +447,7 @@ impl Registry {
                 self.gpus.entry(old).or_default().retired_launches += c.stats.launches;
             }
             c.gpu = Some(d.uuid);
+            c.gpu_ordinal = Some(d.ordinal);
             let class = sched_class(c.decision.class);
             let slo_p99_ns = slo_of(&self.sched_cfg, c);
             let g = self.gpus.entry(d.uuid).or_default();
@@ -774,5 +788,80 @@ fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
             candidate_granules: 0,
             private_bytes: c.stats.bytes_allocated,
         },
+        follow: ClientFollow {
+            granted: c.follow_group.is_some(),
+            group: c.follow_group.clone(),
+            shared_bytes: 0,
+            mapped_bytes: 0,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_proto::wire::{
+        HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_FOLLOW,
+        WELCOME_FLAG_SHARE_WEIGHTS,
+    };
+
+    fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
+        let mut r = Registry::default();
+        let who = Who {
+            pid: 42,
+            uid: 1234,
+            ..Who::default()
+        };
+        let hello = Hello {
+            pid: 42,
+            class: ClientClass::Training,
+            flags,
+            exe: b"/x",
+            cgroup: b"/",
+        };
+        let (w, _fd) = r.register(cfg, 0, who, &hello).unwrap();
+        let c = &r.clients[&w.client_id];
+        (w.flags, c.trust_group.clone(), c.follow_group.clone())
+    }
+
+    #[test]
+    fn follow_is_granted_only_when_asked_and_enabled_with_its_own_group() {
+        let cfg = Config::default();
+        let uid = Some("uid:1234".to_string());
+        // Follow alone: the follow flag and group, no weight sharing.
+        assert_eq!(
+            register(&cfg, HELLO_FLAG_FOLLOW),
+            (WELCOME_FLAG_FOLLOW, None, uid.clone())
+        );
+        // Not asked: no follow bit (an older shim rejects unknown bits).
+        assert_eq!(register(&cfg, 0), (0, None, None));
+        assert_eq!(
+            register(&cfg, HELLO_FLAG_SHARE_WEIGHTS),
+            (WELCOME_FLAG_SHARE_WEIGHTS, uid.clone(), None)
+        );
+        assert_eq!(
+            register(&cfg, HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW),
+            (
+                WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW,
+                uid.clone(),
+                uid.clone()
+            )
+        );
+        // Disabled: never granted.
+        let mut off = Config::default();
+        off.follow.enabled = false;
+        assert_eq!(register(&off, HELLO_FLAG_FOLLOW), (0, None, None));
+        // The group follows [[dedup.group]], even with weight sharing off.
+        let mut grouped = Config::default();
+        grouped.dedup.enabled = false;
+        grouped.dedup.groups.push(crate::dedup::TrustGroup {
+            name: "models".into(),
+            uids: vec![1234],
+            ..Default::default()
+        });
+        assert_eq!(
+            register(&grouped, HELLO_FLAG_FOLLOW | HELLO_FLAG_SHARE_WEIGHTS),
+            (WELCOME_FLAG_FOLLOW, None, Some("models".into()))
+        );
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::{EventKind, Record};
 
 use crate::dedup::stats::{ClientDedup, DedupTotals, GpuDedupStats};
+use crate::follow::stats::{ClientFollow, FollowTotals};
 
 /// Most distinct kernels tracked per client (more are counted, not named).
 pub const MAX_KERNELS_PER_CLIENT: usize = 4096;
@@ -218,6 +219,9 @@ pub struct Snapshot {
     /// Weight deduplication, all GPUs together.
     #[serde(default)]
     pub dedup: DedupTotals,
+    /// Follow mode: the shared regions and their counters.
+    #[serde(default)]
+    pub follow: FollowTotals,
 }
 
 /// One GPU.
@@ -324,6 +328,9 @@ pub struct ClientSnapshot {
     /// Weight sharing.
     #[serde(default)]
     pub dedup: ClientDedup,
+    /// Follow mode.
+    #[serde(default)]
+    pub follow: ClientFollow,
 }
 
 /// The scheduler's view of one client (`"sched"` in `GET /stats`).

@@ -197,6 +197,23 @@ pub fn table(s: &Snapshot) -> String {
             g.dedup.dedup_merges
         ));
     }
+    for r in &s.follow.regions {
+        let gpu = match (r.gpu_ordinal, &r.gpu) {
+            (Some(o), _) => format!("GPU {o}"),
+            (None, Some(uuid)) => uuid.clone(),
+            (None, None) => "unknown GPU".to_string(),
+        };
+        out.push_str(&format!(
+            "follow: {} ({}, {gpu}): {} shared by client {} (pid {}), {} follower{}\n",
+            r.name,
+            r.group,
+            human_bytes(r.bytes),
+            r.owner,
+            r.owner_pid,
+            r.followers,
+            if r.followers == 1 { "" } else { "s" }
+        ));
+    }
     out.push_str(&format!(
         "{} clients, {} launches, {} dropped, {} reclaimed, {} rejected; tandemd pid {}, up {:.0}s\n",
         s.totals.clients,
@@ -238,6 +255,14 @@ mod tests {
                  "gate_timeouts": 0, "top_kernels": [],
                  "dedup": {"share_weights": true, "trust_group": "uid:0", "shared_bytes": 2097152}}
             ],
+            "follow": {"enabled": true, "shared_bytes": 524288000, "mapped_bytes": 0,
+                       "shares": 2, "maps": 2, "refusals": {"not_found": 1},
+                       "regions": [
+                {"name": "gpt2-small", "group": "uid:1000", "gpu": "GPU-1", "gpu_ordinal": 0,
+                 "owner": 3, "owner_pid": 4242, "bytes": 522190848, "followers": 2, "maps": 2},
+                {"name": "bert", "group": "models", "gpu": "GPU-2", "gpu_ordinal": null,
+                 "owner": 4, "owner_pid": 4343, "bytes": 2097152, "followers": 1, "maps": 1}
+            ]},
             "totals": {"clients": 1, "launches": 0, "dropped": 0, "clients_reclaimed": 0,
                        "rejected": 0, "clients_registered": 1, "handshake_timeouts": 0,
                        "bad_records": 0, "control_denied": 0, "reloads": 0, "reload_failures": 0}
@@ -251,7 +276,16 @@ mod tests {
         assert_eq!(row[at], "2.0MiB", "{t}");
         assert_eq!(row[at - 1], "8.0MiB", "{t}");
         assert!(t.contains("GPU-1 (H100): 4.0MiB saved"), "{t}");
-        assert!(!t.contains("GPU-2"), "no line without savings: {t}");
+        assert!(
+            t.contains("\nfollow: gpt2-small (uid:1000, GPU 0): 498.0MiB shared by client 3 (pid 4242), 2 followers\n"),
+            "{t}"
+        );
+        // No ordinal reported: the GPU's uuid; one follower.
+        assert!(
+            t.contains("\nfollow: bert (models, GPU-2): 2.0MiB shared by client 4 (pid 4343), 1 follower\n"),
+            "{t}"
+        );
+        assert!(!t.contains("GPU-2 ("), "no dedup line without savings: {t}");
         assert_eq!(
             t.lines().last(),
             Some("sharing: time slicing over MPS: an MPS control daemon runs (/tmp/nvidia-mps)"),
@@ -273,8 +307,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(snap.sharing, None);
+        assert_eq!(snap.follow, Default::default());
         let t = table(&snap);
         assert!(!t.contains("sharing"), "{t}");
+        assert!(!t.contains("follow"), "no region, no follow line: {t}");
     }
 
     #[test]

@@ -3,38 +3,16 @@
 //! shared copies' fds), PUBLISH / OFFER out over their sockets, joins,
 //! departures and deadlines.
 
-use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use tandem_proto::dedup::Dedup;
-use tandem_proto::{monotonic_ns, wire};
+use tandem_proto::monotonic_ns;
 use tracing::debug;
 
-use super::{Conn, Daemon};
+use super::{send_to, Daemon};
 use crate::dedup::Refusal;
 use crate::registry::gpu_key;
-
-/// Send one datagram to registered client `client` (non-blocking): `false`
-/// if it is gone or its socket would block or failed.
-fn send_to(
-    conns: &HashMap<u64, Conn>,
-    tokens: &HashMap<u64, u64>,
-    client: u64,
-    bytes: &[u8],
-    fd: Option<BorrowedFd<'_>>,
-) -> bool {
-    let Some(c) = tokens.get(&client).and_then(|t| conns.get(t)) else {
-        return false;
-    };
-    match wire::send(c.fd.as_fd(), bytes, fd) {
-        Ok(()) => true,
-        Err(e) => {
-            debug!(client, "could not send a dedup message: {e}");
-            false
-        }
-    }
-}
 
 impl Daemon {
     /// A client just registered: it joins the index if it may share.
@@ -55,7 +33,7 @@ impl Daemon {
         let now = monotonic_ns();
         let (conns, tokens) = (&self.conns, &self.client_tokens);
         let mut send =
-            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f);
+            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let joined = self.shared.dedup().is_joined(id);
         if joined {
             let mut ix = self.shared.dedup();
@@ -82,7 +60,7 @@ impl Daemon {
     pub(super) fn dedup_gpu(&mut self, id: u64, gpu: u64) {
         let (conns, tokens) = (&self.conns, &self.client_tokens);
         let mut send =
-            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f);
+            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let mut ix = self.shared.dedup();
         self.broker.gpu(&mut ix, monotonic_ns(), id, gpu, &mut send);
     }
@@ -91,7 +69,7 @@ impl Daemon {
     pub(super) fn dedup_leave(&mut self, id: u64) {
         let (conns, tokens) = (&self.conns, &self.client_tokens);
         let mut send =
-            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f);
+            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let mut ix = self.shared.dedup();
         self.broker.leave(&mut ix, monotonic_ns(), id, &mut send);
     }
@@ -101,7 +79,7 @@ impl Daemon {
         let now = monotonic_ns();
         let (conns, tokens) = (&self.conns, &self.client_tokens);
         let mut send =
-            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f);
+            |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let mut ix = self.shared.dedup();
         if ix.next_deadline().is_some_and(|d| d <= now) {
             self.broker.tick(&mut ix, now, &mut send);

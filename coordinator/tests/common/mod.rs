@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod dedup;
+pub mod follow;
 
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

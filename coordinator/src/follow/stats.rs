@@ -1,0 +1,128 @@
+//! Follow-mode figures in `GET /stats`: the top-level `"follow"` object (the
+//! regions, bytes, counters) and each client's `"follow"`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::regions::Regions;
+use crate::state::ClientSnapshot;
+
+/// `"follow"` at the top of `GET /stats`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct FollowTotals {
+    /// `[follow] enabled`.
+    pub enabled: bool,
+    /// Every live region, in (group, GPU, name) order.
+    pub regions: Vec<RegionStats>,
+    /// Bytes of the live regions.
+    pub shared_bytes: u64,
+    /// Bytes followers map (regions gone since included): device memory
+    /// follow mode saves, since a follower holds no copy.
+    pub mapped_bytes: u64,
+    /// SHAREs answered OK since start.
+    pub shares: u64,
+    /// MAPs answered OK since start.
+    pub maps: u64,
+    /// UNMAPs that dropped a mapping since start.
+    pub unmaps: u64,
+    /// Refused or ignored messages by reason (a status name, `malformed`,
+    /// `unowned_unshare`), every reason listed.
+    pub refusals: BTreeMap<String, u64>,
+}
+
+/// One region of [`FollowTotals::regions`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RegionStats {
+    /// Its name.
+    pub name: String,
+    /// Its follow group.
+    pub group: String,
+    /// Its GPU's uuid (`GPU-...`), null if tandemd cannot name it.
+    pub gpu: Option<String>,
+    /// The device ordinal its owner reported for that GPU, if any.
+    pub gpu_ordinal: Option<u32>,
+    /// The client that shared it.
+    pub owner: u64,
+    /// That client's pid.
+    pub owner_pid: u32,
+    /// Its size.
+    pub bytes: u64,
+    /// Clients that map it now.
+    pub followers: u64,
+    /// MAPs of it answered OK, in total.
+    pub maps: u64,
+}
+
+/// One client's `"follow"` in `GET /stats`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ClientFollow {
+    /// The client was granted follow mode (its Welcome carried the flag).
+    pub granted: bool,
+    /// Its follow group (null when not granted).
+    pub group: Option<String>,
+    /// Bytes of the regions it shares.
+    pub shared_bytes: u64,
+    /// Bytes of the regions it maps (regions gone since included).
+    pub mapped_bytes: u64,
+}
+
+/// What the registry knows about GPUs, to name a region's GPU.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// GPU key → uuid as shown in the stats.
+    pub gpus: HashMap<u64, String>,
+    /// Client → (GPU key, device ordinal) it reported.
+    pub devices: HashMap<u64, (u64, u32)>,
+}
+
+/// Fill each client's follow bytes from the registry of regions and return
+/// the top-level figures (`enabled`: `[follow] enabled` now).
+pub fn annotate(
+    regions: &Regions,
+    enabled: bool,
+    place: &Placement,
+    clients: &mut [ClientSnapshot],
+) -> FollowTotals {
+    for c in clients.iter_mut() {
+        let v = regions.client(c.id);
+        c.follow.shared_bytes = v.shared_bytes;
+        c.follow.mapped_bytes = v.mapped_bytes;
+    }
+    let counters = regions.counters();
+    FollowTotals {
+        enabled,
+        regions: regions
+            .regions()
+            .map(|(k, r)| RegionStats {
+                name: k.name_str(),
+                group: k.group.clone(),
+                gpu: place.gpus.get(&k.gpu).cloned(),
+                // The owner's ordinal, while it is on the region's GPU.
+                gpu_ordinal: place
+                    .devices
+                    .get(&r.owner)
+                    .filter(|(key, _)| *key == k.gpu)
+                    .map(|&(_, ordinal)| ordinal),
+                owner: r.owner,
+                owner_pid: r.owner_pid,
+                bytes: r.len,
+                followers: r.followers.len() as u64,
+                maps: r.maps,
+            })
+            .collect(),
+        shared_bytes: regions.shared_bytes(),
+        mapped_bytes: regions.mapped_bytes(),
+        shares: counters.shares,
+        maps: counters.maps,
+        unmaps: counters.unmaps,
+        refusals: counters
+            .refusals
+            .iter()
+            .map(|(&k, &v)| (k.to_string(), v))
+            .collect(),
+    }
+}
