@@ -112,19 +112,20 @@ unsafe fn args(name: *const c_char, bytes: u64, layout: *const u8) -> Result<Arg
     })
 }
 
-/// The device of the calling thread's current context, and its granule.
-fn device_and_granule() -> Result<(c_int, usize), c_int> {
-    match vmm::ctx_current() {
-        Ok(c) if !c.is_null() => {}
+/// The calling thread's current context (as an address), its device, and
+/// the device's granule.
+fn device_and_granule() -> Result<(usize, c_int, usize), c_int> {
+    let ctx = match vmm::ctx_current() {
+        Ok(c) if !c.is_null() => c as usize,
         Ok(_) => {
             crate::log!(Warn, "follow: no current CUDA context in this thread");
             return Err(api::INVALID);
         }
         Err(e) => return Err(driver_failed(e)),
-    }
+    };
     let device = vmm::ctx_device().map_err(driver_failed)?;
     let granule = vmm::granularity(device).map_err(driver_failed)?;
-    Ok((device, granule.max(MIN_GRANULE)))
+    Ok((ctx, device, granule.max(MIN_GRANULE)))
 }
 
 fn driver_failed(e: DriverError) -> c_int {
@@ -259,7 +260,7 @@ pub unsafe extern "C" fn tandem_follow_share(
         Ok(a) => a,
         Err(code) => return code,
     };
-    let (device, granule) = match device_and_granule() {
+    let (ctx, device, granule) = match device_and_granule() {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -286,6 +287,7 @@ pub unsafe extern "C" fn tandem_follow_share(
         span: span as u64,
         bytes: a.bytes,
         handle,
+        ctx,
         role: Role::Shared { offered: false },
         name: a.name.clone(),
         layout: a.layout,
@@ -362,7 +364,7 @@ pub unsafe extern "C" fn tandem_follow_map(
     if !enabled() {
         return api::DISABLED;
     }
-    let (device, granule) = match device_and_granule() {
+    let (ctx, device, granule) = match device_and_granule() {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -430,6 +432,7 @@ pub unsafe extern "C" fn tandem_follow_map(
         span: span as u64,
         bytes: a.bytes,
         handle,
+        ctx,
         role: Role::Followed,
         name: a.name.clone(),
         layout: a.layout,
@@ -570,8 +573,16 @@ pub fn session_started(s: &Session) {
     if !s.follow || !ANY.load(Ordering::Acquire) {
         return;
     }
-    crate::client::send_device(s);
     let mut t = regions();
+    // tandemd keys regions by GPU: the Device message goes first, which needs
+    // a current context in this (the watcher's) thread.
+    let Some(ctx) = t.shared().map(|r| r.ctx).next() else {
+        return;
+    };
+    match vmm::ctx_set_current(ctx as crate::types::CUcontext) {
+        Ok(()) => crate::client::send_device(s),
+        Err(e) => crate::log!(Debug, "follow: cannot re-offer the regions: {e}"),
+    }
     let mut offered = Vec::new();
     for r in t.shared() {
         let (Some(fd), Some(mut f)) = (

@@ -23,6 +23,8 @@ pub struct Region {
     /// What the program asked for (the `len` in messages).
     pub bytes: u64,
     pub handle: CUmemGenericAllocationHandle,
+    /// The context it was made in (as an address).
+    pub ctx: usize,
     pub role: Role,
     pub name: Vec<u8>,
     pub layout: [u8; 16],
@@ -112,6 +114,7 @@ mod tests {
             span,
             bytes: span - 1,
             handle: base + 1,
+            ctx: 0,
             role,
             name: name.to_vec(),
             layout: [0; 16],
