@@ -282,12 +282,14 @@ class Child:
             raise Failed(f"{self.role} is gone (exit {self.proc.poll()}); stderr:\n{self.tail()}")
 
     def wait(self, event, timeout_s):
-        deadline = time.monotonic() + self.clock.bound(timeout_s)
+        bound = self.clock.bound(timeout_s)
+        deadline = time.monotonic() + bound
         while True:
             try:
                 ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
-                raise Failed(f"{self.role}: no '{event}' within {timeout_s} s; stderr:\n{self.tail()}")
+                raise Failed(f"{self.role}: no '{event}' within {bound:.0f} s; "
+                             f"stderr:\n{self.tail()}")
             if ev is None:
                 rc = self.proc.wait(timeout=10)
                 raise Failed(f"{self.role} exited ({rc}) before '{event}'; stderr:\n{self.tail()}")
@@ -297,11 +299,12 @@ class Child:
                 return ev
 
     def wait_exit(self, timeout_s):
+        bound = self.clock.bound(timeout_s)
         try:
-            return self.proc.wait(timeout=self.clock.bound(timeout_s))
+            return self.proc.wait(timeout=bound)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise Failed(f"{self.role} did not exit within {timeout_s} s (killed); "
+            raise Failed(f"{self.role} did not exit within {bound:.0f} s (killed); "
                          f"stderr:\n{self.tail()}")
 
     def kill(self):
@@ -414,9 +417,10 @@ def child_env(args, shim, sock, tandem_class):
     return env
 
 
-def run_writer(args, shim, sock, logdir, clock, mode):
+def run_writer(args, shim, sock, logdir, clock, mode, children):
     argv = [sys.executable, os.path.abspath(__file__), "--child", "writer", "--writer-mode", mode]
     w = Child(f"writer-{mode}", argv, child_env(args, shim, sock, "inference"), logdir, clock)
+    children.append(w)
     row = {"mode": mode, "followed": False, "wrote": False}
     try:
         rc = w.wait_exit(180)
@@ -501,7 +505,7 @@ def run_checks(args, shim, sock, stats_sock, logdir, clock, result):
         if k == WRITE_STOP:
             writers = result["writers"]
             for mode in ("kernel", "copy"):
-                writers[mode] = run_writer(args, shim, sock, logdir, clock, mode)
+                writers[mode] = run_writer(args, shim, sock, logdir, clock, mode, children)
                 print(json.dumps(writers[mode]), flush=True)
             trainer.send(cmd="eval")
             follower.send(cmd="eval")
