@@ -3,8 +3,10 @@
     python3 -m unittest python/test_tandem_follow.py
 
 Covers the packing plan, the layout tag, the return codes against
-include/tandem.h, and the ctypes layer against a fake libtandem.so (a small C
-file compiled here with `cc`; skipped without a C compiler). The module is
+include/tandem.h, the ctypes layer against a fake libtandem.so (a small C
+file compiled here with `cc`; skipped without a C compiler), and the parts of
+scripts/gpu/follow.py that need no GPU (its --help without torch, its memory
+and stderr judgements). The module is
 imported once in a process where importing torch fails. Tests that need torch
 (layout tags of real nn.Modules, share/follow without libtandem.so) are
 skipped when it is absent; those needing CUDA also without a GPU.
@@ -697,6 +699,63 @@ class TorchTest(unittest.TestCase):
             tf.follow(m, "m")
         self.assertEqual([p.data_ptr() for p in m.parameters()], before)
         self.assertFalse(hasattr(m, "_tandem_follow"))
+
+
+# ---------------------------------------------------------------- scripts/gpu/follow.py
+
+
+class GpuScriptTest(unittest.TestCase):
+    """The GPU acceptance check's parts that run anywhere: its help without
+    torch, and the judgements it makes from what the jobs report."""
+
+    SCRIPT = os.path.join(ROOT, "scripts", "gpu", "follow.py")
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(cls.SCRIPT):
+            raise unittest.SkipTest("scripts/gpu/follow.py not found")
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("follow_check", cls.SCRIPT)
+        cls.fc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.fc)
+
+    def test_help_needs_no_torch(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            poisoned_path(tmp)
+            os.makedirs(os.path.join(tmp, "pynvml"))
+            with open(os.path.join(tmp, "pynvml", "__init__.py"), "w") as f:
+                f.write("raise ImportError('imported pynvml')\n")
+            env = dict(os.environ, PYTHONPATH=tmp, PYTHONDONTWRITEBYTECODE="1")
+            p = subprocess.run([sys.executable, self.SCRIPT, "--help"], env=env,
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("--bin", p.stdout)
+        self.assertIn("--out", p.stdout)
+
+    def test_missing_binaries_exit_2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            p = subprocess.run([sys.executable, self.SCRIPT, "--bin", tmp, "--out", tmp],
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("libtandem.so missing", p.stderr)
+
+    def test_memory_judgement(self):
+        # Trainer up at 2000 MiB; the control adds its context (500) and its
+        # own 300 MiB of weights; a follower that maps adds only a context.
+        ok = self.fc.judge_memory(2000, 2800, 3310, control_reserved=300, region=304)
+        self.assertTrue(ok["ok"], ok)
+        self.assertEqual((ok["job_besides_weights_mib"], ok["follower_beyond_mib"]), (500, 10))
+        # A follower that still holds its own copy of the weights fails.
+        held = self.fc.judge_memory(2000, 2800, 3600, control_reserved=300, region=304)
+        self.assertFalse(held["ok"], held)
+        self.assertEqual(held["limit_mib"], 152)
+
+    def test_writer_stderr_naming_the_cause(self):
+        self.assertTrue(self.fc.names_cause(["x", "tandem[7]: TANDEM_FOLLOW: kernel wrote into it"]))
+        self.assertTrue(self.fc.names_cause(["the region is mapped Read-Only"]))
+        self.assertFalse(self.fc.names_cause(["RuntimeError: CUDA error: an illegal memory access"]))
 
 
 if __name__ == "__main__":
