@@ -410,9 +410,10 @@ def child_env(args, shim, sock, tandem_class):
         TANDEM_CLASS=tandem_class,
         CUBLAS_WORKSPACE_CONFIG=":4096:8",  # before CUDA starts: deterministic cuBLAS
         CUDA_DEVICE_ORDER="PCI_BUS_ID",  # CUDA's device = NVML's index
-        CUDA_VISIBLE_DEVICES=str(args.gpu),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    # A device the machine already chose (a MIG instance, say) is kept.
+    env.setdefault("CUDA_VISIBLE_DEVICES", str(args.gpu))
     env.setdefault("TANDEM_LOG", "warn")
     return env
 
@@ -592,7 +593,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default="target/release", help="folder with libtandem.so and tandemd")
     ap.add_argument("--out", default="follow-results", help="folder for follow.json")
-    ap.add_argument("--gpu", type=int, default=0, help="GPU index (NVML order) to run on")
+    ap.add_argument("--gpu", type=int, default=0,
+                    help="GPU index (NVML order) to run on and measure; the jobs run on it "
+                    "unless CUDA_VISIBLE_DEVICES is set")
     ap.add_argument("--time-limit", type=float, default=540,
                     help="seconds for the whole run (default 540)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
