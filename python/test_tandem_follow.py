@@ -445,7 +445,7 @@ class FakeLibraryTest(unittest.TestCase):
         cls.path = os.path.join(cls.tmp, "libfaketandem.so")
         with open(src, "w") as f:
             f.write(FAKE_LIBTANDEM)
-        p = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", cls.path, src],
+        p = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", cls.path, src],
                            capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             raise AssertionError(f"building the fake libtandem.so failed:\n{p.stderr}")
