@@ -241,14 +241,20 @@ uint64_t tandem_dedup_cow_breaks(void);
  */
 uint64_t tandem_dedup_backed_bytes(void);
 /* Follow mode (TANDEM_FOLLOW=on; see README): allocate `bytes` of device memory in the
- * current context (whole 2 MiB granules, read-write, like cuMemAlloc) and offer it,
- * as region `name` with the opaque `layout` tag, to followers of this trust group on
- * this GPU. *dptr is non-zero exactly when memory was allocated (free it with
- * tandem_follow_free), whatever the code: TANDEM_FOLLOW_OK, or why it is not shared.
- * Waits for tandemd's answer for at most 5 s. Re-offered after a coordinator restart.
+ * current context (whole 2 MiB granules, read-write, like cuMemAlloc) that can be
+ * offered to followers. Fill it, then call tandem_follow_offer. TANDEM_FOLLOW_OK and
+ * *dptr set, or *dptr = 0 and TANDEM_FOLLOW_INVALID / _DRIVER. Works with or without
+ * a coordinator; free it with tandem_follow_free or cuMemFree.
  */
-int tandem_follow_share(const char *name, uint64_t bytes, const uint8_t layout[16],
-unsigned long long *dptr);
+int tandem_follow_alloc(uint64_t bytes, unsigned long long *dptr);
+/* Follow mode: offer the region tandem_follow_alloc returned as `name` (1-56 printable
+ * ASCII characters), with the opaque `layout` tag, to followers of this trust group on
+ * this GPU. Waits for tandemd's answer for at most 5 s. The memory stays the job's
+ * whatever the code (OK, or why it is not offered now); a named region is offered
+ * again by itself to a tandemd the process registers with later (a restart).
+ */
+int tandem_follow_offer(unsigned long long dptr, const char *name,
+const uint8_t layout[16]);
 /* Follow mode: map region `name`, shared by another job, read-only into the current
  * context. `bytes` and `layout` must equal the sharer's. Reads see the sharer's live
  * memory (no snapshot: a read may see a half-applied update); writes by a driver copy
@@ -257,14 +263,15 @@ unsigned long long *dptr);
  */
 int tandem_follow_map(const char *name, uint64_t bytes, const uint8_t layout[16],
 unsigned timeout_ms, unsigned long long *dptr);
-/* Follow mode: release a region returned by tandem_follow_share (no longer offered;
+/* Follow mode: release a region from tandem_follow_alloc (no longer offered;
  * followers keep what they mapped) or tandem_follow_map. cuMemFree does the same.
  */
 int tandem_follow_free(unsigned long long dptr);
 /* Follow mode: one line of text for a tandem_follow_* return code (static storage).
  */
 const char *tandem_follow_strerror(int code);
-/* Follow mode: bytes this process offers to followers now.
+/* Follow mode: bytes of the regions this process allocated with tandem_follow_alloc
+ * (offered or not) and holds now.
  */
 uint64_t tandem_follow_shared_bytes(void);
 /* Follow mode: bytes of other jobs' regions this process maps read-only now.

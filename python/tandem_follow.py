@@ -185,11 +185,11 @@ class FollowWarning(RuntimeWarning):
 
 _Layout = ctypes.c_uint8 * 16
 _SYMBOLS = (
+    ("tandem_follow_alloc", ctypes.c_int, [ctypes.c_uint64, ctypes.POINTER(ctypes.c_ulonglong)]),
     (
-        "tandem_follow_share",
+        "tandem_follow_offer",
         ctypes.c_int,
-        [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint8),
-         ctypes.POINTER(ctypes.c_ulonglong)],
+        [ctypes.c_ulonglong, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint8)],
     ),
     (
         "tandem_follow_map",
@@ -299,18 +299,46 @@ def _size_arg(nbytes):
     return nbytes
 
 
-def share_raw(name, nbytes, layout, *, lib=None):
-    """``tandem_follow_share``: returns ``(ptr, code)``.
-
-    ``ptr`` is non-zero exactly when device memory was allocated (free it with
-    ``free_raw``), whatever ``code`` says: ``OK``, or why it is not offered
-    ("allocated, not shared"). Waits at most 5 s for tandemd.
-    """
+def alloc_raw(nbytes, *, lib=None):
+    """``tandem_follow_alloc``: ``(ptr, code)``; ``ptr`` is non-zero exactly
+    when device memory was allocated (in the current context; free it with
+    ``free_raw``)."""
     lib = lib or library()
-    raw, tag, size = _name_arg(name), _layout_arg(layout), _size_arg(nbytes)
+    size = _size_arg(nbytes)
     dptr = ctypes.c_ulonglong(0)
-    code = lib.tandem_follow_share(raw, size, tag, ctypes.byref(dptr))
+    code = lib.tandem_follow_alloc(size, ctypes.byref(dptr))
     return int(dptr.value), int(code)
+
+
+def offer_raw(ptr, name, layout, *, lib=None):
+    """``tandem_follow_offer``: offers the region at ``ptr`` (from
+    ``alloc_raw``) as ``name``; returns the code (``OK``, or why it is not
+    offered now: the memory stays the caller's either way). Waits at most 5 s
+    for tandemd."""
+    lib = lib or library()
+    raw, tag = _name_arg(name), _layout_arg(layout)
+    return int(lib.tandem_follow_offer(int(ptr), raw, tag))
+
+
+def share_raw(name, nbytes, layout, fill=None, *, lib=None):
+    """Allocates, calls ``fill(ptr)`` (if given) and only then offers, so no
+    follower maps a half-filled region. Returns ``(ptr, code)``: ``ptr`` is
+    non-zero exactly when memory was allocated (free it with ``free_raw``),
+    whatever ``code`` says: ``OK``, or why it is not offered ("allocated, not
+    shared")."""
+    lib = lib or library()
+    # Checked before anything is allocated.
+    _name_arg(name), _layout_arg(layout)
+    ptr, code = alloc_raw(_size_arg(nbytes), lib=lib)
+    if ptr == 0:
+        return 0, code
+    if fill is not None:
+        try:
+            fill(ptr)
+        except BaseException:
+            free_raw(ptr, lib=lib)
+            raise
+    return ptr, offer_raw(ptr, name, layout, lib=lib)
 
 
 def map_raw(name, nbytes, layout, timeout_ms, *, lib=None):
@@ -607,8 +635,9 @@ def share(module, name, *, strict=True, include_buffers=False):
     followers as ``name``. Call it BEFORE creating the optimizer (see the
     module docs; this cannot be checked).
 
-    Allocates with ``tandem_follow_share`` in the module's CUDA device,
-    copies every parameter into its slot and rebinds ``p.data`` to it. Outcomes:
+    Allocates with ``tandem_follow_alloc`` in the module's CUDA device,
+    copies every parameter into its slot, offers the filled region with
+    ``tandem_follow_offer`` and rebinds ``p.data`` to it. Outcomes:
 
     - offered (code OK): returns the Region; ``region.shared`` is True;
     - allocated but not offered (no tandemd, not permitted, name taken, ...):
@@ -647,13 +676,14 @@ def share(module, name, *, strict=True, include_buffers=False):
         # Makes the device's context current on this thread (libtandem.so
         # allocates in the current context) and lets pending updates land.
         torch.cuda.synchronize(device)
-        ptr, code = share_raw(name, total, tag, lib=lib)
+        _name_arg(name)  # a bad name fails here, before anything is allocated
+        ptr, code = alloc_raw(total, lib=lib)
         if ptr == 0:
             if code == OK:
                 return not_allocated(FollowError(
-                    f"tandem_follow_share({name!r}) returned OK but no memory "
+                    f"tandem_follow_alloc({name!r}) returned OK but no memory "
                     "(a libtandem.so bug)", code=DRIVER))
-            return not_allocated(_error(lib, "tandem_follow_share", name, code, total))
+            return not_allocated(_error(lib, "tandem_follow_alloc", name, code, total))
         memory, finalizer = _own(lib, ptr, total, name, "share")
         try:
             buf = _as_tensor(torch, memory, ptr, total, device, name)
@@ -662,6 +692,8 @@ def share(module, name, *, strict=True, include_buffers=False):
                 for v, (_, t, _) in zip(views, tensors):
                     v.copy_(t)
             torch.cuda.current_stream(device).synchronize()
+            # Offered only now that it is filled: no follower maps it half written.
+            code = offer_raw(ptr, name, tag, lib=lib)
         except BaseException:
             _discard(torch, device, finalizer)
             raise
@@ -669,7 +701,7 @@ def share(module, name, *, strict=True, include_buffers=False):
         t.data = v
     reason = None
     if code != OK:
-        err = _error(lib, "tandem_follow_share", name, code, total)
+        err = _error(lib, "tandem_follow_offer", name, code, total)
         reason = str(err)
         warnings.warn(f"tandem_follow.share({name!r}): allocated but not shared, training runs "
                       f"on and no job can follow it: {err}", FollowWarning, stacklevel=2)

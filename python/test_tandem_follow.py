@@ -156,20 +156,32 @@ static struct alloc *add(const char *name, uint64_t bytes, const uint8_t *layout
     return 0;
 }
 
-int tandem_follow_share(const char *name, uint64_t bytes, const uint8_t layout[16],
-                        unsigned long long *dptr) {
+int tandem_follow_alloc(uint64_t bytes, unsigned long long *dptr) {
+    static const uint8_t none[16];
     calls++;
     last_bytes = bytes;
     if (!dptr) return -10;
     *dptr = 0;
-    if (!name || !layout || !valid_name(name) || bytes == 0 || bytes > (64ull << 20)) return -10;
+    if (bytes == 0 || bytes > (64ull << 20)) return -10;
     if (!share_allocates) return share_code;
+    struct alloc *a = add("", bytes, none, 0);
+    if (!a) return -9;
+    *dptr = a->ptr;
+    return 0;
+}
+
+int tandem_follow_offer(unsigned long long dptr, const char *name, const uint8_t layout[16]) {
+    calls++;
+    if (!name || !layout || !valid_name(name)) return -10;
+    struct alloc *a = 0;
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].used && !allocs[i].mapping && allocs[i].ptr == dptr) a = &allocs[i];
+    if (!a) return -10;
     for (int i = 0; i < MAX_ALLOCS; i++)
         if (allocs[i].used && allocs[i].offered && !strcmp(allocs[i].name, name)) return -6;
-    struct alloc *a = add(name, bytes, layout, 0);
-    if (!a) return -9;
+    strcpy(a->name, name);
+    memcpy(a->layout, layout, 16);
     a->offered = share_code == 0;
-    *dptr = a->ptr;
     return share_code;
 }
 
@@ -422,13 +434,13 @@ class LibraryLookupTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             src, so = os.path.join(tmp, "other.c"), os.path.join(tmp, "libother.so")
             with open(src, "w") as f:
-                f.write("int tandem_follow_share(void) { return 0; }\n")
+                f.write("int tandem_follow_alloc(void) { return 0; }\n")
             subprocess.run([cc, "-shared", "-fPIC", "-o", so, src], check=True,
                            capture_output=True, timeout=120)
             with self.assertRaises(tf.FollowError) as cm:
                 tf.library(so)
             self.assertIn("tandem_follow_map", str(cm.exception))
-            self.assertNotIn("tandem_follow_share,", str(cm.exception))
+            self.assertNotIn("tandem_follow_alloc,", str(cm.exception))
             self.assertIn(so, str(cm.exception))
 
 
@@ -540,12 +552,41 @@ class FakeLibraryTest(unittest.TestCase):
                 self.assertEqual(cm.exception.code, tf.INVALID)
                 self.assertEqual(cm.exception.text, "fake: invalid argument")
                 self.assertEqual(self.lib.fake_calls(), before + 1, "not passed to the library")
-                self.assertEqual(tf.share_raw(name, 2 * MiB, self.tag, lib=self.lib), (0, tf.INVALID))
+                ptr, code = tf.share_raw(name, 2 * MiB, self.tag, lib=self.lib)
+                self.assertEqual(code, tf.INVALID)
+                tf.free_raw(ptr, lib=self.lib)  # the memory is the caller's
 
     def test_name_taken_is_passed_through(self):
         ptr, _ = tf.share_raw("m", 2 * MiB, self.tag, lib=self.lib)
-        self.assertEqual(tf.share_raw("m", 2 * MiB, self.tag, lib=self.lib), (0, tf.NAME_TAKEN))
+        twin, code = tf.share_raw("m", 2 * MiB, self.tag, lib=self.lib)
+        self.assertEqual(code, tf.NAME_TAKEN)
+        self.assertNotEqual(twin, 0, "allocated, not shared")
+        tf.free_raw(twin, lib=self.lib)
         tf.free_raw(ptr, lib=self.lib)
+
+    def test_a_region_is_offered_only_after_fill_returns(self):
+        seen = []
+
+        def fill(ptr):
+            # While filling, no follower may find it.
+            with self.assertRaises(tf.FollowError) as cm:
+                tf.map_raw("filled", 2 * MiB, self.tag, 1, lib=self.lib)
+            seen.append((ptr, cm.exception.code))
+
+        ptr, code = tf.share_raw("filled", 2 * MiB, self.tag, fill, lib=self.lib)
+        self.assertEqual((code, seen), (tf.OK, [(ptr, tf.NOT_FOUND)]))
+        mapped = tf.map_raw("filled", 2 * MiB, self.tag, 1, lib=self.lib)
+        tf.free_raw(mapped, lib=self.lib)
+        tf.free_raw(ptr, lib=self.lib)
+
+    def test_a_failed_fill_frees_the_region_and_offers_nothing(self):
+        def fill(ptr):
+            raise RuntimeError("copy failed")
+
+        with self.assertRaisesRegex(RuntimeError, "copy failed"):
+            tf.share_raw("broken", 2 * MiB, self.tag, fill, lib=self.lib)
+        self.assertNotEqual(self.lib.fake_last_free(), 0)
+        self.assertEqual(tf.shared_bytes(lib=self.lib), 0)
 
     def test_arguments_python_cannot_pass_are_refused_before_the_call(self):
         before = self.lib.fake_calls()

@@ -166,7 +166,7 @@ max_candidates_per_client = 262144
 # cgroups = ["/kubepods/inference"]   # cgroup path prefix
 
 # Follow mode: a job shares a named region of its device memory (e.g. a
-# training job's live weights, through tandem_follow_share), and jobs of the
+# training job's live weights, through tandem_follow_offer), and jobs of the
 # same trust group (the groups above) on the same GPU map it read-only
 # (tandem_follow_map), so their outputs track it. Both jobs set
 # TANDEM_FOLLOW=on. A reload applies to later requests: regions already

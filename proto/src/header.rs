@@ -93,14 +93,21 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
          shared or private, in whole 2 MiB granules.",
     ),
     (
-        "int tandem_follow_share(const char *name, uint64_t bytes, const uint8_t layout[16],\n\
-                        unsigned long long *dptr);",
+        "int tandem_follow_alloc(uint64_t bytes, unsigned long long *dptr);",
         "Follow mode (TANDEM_FOLLOW=on; see README): allocate `bytes` of device memory in the\n\
-         current context (whole 2 MiB granules, read-write, like cuMemAlloc) and offer it,\n\
-         as region `name` with the opaque `layout` tag, to followers of this trust group on\n\
-         this GPU. *dptr is non-zero exactly when memory was allocated (free it with\n\
-         tandem_follow_free), whatever the code: TANDEM_FOLLOW_OK, or why it is not shared.\n\
-         Waits for tandemd's answer for at most 5 s. Re-offered after a coordinator restart.",
+         current context (whole 2 MiB granules, read-write, like cuMemAlloc) that can be\n\
+         offered to followers. Fill it, then call tandem_follow_offer. TANDEM_FOLLOW_OK and\n\
+         *dptr set, or *dptr = 0 and TANDEM_FOLLOW_INVALID / _DRIVER. Works with or without\n\
+         a coordinator; free it with tandem_follow_free or cuMemFree.",
+    ),
+    (
+        "int tandem_follow_offer(unsigned long long dptr, const char *name,\n\
+                        const uint8_t layout[16]);",
+        "Follow mode: offer the region tandem_follow_alloc returned as `name` (1-56 printable\n\
+         ASCII characters), with the opaque `layout` tag, to followers of this trust group on\n\
+         this GPU. Waits for tandemd's answer for at most 5 s. The memory stays the job's\n\
+         whatever the code (OK, or why it is not offered now); a named region is offered\n\
+         again by itself to a tandemd the process registers with later (a restart).",
     ),
     (
         "int tandem_follow_map(const char *name, uint64_t bytes, const uint8_t layout[16],\n\
@@ -113,7 +120,7 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
     ),
     (
         "int tandem_follow_free(unsigned long long dptr);",
-        "Follow mode: release a region returned by tandem_follow_share (no longer offered;\n\
+        "Follow mode: release a region from tandem_follow_alloc (no longer offered;\n\
          followers keep what they mapped) or tandem_follow_map. cuMemFree does the same.",
     ),
     (
@@ -122,7 +129,8 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
     ),
     (
         "uint64_t tandem_follow_shared_bytes(void);",
-        "Follow mode: bytes this process offers to followers now.",
+        "Follow mode: bytes of the regions this process allocated with tandem_follow_alloc\n\
+         (offered or not) and holds now.",
     ),
     (
         "uint64_t tandem_follow_mapped_bytes(void);",

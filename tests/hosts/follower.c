@@ -1,14 +1,16 @@
 /*
  * follower: one side of follow mode, for the follow-mode tests.
  *
- *   follower share|map --name NAME --mib M [--layout TAG] [--timeout-ms T]
+ *   follower share|map --name NAME --mib M [--layout TAG] [--timeout-ms T] [--fill SEED]
  *
  * Linked against the driver (-lcuda); the tandem_follow_* functions are looked up with
  * dlsym(RTLD_DEFAULT) so the host also runs without libtandem.so (then it prints NOSHIM and
  * exits 2). One module with the fake kernel `fill_u32`. TAG (at most 16 bytes, zero-padded) is
  * the layout tag; default "layout-v1".
  *
- * share: tandem_follow_share(NAME, M MiB, TAG) -> `SHARE rc=<code> allocated=<0|1>`
+ * share: tandem_follow_alloc(M MiB) -> `ALLOC rc=<code> allocated=<0|1>`; with --fill, the
+ *        `write SEED` command below (its WROTE line); then tandem_follow_offer(NAME, TAG)
+ *        -> `SHARE rc=<code> allocated=<0|1>`
  * map:   tandem_follow_map(NAME, M MiB, TAG, T) -> `MAP rc=<code> allocated=<0|1>`
  * Then commands, one per stdin line, each answered by one stdout line:
  *   write SEED   cuMemcpyHtoD_v2 of the whole region from a splitmix64 stream seeded by SEED
@@ -50,7 +52,8 @@
 static const char k_image[] = "tandem-fake-module v1\n"
                               "kernel fill_u32 20000 fill_u32\n";
 
-typedef int (*share_fn)(const char *, uint64_t, const uint8_t *, unsigned long long *);
+typedef int (*alloc_fn)(uint64_t, unsigned long long *);
+typedef int (*offer_fn)(unsigned long long, const char *, const uint8_t *);
 typedef int (*map_fn)(const char *, uint64_t, const uint8_t *, unsigned, unsigned long long *);
 typedef int (*free_fn)(unsigned long long);
 typedef uint64_t (*u64_fn)(void);
@@ -74,10 +77,22 @@ static uint64_t fnv1a(const void *data, size_t len)
     return h;
 }
 
+/* The `write SEED` command: fills the region from a splitmix64 stream, prints WROTE. */
+static void write_region(unsigned long long ptr, unsigned char *host, size_t bytes, uint64_t s)
+{
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t x = splitmix64(&s);
+        memcpy(host + i, &x, 8);
+    }
+    CUresult r = cuMemcpyHtoD_v2(ptr, host, bytes);
+    printf("WROTE rc=%d digest=%016" PRIx64 "\n", r, fnv1a(host, bytes));
+    fflush(stdout);
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: follower share|map --name NAME --mib M [--layout TAG] "
-                    "[--timeout-ms T]\n");
+                    "[--timeout-ms T] [--fill SEED]\n");
     return EXIT_USAGE;
 }
 
@@ -100,7 +115,8 @@ int main(int argc, char **argv)
     if (!share && strcmp(argv[1], "map") != 0)
         return usage();
     const char *name = NULL, *tag = "layout-v1";
-    unsigned long long mib = 0, timeout_ms = 0;
+    unsigned long long mib = 0, timeout_ms = 0, fill_seed = 0;
+    int fill = 0;
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -113,6 +129,10 @@ int main(int argc, char **argv)
             tag = v;
         else if (strcmp(a, "--timeout-ms") == 0)
             timeout_ms = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--fill") == 0) {
+            fill = 1;
+            fill_seed = strtoull(v, NULL, 10);
+        }
         else
             return usage();
     }
@@ -122,7 +142,8 @@ int main(int argc, char **argv)
     memcpy(layout, tag, strlen(tag));
     const size_t bytes = (size_t)(mib * MIB);
 
-    share_fn f_share = (share_fn)sym("tandem_follow_share");
+    alloc_fn f_alloc = (alloc_fn)sym("tandem_follow_alloc");
+    offer_fn f_offer = (offer_fn)sym("tandem_follow_offer");
     map_fn f_map = (map_fn)sym("tandem_follow_map");
     free_fn f_free = (free_fn)sym("tandem_follow_free");
     u64_fn f_shared = (u64_fn)sym("tandem_follow_shared_bytes");
@@ -147,7 +168,11 @@ int main(int argc, char **argv)
     unsigned long long ptr = 0;
     int rc;
     if (share) {
-        rc = f_share(name, bytes, layout, &ptr);
+        rc = f_alloc(bytes, &ptr);
+        printf("ALLOC rc=%d allocated=%d\n", rc, ptr != 0);
+        if (fill && ptr)
+            write_region(ptr, host, bytes, fill_seed);
+        rc = f_offer(ptr, name, layout);
         printf("SHARE rc=%d allocated=%d\n", rc, ptr != 0);
     } else {
         rc = f_map(name, bytes, layout, (unsigned)timeout_ms, &ptr);
@@ -159,13 +184,7 @@ int main(int argc, char **argv)
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\r\n")] = 0;
         if (strncmp(line, "write ", 6) == 0) {
-            uint64_t s = strtoull(line + 6, NULL, 10);
-            for (size_t i = 0; i + 8 <= bytes; i += 8) {
-                uint64_t x = splitmix64(&s);
-                memcpy(host + i, &x, 8);
-            }
-            CUresult r = cuMemcpyHtoD_v2(ptr, host, bytes);
-            printf("WROTE rc=%d digest=%016" PRIx64 "\n", r, fnv1a(host, bytes));
+            write_region(ptr, host, bytes, strtoull(line + 6, NULL, 10));
         } else if (strcmp(line, "digest") == 0) {
             memset(host, 0, bytes);
             CUresult r = cuMemcpyDtoH_v2(host, ptr, bytes);

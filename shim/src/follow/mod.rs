@@ -5,12 +5,15 @@
 //! `tandem_follow_*` in `include/tandem.h`, whose return codes are
 //! `tandem_proto::follow::api`.
 //!
-//! - [`tandem_follow_share`] allocates the region with the VMM API (one
+//! - [`tandem_follow_alloc`] allocates a region with the VMM API (one
 //!   shareable physical allocation, whole granules, mapped read-write at a
-//!   fresh reservation), exports it as a POSIX fd, and offers it to tandemd
-//!   (SHARE + fd), waiting for the answer at most [`SHARE_TIMEOUT`]. The
-//!   memory is the program's whatever the answer (fail-open); the fd is kept
-//!   so the region is offered again, unasked, after a coordinator restart.
+//!   fresh reservation) and exports it as a POSIX fd; the program fills it,
+//!   then [`tandem_follow_offer`] offers it to tandemd by name (SHARE + fd),
+//!   waiting for the answer at most [`SHARE_TIMEOUT`], so no follower ever
+//!   maps it half filled. The memory is the program's whatever the answer
+//!   (fail-open); the fd is kept so a named region is offered again, unasked,
+//!   to every tandemd the process registers with later (a restart, or one that
+//!   was not running at the first offer).
 //! - [`tandem_follow_map`] asks tandemd for a region by name (MAP), retrying
 //!   while it is not there yet, imports the fd it gets (MAPPED + fd) and maps
 //!   it read-only. The imported handle keeps the memory alive after the sharer
@@ -41,7 +44,7 @@ use crate::vmm::{self, Access, DriverError};
 use mailbox::Mailbox;
 use regions::{Region, Regions, Role};
 
-/// How long `tandem_follow_share` waits for tandemd's answer.
+/// How long `tandem_follow_offer` waits for tandemd's answer.
 pub const SHARE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `tandem_follow_map`'s wait when the caller passes 0.
 pub const DEFAULT_MAP_TIMEOUT_MS: u32 = 5000;
@@ -238,36 +241,29 @@ fn offer(s: &Session, a: &Args, fd: BorrowedFd<'_>) -> c_int {
 
 // ---- the C API ----
 
-/// Allocates and shares a region (see `include/tandem.h`).
+/// Allocates a region that may be offered (see `include/tandem.h`).
 ///
 /// # Safety
-/// `name` is a NUL-terminated string, `layout` null or 16 readable bytes,
 /// `dptr` null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn tandem_follow_share(
-    name: *const c_char,
-    bytes: u64,
-    layout: *const u8,
-    dptr: *mut CUdeviceptr,
-) -> c_int {
+pub unsafe extern "C" fn tandem_follow_alloc(bytes: u64, dptr: *mut CUdeviceptr) -> c_int {
     if dptr.is_null() || FORKED.load(Ordering::Relaxed) {
         return api::INVALID;
     }
     // SAFETY: non-null, writable (the C API's contract).
     unsafe { dptr.write(0) };
-    // SAFETY: forwarded under this function's contract.
-    let a = match unsafe { args(name, bytes, layout) } {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
+    if bytes == 0 || bytes > MAX_REGION_LEN {
+        crate::log!(Warn, "follow: region size {bytes} is not in 1..=2^40 bytes");
+        return api::INVALID;
+    }
     let (ctx, device, granule) = match device_and_granule() {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let Ok(bytes) = usize::try_from(a.bytes) else {
+    let Ok(n) = usize::try_from(bytes) else {
         return api::INVALID;
     };
-    let span = bytes.div_ceil(granule) * granule;
+    let span = n.div_ceil(granule) * granule;
     let allocated = vmm::create(span, device).and_then(|h| {
         map_new(h, span, granule, device, Access::ReadWrite)
             .map(|va| (h, va))
@@ -285,18 +281,64 @@ pub unsafe extern "C" fn tandem_follow_share(
     insert(Region {
         base,
         span: span as u64,
-        bytes: a.bytes,
+        bytes,
         handle,
         ctx,
         role: Role::Shared { offered: false },
-        name: a.name.clone(),
-        layout: a.layout,
+        name: Vec::new(),
+        layout: [0; 16],
         export,
     });
     SHARED_BYTES.fetch_add(span as u64, Ordering::Relaxed);
     // SAFETY: as above.
     unsafe { dptr.write(base) };
+    api::OK
+}
 
+/// Offers a region made by `tandem_follow_alloc` to followers (see `include/tandem.h`).
+///
+/// # Safety
+/// `name` is a NUL-terminated string, `layout` null or 16 readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_follow_offer(
+    dptr: CUdeviceptr,
+    name: *const c_char,
+    layout: *const u8,
+) -> c_int {
+    if FORKED.load(Ordering::Relaxed) {
+        return api::INVALID;
+    }
+    // The size is the region's; 1 only passes validation.
+    // SAFETY: forwarded under this function's contract.
+    let mut a = match unsafe { args(name, 1, layout) } {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let fd = {
+        let mut t = regions();
+        let Some(r) = t.shared_at(dptr) else {
+            crate::log!(
+                Warn,
+                "follow: {dptr:#x} is not the start of a region from tandem_follow_alloc"
+            );
+            return api::INVALID;
+        };
+        if !r.name.is_empty() && r.name != a.name {
+            crate::log!(
+                Warn,
+                "follow: the region at {dptr:#x} is already offered as {:?}",
+                r.name_str()
+            );
+            return api::INVALID;
+        }
+        // Named from now on: every tandemd this process registers with later
+        // is offered it too.
+        r.name = a.name.clone();
+        r.layout = a.layout;
+        a.bytes = r.bytes;
+        // A copy of the exported fd: the table stays free while tandemd answers.
+        r.export.as_ref().map(|fd| fd.try_clone())
+    };
     if !enabled() {
         return api::DISABLED;
     }
@@ -304,8 +346,6 @@ pub unsafe extern "C" fn tandem_follow_share(
         Ok(s) => s,
         Err(code) => return code,
     };
-    // A copy of the exported fd: the table stays free while tandemd answers.
-    let fd = regions().export_of(base).map(|fd| fd.try_clone_to_owned());
     let code = match fd {
         Some(Ok(fd)) => offer(s, &a, fd.as_fd()),
         Some(Err(e)) => {
@@ -314,7 +354,7 @@ pub unsafe extern "C" fn tandem_follow_share(
         }
         None => api::DRIVER,
     };
-    if code == api::OK && !regions().set_offered(base, true) {
+    if code == api::OK && !regions().set_offered(dptr, true) {
         // Freed by another thread while tandemd answered: withdraw it.
         if let Some(mut f) = Follow::new(FollowOp::Unshare, 0, &a.name, a.bytes) {
             f.layout = a.layout;
@@ -323,14 +363,14 @@ pub unsafe extern "C" fn tandem_follow_share(
     } else if code == api::OK {
         crate::log!(
             Info,
-            "follow: sharing region {:?} ({} MiB) with followers",
+            "follow: offering region {:?} ({} bytes) to followers",
             crate::log::String8(&a.name),
-            span >> 20
+            a.bytes
         );
     } else {
         crate::log!(
             Info,
-            "follow: region {:?} is allocated but not shared: {}",
+            "follow: region {:?} is not offered: {}",
             crate::log::String8(&a.name),
             api::text(code).to_string_lossy()
         );
@@ -576,7 +616,11 @@ pub fn session_started(s: &Session) {
     let mut t = regions();
     // tandemd keys regions by GPU: the Device message goes first, which needs
     // a current context in this (the watcher's) thread.
-    let Some(ctx) = t.shared().map(|r| r.ctx).next() else {
+    let Some(ctx) = t
+        .shared()
+        .find(|r| !r.name.is_empty())
+        .map(|r| r.ctx)
+    else {
         return;
     };
     match vmm::ctx_set_current(ctx as crate::types::CUcontext) {
@@ -584,7 +628,7 @@ pub fn session_started(s: &Session) {
         Err(e) => crate::log!(Debug, "follow: cannot re-offer the regions: {e}"),
     }
     let mut offered = Vec::new();
-    for r in t.shared() {
+    for r in t.shared().filter(|r| !r.name.is_empty()) {
         let (Some(fd), Some(mut f)) = (
             r.export.as_ref(),
             Follow::new(FollowOp::Share, request_id(), &r.name, r.bytes),

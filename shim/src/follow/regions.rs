@@ -1,7 +1,7 @@
 //! The follow-mode regions of this process: what it shares (and may have to
 //! offer again after a coordinator restart) and what it maps of others'.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use crate::types::{CUdeviceptr, CUmemGenericAllocationHandle};
 
@@ -87,13 +87,11 @@ impl Regions {
         }
     }
 
-    /// The exported fd of the shared region at `base`.
-    pub fn export_of(&self, base: CUdeviceptr) -> Option<BorrowedFd<'_>> {
+    /// The shared (allocated here) region that starts at `base`.
+    pub fn shared_at(&mut self, base: CUdeviceptr) -> Option<&mut Region> {
         self.0
-            .iter()
-            .find(|r| r.base == base)
-            .and_then(|r| r.export.as_ref())
-            .map(AsFd::as_fd)
+            .iter_mut()
+            .find(|r| r.base == base && matches!(r.role, Role::Shared { .. }))
     }
 
     /// Every region this process shares.
@@ -145,11 +143,13 @@ mod tests {
             !t.set_offered(0x2000_0000, true),
             "not a shared one: no effect"
         );
-        assert!(t.export_of(0x1000_0000).is_none());
         let roles: Vec<Role> = t.0.iter().map(|r| r.role).collect();
         assert!(roles.contains(&Role::Shared { offered: true }));
         assert!(roles.contains(&Role::Followed));
         assert_eq!(t.shared().count(), 1);
+        assert!(t.shared_at(0x1000_0000).is_some());
+        assert!(t.shared_at(0x2000_0000).is_none(), "followed");
+        assert!(t.shared_at(0x1000_0001).is_none(), "not its start");
         assert_eq!(t.remove(0x1000_0000).map(|r| r.handle), Some(0x1000_0001));
         assert!(t.remove(0x1000_0000).is_none());
         assert!(!t.contains(0x1000_0000));

@@ -91,13 +91,14 @@ fn wait_stats(d: &Tandemd, what: &str, f: impl Fn(&Value) -> bool) -> Value {
 fn a_follower_reads_the_sharers_live_memory_read_only_and_keeps_it_after_the_sharer_exits() {
     let dir = TestDir::new("follow-live");
     let d = Tandemd::start(&dir);
-    let mut sharer = spawn("share", "model-a", &env(&dir, "training"), &[]);
+    // Filled before it is offered: no follower can see it half written.
+    let mut sharer = spawn("share", "model-a", &env(&dir, "training"), &["--fill", "1"]);
     assert_eq!(
         first_rc(&mut sharer, "SHARE"),
         (i64::from(api::OK), true),
         "{sharer}"
     );
-    let wrote = ask(&mut sharer, "write 1", "WROTE");
+    let wrote = sharer.wait_line("WROTE", WAIT);
     assert_eq!(field(&wrote, "rc"), "0");
     let first = field(&wrote, "digest");
 
@@ -369,4 +370,29 @@ fn a_kernel_writing_followed_weights_stops_only_the_follower_and_says_why() {
     follower.wait_exit(WAIT);
     sharer.send_line("exit");
     assert!(sharer.wait_exit(WAIT).success(), "{sharer}");
+}
+
+#[test]
+fn a_region_offered_while_no_coordinator_runs_is_offered_when_one_starts() {
+    let dir = TestDir::new("follow-before");
+    let mut sharer = spawn("share", "model-e", &env(&dir, "training"), &["--fill", "4"]);
+    assert_eq!(
+        first_rc(&mut sharer, "SHARE"),
+        (i64::from(api::NO_COORDINATOR), true),
+        "{sharer}"
+    );
+    let wrote = field(&sharer.wait_line("WROTE", WAIT), "digest");
+    let d = Tandemd::start(&dir);
+    wait_stats(&d, "the region offered to the new tandemd", |s| {
+        regions(s)
+            .iter()
+            .any(|r| r["name"] == "model-e" && r["owner_pid"] == u64::from(sharer.pid()))
+    });
+    let mut follower = spawn("map", "model-e", &env(&dir, "inference"), &[]);
+    assert_eq!(first_rc(&mut follower, "MAP").0, i64::from(api::OK), "{follower}");
+    assert_eq!(digest(&mut follower), wrote);
+    for p in [&mut follower, &mut sharer] {
+        p.send_line("exit");
+        assert!(p.wait_exit(WAIT).success(), "{p}");
+    }
 }
