@@ -32,6 +32,7 @@
 //! memory is about to be replaced (B), so a lying peer can only hurt itself.
 
 use crate::error::{Error, Result};
+use crate::wire::{get_u16, get_u64};
 
 /// Body length of a [`Dedup`] message.
 pub const DEDUP_LEN: usize = 56;
@@ -243,12 +244,8 @@ impl Dedup {
                 actual: b.len(),
             });
         }
-        let u16_at = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-        let u64_at = |at: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[at..at + 8]);
-            u64::from_le_bytes(a)
-        };
+        let u16_at = |at: usize| get_u16(b, at);
+        let u64_at = |at: usize| get_u64(b, at);
         let raw_op = u16_at(0);
         let op = DedupOp::from_u16(raw_op).ok_or(Error::BadValue {
             field: "dedup op",

@@ -34,6 +34,7 @@
 //! from the Hello), and the follower can only ever map the memory read-only.
 
 use crate::error::{Error, Result};
+use crate::wire::{get_u16, get_u64};
 
 /// Body length of a [`Follow`] message.
 pub const FOLLOW_LEN: usize = 96;
@@ -362,12 +363,8 @@ impl Follow {
                 actual: b.len(),
             });
         }
-        let u16_at = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-        let u64_at = |at: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[at..at + 8]);
-            u64::from_le_bytes(a)
-        };
+        let u16_at = |at: usize| get_u16(b, at);
+        let u64_at = |at: usize| get_u64(b, at);
         let raw_op = u16_at(0);
         let op = FollowOp::from_u16(raw_op).ok_or(Error::BadValue {
             field: "follow op",

@@ -397,13 +397,13 @@ pub enum Message<'a> {
 
 // ---- little-endian cursor helpers (bounds already checked by callers) ----
 
-fn get_u16(b: &[u8], at: usize) -> u16 {
+pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
-fn get_u64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)

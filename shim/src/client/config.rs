@@ -44,7 +44,7 @@ pub fn parse_class(value: &[u8]) -> Option<ClassSetting> {
 
 /// Parses a `TANDEM_SHARE_WEIGHTS` or `TANDEM_FOLLOW` value; `None` when it is
 /// neither on nor off.
-pub fn parse_share_weights(value: &[u8]) -> Option<bool> {
+pub fn parse_on_off(value: &[u8]) -> Option<bool> {
     match value {
         b"on" | b"1" => Some(true),
         b"off" | b"0" | b"" => Some(false),
@@ -75,16 +75,7 @@ pub fn load() -> Option<Config> {
         return None;
     };
     // Unset: the coordinator's config decides; on/off: the job decides.
-    let share = crate::env::var(c"TANDEM_SHARE_WEIGHTS").map(|v| {
-        parse_share_weights(v).unwrap_or_else(|| {
-            crate::log!(
-                Warn,
-                "TANDEM_SHARE_WEIGHTS={:?} is not on or off (using off)",
-                crate::log::String8(v)
-            );
-            false
-        })
-    });
+    let share = on_off(c"TANDEM_SHARE_WEIGHTS");
     let follow = follow_enabled();
     let path = tandem_proto::paths::default_socket().into_os_string();
     let socket = match socket_path(path) {
@@ -112,19 +103,26 @@ pub fn load() -> Option<Config> {
     })
 }
 
-/// Whether `TANDEM_FOLLOW=on` (follow mode, `crate::follow`); anything but on
-/// or off is said once and means off.
-pub fn follow_enabled() -> bool {
-    crate::env::var(c"TANDEM_FOLLOW").is_some_and(|v| {
-        parse_share_weights(v).unwrap_or_else(|| {
+/// An on/off variable of the environment: `None` when unset; anything but on
+/// or off is said and means off.
+fn on_off(name: &core::ffi::CStr) -> Option<bool> {
+    crate::env::var(name).map(|v| {
+        parse_on_off(v).unwrap_or_else(|| {
             crate::log!(
                 Warn,
-                "TANDEM_FOLLOW={:?} is not on or off (using off)",
+                "{}={:?} is not on or off (using off)",
+                name.to_string_lossy(),
                 crate::log::String8(v)
             );
             false
         })
     })
+}
+
+/// Whether `TANDEM_FOLLOW=on` (follow mode, `crate::follow`); read once.
+pub fn follow_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| on_off(c"TANDEM_FOLLOW").unwrap_or(false))
 }
 
 /// The socket path as a C string, or the bytes back when it cannot be one.
@@ -206,9 +204,9 @@ mod tests {
 
     #[test]
     fn share_weights_values() {
-        assert_eq!(parse_share_weights(b"on"), Some(true));
-        assert_eq!(parse_share_weights(b"off"), Some(false));
-        assert_eq!(parse_share_weights(b"yes"), None);
+        assert_eq!(parse_on_off(b"on"), Some(true));
+        assert_eq!(parse_on_off(b"off"), Some(false));
+        assert_eq!(parse_on_off(b"yes"), None);
     }
 
     #[test]

@@ -68,10 +68,9 @@ fn regions() -> MutexGuard<'static, Regions> {
     REGIONS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether `TANDEM_FOLLOW=on` (read once).
+/// Whether `TANDEM_FOLLOW=on`.
 fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(crate::client::follow_enabled)
+    crate::client::follow_enabled()
 }
 
 // ---- arguments and driver steps ----
@@ -616,11 +615,7 @@ pub fn session_started(s: &Session) {
     let mut t = regions();
     // tandemd keys regions by GPU: the Device message goes first, which needs
     // a current context in this (the watcher's) thread.
-    let Some(ctx) = t
-        .shared()
-        .find(|r| !r.name.is_empty())
-        .map(|r| r.ctx)
-    else {
+    let Some(ctx) = t.shared().find(|r| !r.name.is_empty()).map(|r| r.ctx) else {
         return;
     };
     match vmm::ctx_set_current(ctx as crate::types::CUcontext) {

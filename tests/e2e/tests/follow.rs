@@ -389,7 +389,11 @@ fn a_region_offered_while_no_coordinator_runs_is_offered_when_one_starts() {
             .any(|r| r["name"] == "model-e" && r["owner_pid"] == u64::from(sharer.pid()))
     });
     let mut follower = spawn("map", "model-e", &env(&dir, "inference"), &[]);
-    assert_eq!(first_rc(&mut follower, "MAP").0, i64::from(api::OK), "{follower}");
+    assert_eq!(
+        first_rc(&mut follower, "MAP").0,
+        i64::from(api::OK),
+        "{follower}"
+    );
     assert_eq!(digest(&mut follower), wrote);
     for p in [&mut follower, &mut sharer] {
         p.send_line("exit");
