@@ -19,6 +19,8 @@
  *   memcpy       cuMemcpyHtoD_v2 of 4 KiB at the region's start -> `MEMCPY rc=<CUresult>`
  *   kernel       fill_u32(region, 1024, 7), cuCtxSynchronize -> `KERNEL launch=<r> sync=<r>`
  *   free         tandem_follow_free -> `FREE rc=<code>`
+ *   threadfree   tandem_follow_free from a new thread with no current context
+ *                -> `THREADFREE rc=<code>`
  *   cufree       cuMemFree_v2 -> `CUFREE rc=<CUresult>`
  *   stats        `STATS shared=<tandem_follow_shared_bytes> mapped=<tandem_follow_mapped_bytes>`
  *   exit         exit 0 (end of input too)
@@ -30,6 +32,7 @@
 #include "cuda_min.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +78,19 @@ static uint64_t fnv1a(const void *data, size_t len)
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+struct thread_free {
+    free_fn f;
+    unsigned long long ptr;
+    int rc;
+};
+
+static void *free_in_thread(void *arg)
+{
+    struct thread_free *t = arg;
+    t->rc = t->f(t->ptr);
+    return NULL;
 }
 
 /* The `write SEED` command: fills the region from a splitmix64 stream, prints WROTE. */
@@ -200,6 +216,12 @@ int main(int argc, char **argv)
             printf("KERNEL launch=%d sync=%d\n", l, s);
         } else if (strcmp(line, "free") == 0) {
             printf("FREE rc=%d\n", f_free(ptr));
+        } else if (strcmp(line, "threadfree") == 0) {
+            struct thread_free t = {f_free, ptr, 1};
+            pthread_t th;
+            if (pthread_create(&th, NULL, free_in_thread, &t) == 0)
+                pthread_join(th, NULL);
+            printf("THREADFREE rc=%d\n", t.rc);
         } else if (strcmp(line, "cufree") == 0) {
             printf("CUFREE rc=%d\n", cuMemFree_v2(ptr));
         } else if (strcmp(line, "stats") == 0) {

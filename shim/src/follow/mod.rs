@@ -538,12 +538,22 @@ pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
     let Some(r) = r else {
         return Some(CuResult::INVALID_VALUE);
     };
-    // Like cuMemFree: the work that may still use it drains first.
+    // Like cuMemFree: the work that may still use it drains first, in the
+    // region's own context (a free from a thread where another context, or
+    // none, is current, e.g. a garbage collector's: switched and restored).
+    let prev = vmm::ctx_current().ok();
+    let switch = prev.map(|c| c as usize) != Some(r.ctx);
+    if switch {
+        let _ = vmm::ctx_set_current(r.ctx as crate::types::CUcontext);
+    }
     let drained = vmm::ctx_synchronize();
     let span = r.span as usize;
     let released = vmm::unmap(r.base, span)
         .and_then(|()| vmm::release(r.handle))
         .and_then(|()| vmm::address_free(r.base, span));
+    if let (true, Some(c)) = (switch, prev) {
+        let _ = vmm::ctx_set_current(c);
+    }
     let counter = match r.role {
         Role::Shared { .. } => &SHARED_BYTES,
         Role::Followed => &MAPPED_BYTES,

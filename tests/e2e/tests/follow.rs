@@ -395,6 +395,21 @@ fn a_region_offered_while_no_coordinator_runs_is_offered_when_one_starts() {
         "{follower}"
     );
     assert_eq!(digest(&mut follower), wrote);
+    // Freed from a thread with no current context (a garbage collector's):
+    // released in the region's own context, and withdrawn from tandemd.
+    let f = ask(&mut sharer, "threadfree", "THREADFREE");
+    assert_eq!(
+        field(&f, "rc"),
+        i64::from(api::OK).to_string(),
+        "{f}\n{sharer}"
+    );
+    assert_eq!(field(&ask(&mut sharer, "stats", "STATS"), "shared"), "0");
+    wait_stats(&d, "the freed region withdrawn", |s| regions(s).is_empty());
+    assert_eq!(
+        digest(&mut follower),
+        wrote,
+        "the follower keeps its mapping"
+    );
     for p in [&mut follower, &mut sharer] {
         p.send_line("exit");
         assert!(p.wait_exit(WAIT).success(), "{p}");
