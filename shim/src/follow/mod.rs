@@ -82,9 +82,29 @@ struct Args {
     layout: [u8; 16],
 }
 
+/// A region size the API accepts, or INVALID (said).
+fn check_size(bytes: u64) -> Result<(), c_int> {
+    if bytes == 0 || bytes > MAX_REGION_LEN {
+        crate::log!(Warn, "follow: region size {bytes} is not in 1..=2^40 bytes");
+        return Err(api::INVALID);
+    }
+    Ok(())
+}
+
+/// `bytes` rounded up to whole granules.
+fn span_of(bytes: u64, granule: usize) -> Result<usize, c_int> {
+    let n = usize::try_from(bytes).map_err(|_| api::INVALID)?;
+    Ok(n.div_ceil(granule) * granule)
+}
+
+/// A valid region name and its layout tag (zero when `layout` is null).
+///
 /// # Safety
 /// `name` is null or a NUL-terminated string; `layout` is null or 16 readable bytes.
-unsafe fn args(name: *const c_char, bytes: u64, layout: *const u8) -> Result<Args, c_int> {
+unsafe fn name_and_layout(
+    name: *const c_char,
+    layout: *const u8,
+) -> Result<(Vec<u8>, [u8; 16]), c_int> {
     if name.is_null() {
         return Err(api::INVALID);
     }
@@ -98,20 +118,12 @@ unsafe fn args(name: *const c_char, bytes: u64, layout: *const u8) -> Result<Arg
         );
         return Err(api::INVALID);
     }
-    if bytes == 0 || bytes > MAX_REGION_LEN {
-        crate::log!(Warn, "follow: region size {bytes} is not in 1..=2^40 bytes");
-        return Err(api::INVALID);
-    }
     let mut tag = [0u8; 16];
     if !layout.is_null() {
         // SAFETY: the caller passes 16 readable bytes (the C API's contract).
         tag.copy_from_slice(unsafe { core::slice::from_raw_parts(layout, 16) });
     }
-    Ok(Args {
-        name: name.to_vec(),
-        bytes,
-        layout: tag,
-    })
+    Ok((name.to_vec(), tag))
 }
 
 /// The calling thread's current context (as an address), its device, and
@@ -135,23 +147,32 @@ fn driver_failed(e: DriverError) -> c_int {
     api::DRIVER
 }
 
-/// Maps `h` (at least `span` bytes) at a fresh reservation with `access`;
-/// nothing is left behind on failure.
+/// Maps `h` (at least `span` bytes) at a fresh reservation with `access`:
+/// the handle and the address. On failure nothing is left behind, `h`
+/// released included.
 fn map_new(
     h: CUmemGenericAllocationHandle,
     span: usize,
     granule: usize,
     device: c_int,
     access: Access,
-) -> vmm::Result<CUdeviceptr> {
-    let va = vmm::reserve(span, granule)?;
-    vmm::map(va, span, h)
-        .and_then(|()| vmm::set_access(va, span, device, access))
-        .inspect_err(|_| {
-            let _ = vmm::unmap(va, span);
-            let _ = vmm::address_free(va, span);
-        })?;
-    Ok(va)
+) -> vmm::Result<(CUmemGenericAllocationHandle, CUdeviceptr)> {
+    let mapped = vmm::reserve(span, granule).and_then(|va| {
+        vmm::map(va, span, h)
+            .and_then(|()| vmm::set_access(va, span, device, access))
+            .map(|()| va)
+            .inspect_err(|_| {
+                let _ = vmm::unmap(va, span);
+                let _ = vmm::address_free(va, span);
+            })
+    });
+    match mapped {
+        Ok(va) => Ok((h, va)),
+        Err(e) => {
+            let _ = vmm::release(h);
+            Err(e)
+        }
+    }
 }
 
 fn insert(r: Region) {
@@ -164,6 +185,27 @@ fn insert(r: Region) {
 
 fn request_id() -> u64 {
     NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A message about region `name` of `bytes` with `layout` (names were
+/// validated on the way in: `None` never happens in practice).
+fn message(
+    op: FollowOp,
+    request: u64,
+    name: &[u8],
+    bytes: u64,
+    layout: [u8; 16],
+) -> Option<Follow> {
+    let mut f = Follow::new(op, request, name, bytes)?;
+    f.layout = layout;
+    Some(f)
+}
+
+/// Sends an UNSHARE or UNMAP, which nobody answers.
+fn notify(s: &Session, op: FollowOp, name: &[u8], bytes: u64, layout: [u8; 16]) {
+    if let Some(f) = message(op, 0, name, bytes, layout) {
+        send(s, &f, None);
+    }
 }
 
 fn send(s: &Session, f: &Follow, fd: Option<BorrowedFd<'_>>) -> bool {
@@ -223,10 +265,9 @@ fn follow_session() -> Result<&'static Session, c_int> {
 fn offer(s: &Session, a: &Args, fd: BorrowedFd<'_>) -> c_int {
     let deadline = Instant::now() + SHARE_TIMEOUT;
     loop {
-        let Some(mut f) = Follow::new(FollowOp::Share, request_id(), &a.name, a.bytes) else {
+        let Some(f) = message(FollowOp::Share, request_id(), &a.name, a.bytes, a.layout) else {
             return api::INVALID;
         };
-        f.layout = a.layout;
         let Some((answer, _)) = ask(s, &f, Some(fd), deadline) else {
             return api::TIMEOUT;
         };
@@ -251,25 +292,19 @@ pub unsafe extern "C" fn tandem_follow_alloc(bytes: u64, dptr: *mut CUdeviceptr)
     }
     // SAFETY: non-null, writable (the C API's contract).
     unsafe { dptr.write(0) };
-    if bytes == 0 || bytes > MAX_REGION_LEN {
-        crate::log!(Warn, "follow: region size {bytes} is not in 1..=2^40 bytes");
-        return api::INVALID;
+    if let Err(code) = check_size(bytes) {
+        return code;
     }
     let (ctx, device, granule) = match device_and_granule() {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let Ok(n) = usize::try_from(bytes) else {
-        return api::INVALID;
+    let span = match span_of(bytes, granule) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
-    let span = n.div_ceil(granule) * granule;
-    let allocated = vmm::create(span, device).and_then(|h| {
-        map_new(h, span, granule, device, Access::ReadWrite)
-            .map(|va| (h, va))
-            .inspect_err(|_| {
-                let _ = vmm::release(h);
-            })
-    });
+    let allocated = vmm::create(span, device)
+        .and_then(|h| map_new(h, span, granule, device, Access::ReadWrite));
     let (handle, base) = match allocated {
         Ok(x) => x,
         Err(e) => return driver_failed(e),
@@ -307,13 +342,12 @@ pub unsafe extern "C" fn tandem_follow_offer(
     if FORKED.load(Ordering::Relaxed) {
         return api::INVALID;
     }
-    // The size is the region's; 1 only passes validation.
     // SAFETY: forwarded under this function's contract.
-    let mut a = match unsafe { args(name, 1, layout) } {
-        Ok(a) => a,
+    let (name, layout) = match unsafe { name_and_layout(name, layout) } {
+        Ok(x) => x,
         Err(code) => return code,
     };
-    let fd = {
+    let (a, fd) = {
         let mut t = regions();
         let Some(r) = t.shared_at(dptr) else {
             crate::log!(
@@ -322,7 +356,7 @@ pub unsafe extern "C" fn tandem_follow_offer(
             );
             return api::INVALID;
         };
-        if !r.name.is_empty() && r.name != a.name {
+        if !r.name.is_empty() && r.name != name {
             crate::log!(
                 Warn,
                 "follow: the region at {dptr:#x} is already offered as {:?}",
@@ -332,11 +366,15 @@ pub unsafe extern "C" fn tandem_follow_offer(
         }
         // Named from now on: every tandemd this process registers with later
         // is offered it too.
-        r.name = a.name.clone();
-        r.layout = a.layout;
-        a.bytes = r.bytes;
+        r.name = name.clone();
+        r.layout = layout;
+        let a = Args {
+            name,
+            bytes: r.bytes,
+            layout,
+        };
         // A copy of the exported fd: the table stays free while tandemd answers.
-        r.export.as_ref().map(|fd| fd.try_clone())
+        (a, r.export.as_ref().map(|fd| fd.try_clone()))
     };
     if !enabled() {
         return api::DISABLED;
@@ -355,10 +393,7 @@ pub unsafe extern "C" fn tandem_follow_offer(
     };
     if code == api::OK && !regions().set_offered(dptr, true) {
         // Freed by another thread while tandemd answered: withdraw it.
-        if let Some(mut f) = Follow::new(FollowOp::Unshare, 0, &a.name, a.bytes) {
-            f.layout = a.layout;
-            send(s, &f, None);
-        }
+        notify(s, FollowOp::Unshare, &a.name, a.bytes, a.layout);
     } else if code == api::OK {
         crate::log!(
             Info,
@@ -396,10 +431,17 @@ pub unsafe extern "C" fn tandem_follow_map(
     // SAFETY: non-null, writable (the C API's contract).
     unsafe { dptr.write(0) };
     // SAFETY: forwarded under this function's contract.
-    let a = match unsafe { args(name, bytes, layout) } {
-        Ok(a) => a,
+    let a = match unsafe { name_and_layout(name, layout) } {
+        Ok((name, layout)) => Args {
+            name,
+            bytes,
+            layout,
+        },
         Err(code) => return code,
     };
+    if let Err(code) = check_size(bytes) {
+        return code;
+    }
     if !enabled() {
         return api::DISABLED;
     }
@@ -407,10 +449,10 @@ pub unsafe extern "C" fn tandem_follow_map(
         Ok(x) => x,
         Err(code) => return code,
     };
-    let Ok(bytes) = usize::try_from(a.bytes) else {
-        return api::INVALID;
+    let span = match span_of(a.bytes, granule) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
-    let span = bytes.div_ceil(granule) * granule;
     let s = match follow_session() {
         Ok(s) => s,
         Err(code) => return code,
@@ -423,10 +465,9 @@ pub unsafe extern "C" fn tandem_follow_map(
     let deadline = Instant::now() + Duration::from_millis(u64::from(wait));
     let mut last = api::TIMEOUT;
     let fd = loop {
-        let Some(mut f) = Follow::new(FollowOp::Map, request_id(), &a.name, a.bytes) else {
+        let Some(f) = message(FollowOp::Map, request_id(), &a.name, a.bytes, a.layout) else {
             return api::INVALID;
         };
-        f.layout = a.layout;
         match ask(s, &f, None, deadline) {
             None => return last,
             Some((answer, fd)) => match (FollowStatus(answer.status), fd) {
@@ -447,22 +488,14 @@ pub unsafe extern "C" fn tandem_follow_map(
         }
         std::thread::sleep(RETRY_EVERY);
     };
-    let mapped = vmm::import_fd(fd.as_fd()).and_then(|h| {
-        map_new(h, span, granule, device, Access::Read)
-            .map(|va| (h, va))
-            .inspect_err(|_| {
-                let _ = vmm::release(h);
-            })
-    });
+    let mapped =
+        vmm::import_fd(fd.as_fd()).and_then(|h| map_new(h, span, granule, device, Access::Read));
     drop(fd);
     let (handle, base) = match mapped {
         Ok(x) => x,
         Err(e) => {
             // tandemd counted the map: say it is not held.
-            if let Some(mut f) = Follow::new(FollowOp::Unmap, 0, &a.name, a.bytes) {
-                f.layout = a.layout;
-                send(s, &f, None);
-            }
+            notify(s, FollowOp::Unmap, &a.name, a.bytes, a.layout);
             return driver_failed(e);
         }
     };
@@ -566,10 +599,7 @@ pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
     };
     if let (Some(op), Some(s)) = (op, crate::client::published_session()) {
         if s.follow {
-            if let Some(mut f) = Follow::new(op, 0, &r.name, r.bytes) {
-                f.layout = r.layout;
-                send(s, &f, None);
-            }
+            notify(s, op, &r.name, r.bytes, r.layout);
         }
     }
     match drained.and(released) {
@@ -634,13 +664,12 @@ pub fn session_started(s: &Session) {
     }
     let mut offered = Vec::new();
     for r in t.shared().filter(|r| !r.name.is_empty()) {
-        let (Some(fd), Some(mut f)) = (
+        let (Some(fd), Some(f)) = (
             r.export.as_ref(),
-            Follow::new(FollowOp::Share, request_id(), &r.name, r.bytes),
+            message(FollowOp::Share, request_id(), &r.name, r.bytes, r.layout),
         ) else {
             continue;
         };
-        f.layout = r.layout;
         if send(s, &f, Some(fd.as_fd())) {
             offered.push(r.base);
         }
