@@ -35,8 +35,13 @@
 //! [`Error::VersionMismatch`], naming both versions.
 //!
 //! Decoding is zero-copy and allocation-free, checks every length against the
-//! datagram and against the protocol maxima, and rejects unknown values.
-//! Encoding writes into a caller-provided buffer.
+//! datagram and against the protocol maxima, and rejects unknown values,
+//! except flag bits: the Hello's and Welcome's flags are capabilities, each
+//! answered only by a peer that knows it, so a bit this build does not know
+//! is dropped on decode (a newer shim's request for a feature registers with
+//! this tandemd and is simply not granted). Encoding refuses unknown bits, so
+//! a message that encodes also decodes to itself. Encoding writes into a
+//! caller-provided buffer.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -452,6 +457,7 @@ fn class(field: &'static str, v: u8) -> Result<ClientClass> {
     })
 }
 
+/// Encoding's check of a flags byte: only bits this build knows.
 fn flags(field: &'static str, v: u8, known: u8) -> Result<u8> {
     if v & !known != 0 {
         Err(Error::BadValue {
@@ -543,7 +549,8 @@ impl<'a> Message<'a> {
         need("Hello", b.len(), HELLO_FIXED_LEN)?;
         let pid = get_u32(b, 0);
         let class = class("class", b[4])?;
-        let flags = flags("hello flags", b[5], HELLO_FLAGS)?;
+        // Unknown bits are a newer peer's requests: not granted, not an error.
+        let flags = b[5] & HELLO_FLAGS;
         let exe_len = usize::from(get_u16(b, 6));
         let cgroup_len = usize::from(get_u16(b, 8));
         bounded("executable path", exe_len, MAX_EXE_LEN)?;
@@ -589,7 +596,7 @@ impl<'a> Message<'a> {
             });
         }
         let class = class("class", b[28])?;
-        let flags = flags("welcome flags", b[29], WELCOME_FLAGS)?;
+        let flags = b[29] & WELCOME_FLAGS;
         Ok(Message::Welcome(Welcome {
             client_id,
             region_len,
@@ -1084,7 +1091,7 @@ mod tests {
     }
 
     #[test]
-    fn hello_no_share_flag_round_trips_and_unknown_bits_are_refused() {
+    fn hello_no_share_flag_round_trips_and_unknown_bits_are_dropped_on_decode_refused_on_encode() {
         for flags in [
             HELLO_FLAG_NO_SHARE_WEIGHTS,
             HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS,
@@ -1095,27 +1102,48 @@ mod tests {
             assert_eq!(Message::decode(&b), Ok(m));
         }
         assert_ne!(HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS);
-        let unknown = 1u8 << 3;
-        let mut b = enc(&Message::Hello(hello()));
-        b[HEADER_LEN + 5] = HELLO_FLAG_NO_SHARE_WEIGHTS | unknown;
+        // A newer shim's unknown request bits: the Hello still decodes, with
+        // only the bits this build knows.
+        for unknown in [1u8 << 3, 1 << 7, !HELLO_FLAGS] {
+            let mut b = enc(&Message::Hello(hello()));
+            b[HEADER_LEN + 5] = HELLO_FLAG_NO_SHARE_WEIGHTS | unknown;
+            assert_eq!(
+                Message::decode(&b),
+                Ok(Message::Hello(Hello {
+                    flags: HELLO_FLAG_NO_SHARE_WEIGHTS,
+                    ..hello()
+                }))
+            );
+            let mut out = [0u8; MAX_MESSAGE_LEN];
+            assert_eq!(
+                Message::Hello(Hello {
+                    flags: unknown,
+                    ..hello()
+                })
+                .encode(&mut out),
+                Err(Error::BadValue {
+                    field: "hello flags",
+                    value: u64::from(unknown)
+                })
+            );
+        }
+        // The same for the Welcome.
+        let mut w = enc(&Message::Welcome(welcome()));
+        w[HEADER_LEN + 29] = WELCOME_FLAG_FOLLOW | 1 << 2;
         assert_eq!(
-            Message::decode(&b),
-            Err(Error::BadValue {
-                field: "hello flags",
-                value: u64::from(HELLO_FLAG_NO_SHARE_WEIGHTS | unknown)
-            })
+            Message::decode(&w),
+            Ok(Message::Welcome(Welcome {
+                flags: WELCOME_FLAG_FOLLOW,
+                ..welcome()
+            }))
         );
         let mut out = [0u8; MAX_MESSAGE_LEN];
-        assert!(Message::Hello(Hello {
-            flags: unknown,
-            ..hello()
+        assert!(Message::Welcome(Welcome {
+            flags: 1 << 2,
+            ..welcome()
         })
         .encode(&mut out)
         .is_err());
-        // The Welcome knows no such flag.
-        let mut w = enc(&Message::Welcome(welcome()));
-        w[HEADER_LEN + 29] = 1 << 2;
-        assert!(Message::decode(&w).is_err());
     }
 
     #[test]
@@ -1214,7 +1242,7 @@ mod tests {
             Message::decode(&framed(TYPE_HELLO, 1, &b)),
             Err(Error::LengthMismatch { what: "Hello", .. })
         ));
-        // bad class, unknown flag, NUL in a path
+        // bad class, NUL in a path
         let mut b = body.clone();
         b[4] = 9;
         assert_eq!(
@@ -1224,15 +1252,6 @@ mod tests {
                 value: 9
             })
         );
-        let mut b = body.clone();
-        b[5] = 0x80;
-        assert!(matches!(
-            Message::decode(&framed(TYPE_HELLO, 1, &b)),
-            Err(Error::BadValue {
-                field: "hello flags",
-                ..
-            })
-        ));
         let mut b = body.clone();
         b[HELLO_FIXED_LEN + 2] = 0;
         assert!(matches!(
