@@ -367,6 +367,13 @@ fn follow(out: &mut String, s: &Snapshot) {
     let _ = writeln!(out, "tandem_follow_maps_total {}", f.maps);
     header(
         out,
+        "tandem_follow_held_total",
+        "counter",
+        "Mappings followers reported again to this tandemd after a restart (HELD; not maps).",
+    );
+    let _ = writeln!(out, "tandem_follow_held_total {}", f.held);
+    header(
+        out,
         "tandem_follow_refusals_total",
         "counter",
         "Follow messages refused, by answer status; malformed and unowned_unshare: ignored.",
@@ -450,7 +457,7 @@ mod tests {
     fn follow_families_carry_the_snapshot_and_every_refusal() {
         let mut s = snapshot(
             r#""follow": {"enabled": true, "shared_bytes": 4194304, "mapped_bytes": 8388608,
-                "shares": 1, "maps": 3, "refusals": {"mismatch": 2, "not_found": 0},
+                "shares": 1, "maps": 3, "held": 2, "refusals": {"mismatch": 2, "not_found": 0},
                 "regions": [{"name": "w", "group": "uid:0", "gpu": null, "owner": 1,
                              "owner_pid": 10, "bytes": 4194304, "followers": 2, "maps": 3}]},"#,
         );
@@ -481,6 +488,7 @@ mod tests {
                 "tandem_follow_shared_bytes 4194304",
                 "tandem_follow_mapped_bytes 8388608",
                 "tandem_follow_maps_total 3",
+                "tandem_follow_held_total 2",
                 "tandem_follow_refusals_total{status=\"mismatch\"} 2",
                 "tandem_follow_refusals_total{status=\"not_found\"} 0",
                 "tandem_follow_client_shared_bytes{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 0",
@@ -491,12 +499,14 @@ mod tests {
         for fam in [
             "tandem_follow_regions",
             "tandem_follow_maps_total",
+            "tandem_follow_held_total",
             "tandem_follow_refusals_total",
             "tandem_follow_client_mapped_bytes",
         ] {
             assert!(text.contains(&format!("# HELP {fam} ")), "{fam}: {text}");
         }
         assert!(text.contains("# TYPE tandem_follow_maps_total counter\n"));
+        assert!(text.contains("# TYPE tandem_follow_held_total counter\n"));
         assert!(text.contains("# TYPE tandem_follow_mapped_bytes gauge\n"));
     }
 

@@ -376,3 +376,84 @@ fn a_reload_that_disables_follow_mode_keeps_the_regions() {
     a.follow_op(FollowOp::Unshare, NAME);
     d.wait_memfds("tdc-follow-reload", 0);
 }
+
+#[test]
+fn a_mapping_held_before_its_region_is_shared_again_is_counted_and_linked() {
+    let d = Tandemd::start("followheld", None);
+    // A follower back from an earlier tandemd: it reports what it still maps
+    // before the sharer has offered the region again. An fd sent along is
+    // closed unused; no answer comes.
+    let f = follow_peer(&d, UUID);
+    let junk = memfd_with("tdc-follow-held-junk", 4096, |_| 0);
+    f.send_follow(
+        &follow_msg(FollowOp::Held, 0, NAME, LEN, LAYOUT),
+        Some(junk.as_fd()),
+    );
+    drop(junk);
+    let s = d.wait_stats("the held mapping recorded", |s| s.follow.held == 1);
+    // Recorded, so the message (and its fd) went through tandemd already.
+    d.wait_memfds("tdc-follow-held-junk", 0);
+    assert!(s.follow.regions.is_empty());
+    assert_eq!(client_follow(&s, f.id()).mapped_bytes, LEN);
+    assert_eq!((s.follow.mapped_bytes, s.follow.maps), (LEN, 0));
+
+    // The sharer offers it again: the follower is one of its followers.
+    let a = follow_peer(&d, UUID);
+    let region = memfd_with("tdc-follow-held", LEN as usize, pattern);
+    assert_eq!(
+        a.share(1, NAME, LEN, LAYOUT, Some(region.as_fd())),
+        FollowStatus::OK
+    );
+    drop(region);
+    d.wait_memfds("tdc-follow-held", 1);
+    let v = stats_json(&d);
+    let fj = &v["follow"];
+    assert_eq!(fj["regions"][0]["name"], NAME, "{fj}");
+    assert_eq!(fj["regions"][0]["followers"], 1, "{fj}");
+    assert_eq!(
+        fj["regions"][0]["maps"], 0,
+        "a held mapping is not a map: {fj}"
+    );
+    assert_eq!(
+        (fj["held"].as_u64(), fj["maps"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let fc = v["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == f.id())
+        .expect("the follower is still registered");
+    assert_eq!(fc["follow"]["mapped_bytes"].as_u64(), Some(LEN), "{fc}");
+
+    // Nothing answered the HELD: the next message the follower reads is the
+    // answer to its MAP (request 2).
+    let (st, fd) = f.map(2, NAME, LEN, LAYOUT);
+    assert_eq!(st, FollowStatus::OK);
+    assert!(fd.is_some());
+    let s = d.snapshot();
+    assert_eq!(s.follow.regions[0].followers, 1, "the same follower");
+    assert_eq!(client_follow(&s, f.id()).mapped_bytes, LEN, "counted once");
+
+    // A HELD before the Device is refused (counted) and records nothing.
+    let early = Peer::connect_flags(&d.socket, ClientClass::Training, HELLO_FLAG_FOLLOW);
+    early.follow_op(FollowOp::Held, NAME);
+    let s = d.wait_stats("the early HELD refused", |s| {
+        s.follow.refusals.get("not_ready") == Some(&1)
+    });
+    assert_eq!(client_follow(&s, early.id()).mapped_bytes, 0);
+    assert_eq!((s.follow.held, s.follow.regions[0].followers), (1, 1));
+
+    let r =
+        tandem_coordinator::client::http_get(&d.stats, "/metrics", Duration::from_secs(5)).unwrap();
+    let ex = tandem_e2e::coord::parse_prometheus(&r.body)
+        .unwrap_or_else(|e| panic!("bad Prometheus text: {e}\n{}", r.body));
+    let held = ex.get("tandem_follow_held_total");
+    assert_eq!(held.len(), 1, "{}", r.body);
+    assert_eq!(held[0].value, 1.0);
+    assert_eq!(
+        ex.types.get("tandem_follow_held_total").map(String::as_str),
+        Some("counter")
+    );
+    d.wait_log("follow mapping held from an earlier tandemd");
+}

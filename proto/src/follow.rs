@@ -20,7 +20,19 @@
 //!                                            <- UNMAP(name)          (stats only)
 //! UNSHARE(name)                 -> region gone; the fd closed; followers keep
 //!                                  what they mapped (frozen at its last state)
+//!
+//! (tandemd restarts; the new one knows nothing; both shims register again)
+//! SHARE(r3, name, len, layout) + fd ->  the sharer offers its regions again
+//!                                            <- HELD(name, len, layout)  (no answer:
+//!                                               it still maps it; stats only)
 //! ```
+//!
+//! A follower registering with a new tandemd (a restart) reports each mapping
+//! it still holds with HELD, so that tandemd's accounting (the follower's
+//! mapped bytes, the region's followers) is right again; nothing is mapped or
+//! lent, and no answer comes. A tandemd older than HELD counts it as a
+//! malformed message and keeps the client connected: the compatible failure
+//! mode (only the accounting stays wrong, as before HELD existed).
 //!
 //! Both jobs say `TANDEM_FOLLOW=on` (Hello flag [`crate::wire::HELLO_FLAG_FOLLOW`]);
 //! only then does tandemd set [`crate::wire::WELCOME_FLAG_FOLLOW`], and only
@@ -63,6 +75,12 @@ pub enum FollowOp {
     Mapped = 5,
     /// Shim -> tandemd: this follower released its mapping of `name`.
     Unmap = 6,
+    /// Shim -> tandemd, after it registers with a new tandemd (a restart): this
+    /// follower still maps region `name` (`len` bytes with `layout`), mapped
+    /// from an earlier tandemd, so the accounting is right again. Request and
+    /// status 0, no fd, and no answer. An older tandemd counts it as malformed
+    /// and keeps the client connected.
+    Held = 7,
 }
 
 impl FollowOp {
@@ -76,6 +94,7 @@ impl FollowOp {
             4 => Some(FollowOp::Map),
             5 => Some(FollowOp::Mapped),
             6 => Some(FollowOp::Unmap),
+            7 => Some(FollowOp::Held),
             _ => None,
         }
     }
@@ -90,6 +109,7 @@ impl FollowOp {
             FollowOp::Map => "map",
             FollowOp::Mapped => "mapped",
             FollowOp::Unmap => "unmap",
+            FollowOp::Held => "held",
         }
     }
 
@@ -444,7 +464,7 @@ mod tests {
 
     #[test]
     fn every_op_round_trips() {
-        for raw in 1..=6 {
+        for raw in 1..=7 {
             let op = FollowOp::from_u16(raw).unwrap();
             let f = sample(op);
             let mut b = [0u8; FOLLOW_LEN];
@@ -455,7 +475,42 @@ mod tests {
             assert_eq!(op.from_shim(), !op.is_answer());
         }
         assert_eq!(FollowOp::from_u16(0), None);
-        assert_eq!(FollowOp::from_u16(7), None);
+        assert_eq!(FollowOp::from_u16(8), None);
+    }
+
+    #[test]
+    fn held_is_a_shim_op_without_an_answer_and_op_8_is_still_refused() {
+        let op = FollowOp::from_u16(7).unwrap();
+        assert_eq!(op, FollowOp::Held);
+        assert_eq!(op.name(), "held");
+        assert!(op.from_shim() && !op.is_answer());
+        let mut f = Follow::new(FollowOp::Held, 0, b"model-b", 4 << 20).unwrap();
+        f.layout = *b"layout-of-modelb";
+        let mut b = [0u8; FOLLOW_LEN];
+        f.encode_body(&mut b).unwrap();
+        assert_eq!(&b[0..2], &7u16.to_le_bytes());
+        let back = Follow::decode(&b).unwrap();
+        assert_eq!(back, f);
+        assert_eq!((back.request, back.status), (0, 0));
+        // A HELD carries no status.
+        let mut z = b;
+        z[2] = 1;
+        assert!(matches!(
+            Follow::decode(&z),
+            Err(Error::BadValue {
+                field: "follow status",
+                ..
+            })
+        ));
+        let mut z = b;
+        z[0..2].copy_from_slice(&8u16.to_le_bytes());
+        assert!(matches!(
+            Follow::decode(&z),
+            Err(Error::BadValue {
+                field: "follow op",
+                value: 8
+            })
+        ));
     }
 
     #[test]

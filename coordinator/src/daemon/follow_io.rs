@@ -49,9 +49,10 @@ fn log_gone(g: &Gone, why: &str) {
 
 impl Daemon {
     /// A Follow message from registered client `id` that shims send (SHARE,
-    /// UNSHARE, MAP, UNMAP), with the fd that came with it.
+    /// UNSHARE, MAP, UNMAP, HELD), with the fd that came with it.
     pub(super) fn follow_message(&mut self, id: u64, m: &Follow, fd: Option<OwnedFd>) {
-        // Only a SHARE carries an fd: any other is closed here, unused.
+        // Only a SHARE carries an fd: any other (a HELD's too) is closed
+        // here, unused.
         let fd = fd.filter(|_| m.op == FollowOp::Share);
         let c = self.follow_caller(id);
         let group = c.group.as_deref();
@@ -122,6 +123,24 @@ impl Daemon {
                 let mapped = regions.unmap(id, m);
                 drop(regions);
                 debug!(client = id, name = %m.name_str(), mapped, "follow region unmapped");
+            }
+            FollowOp::Held => {
+                // Nobody waits for an answer: a refusal is counted and logged.
+                let held = regions.held(id, group, c.gpu, m);
+                drop(regions);
+                match held {
+                    Ok(linked) => debug!(
+                        client = id,
+                        name = %m.name_str(),
+                        bytes = m.len,
+                        linked,
+                        "follow mapping held from an earlier tandemd"
+                    ),
+                    Err(st) => {
+                        let why = format!("HELD of {:?} refused: {}", m.name_str(), st.name());
+                        self.follow_log_refusal(now, id, &why);
+                    }
+                }
             }
             FollowOp::Shared | FollowOp::Mapped => {
                 drop(regions);

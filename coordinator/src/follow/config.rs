@@ -17,7 +17,11 @@ pub struct FollowConfig {
     /// Master switch: when false no client is told it may use follow mode,
     /// and SHARE / MAP are refused (NOT_PERMITTED).
     pub enabled: bool,
-    /// Regions one client may share at once.
+    /// Regions one client may share at once. It also bounds the mappings
+    /// tandemd records for one client from HELD (a follower reporting, after
+    /// a restart, what it still maps): a HELD is refused (LIMIT, counted)
+    /// while the client has `4 * max_regions_per_client` mappings or more.
+    /// A MAP needs a live region, so it is bounded by the shares already.
     pub max_regions_per_client: u32,
 }
 
@@ -35,7 +39,8 @@ impl Default for FollowConfig {
 pub struct FollowLimits {
     /// `[follow] enabled`.
     pub enabled: bool,
-    /// `[follow] max_regions_per_client`.
+    /// `[follow] max_regions_per_client` (times 4: the bound on a client's
+    /// mappings for a HELD to be recorded).
     pub max_regions_per_client: usize,
 }
 

@@ -10,6 +10,12 @@
 //! mapped, and stays counted in their `mapped_bytes` until they UNMAP or
 //! leave. Every message is checked here; what does not fit is refused with
 //! a status (or ignored and counted), never a panic.
+//!
+//! After a restart a follower reports what it still maps (mapped from an
+//! earlier tandemd) with HELD: the mapping is counted like one made by MAP,
+//! and linked to the region under its key (the follower is one of its
+//! followers) when that region has the same length and layout, now or once
+//! it is shared again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -90,11 +96,28 @@ pub struct Region {
     fd: OwnedFd,
 }
 
-/// A region a follower mapped (which may be gone since).
+/// A region a follower mapped (which may be gone since), or holds from an
+/// earlier tandemd (HELD).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Mapping {
-    region: u64,
+    /// The id of the region it is linked to (the follower is one of that
+    /// region's followers while it lives), or `None`: a HELD mapping that no
+    /// region of this registry matched yet.
+    region: Option<u64>,
     len: u64,
+    layout: [u8; 16],
+}
+
+impl Mapping {
+    /// Whether it is linked to region `r` (false for an unlinked one).
+    fn of(&self, r: &Region) -> bool {
+        self.region == Some(r.id)
+    }
+
+    /// Whether region `r` may be what this mapping holds: same length and layout.
+    fn fits(&self, r: &Region) -> bool {
+        self.len == r.len && self.layout == r.layout
+    }
 }
 
 /// One client's part.
@@ -102,7 +125,8 @@ struct Mapping {
 struct ClientEntry {
     /// Regions it shares.
     shares: BTreeSet<RegionKey>,
-    /// Regions it mapped (the region under the key then, and its length).
+    /// Regions it mapped or holds (the region under the key then, if
+    /// known, its length and layout).
     mapped: BTreeMap<RegionKey, Mapping>,
 }
 
@@ -128,6 +152,8 @@ pub struct Counters {
     pub maps: u64,
     /// UNMAPs that dropped a mapping.
     pub unmaps: u64,
+    /// HELDs recorded (mappings reported again after a restart; not maps).
+    pub held: u64,
     /// Refusals by name (every one of [`REFUSALS`], 0 included).
     pub refusals: BTreeMap<&'static str, u64>,
 }
@@ -138,6 +164,7 @@ impl Default for Counters {
             shares: 0,
             maps: 0,
             unmaps: 0,
+            held: 0,
             refusals: REFUSALS.iter().map(|&n| (n, 0)).collect(),
         }
     }
@@ -150,7 +177,8 @@ pub struct ClientView {
     pub regions: usize,
     /// Bytes of the regions it shares.
     pub shared_bytes: u64,
-    /// Bytes of the regions it maps (those gone since included).
+    /// Bytes of the regions it maps (those gone since, and those reported
+    /// by HELD, included).
     pub mapped_bytes: u64,
 }
 
@@ -188,6 +216,13 @@ impl Regions {
     /// SHARE from `client` (pid `pid`, follow group `group` when granted,
     /// GPU key `gpu` when its Device arrived) with the fd that came with it.
     /// Returns the answer (SHARED); the fd is kept on OK, else closed.
+    ///
+    /// On OK every client's unlinked mapping (reported by HELD) under the
+    /// same key with the region's length and layout is linked to the new
+    /// region: the client becomes one of its followers. After a restart this
+    /// cannot tell whether the region shared again is the very memory the
+    /// follower holds; it normally is, since a sharer offers its regions to a
+    /// new tandemd again unasked, and a name is shared by one job at a time.
     pub fn share(
         &mut self,
         now_ns: u64,
@@ -224,7 +259,7 @@ impl Regions {
             return self.refuse(req, FollowStatus::LIMIT);
         }
         self.next_id += 1;
-        let region = Region {
+        let mut region = Region {
             id: self.next_id,
             owner: client,
             owner_pid: pid,
@@ -235,6 +270,17 @@ impl Regions {
             maps: 0,
             fd,
         };
+        // Mappings reported by HELD before this region came: linked now.
+        for (&c, e) in &mut self.clients {
+            if let Some(m) = e
+                .mapped
+                .get_mut(&key)
+                .filter(|m| m.region.is_none() && m.fits(&region))
+            {
+                m.region = Some(region.id);
+                region.followers.insert(c);
+            }
+        }
         // A replaced region is dropped here (its fd closed); its followers
         // keep their mappings of it.
         drop(self.regions.insert(key.clone(), region));
@@ -269,8 +315,9 @@ impl Regions {
         r.followers.insert(client);
         r.maps += 1;
         let mapping = Mapping {
-            region: r.id,
+            region: Some(r.id),
             len: r.len,
+            layout: r.layout,
         };
         self.counters.maps += 1;
         self.clients
@@ -280,6 +327,66 @@ impl Regions {
             .insert(key.clone(), mapping);
         let fd = self.regions.get(&key).map(|r| r.fd.as_fd());
         (req.answer(FollowStatus::OK), fd)
+    }
+
+    /// HELD from `client`: it still maps region `req.name()` (`len` bytes
+    /// with `layout`), mapped from an earlier tandemd. Recorded like a
+    /// mapping made by MAP (counted in its mapped bytes, replacing an earlier
+    /// one of the name), but not counted as a map: linked to the region under
+    /// its key when that region has the same length and layout, else kept
+    /// unlinked until one is shared ([`share`](Self::share)). No answer is
+    /// sent; a refusal is only counted. Returns whether it was linked, or the
+    /// refusal: NOT_PERMITTED (not granted, or follow mode off), NOT_READY
+    /// (GPU unknown yet), LIMIT (the client already has
+    /// `4 * max_regions_per_client` mappings: a MAP needs a live region and
+    /// is bounded by the shares, a HELD is not).
+    pub fn held(
+        &mut self,
+        client: u64,
+        group: Option<&str>,
+        gpu: Option<u64>,
+        req: &Follow,
+    ) -> Result<bool, FollowStatus> {
+        let Some(group) = group.filter(|_| self.limits.enabled) else {
+            self.count_refusal(FollowStatus::NOT_PERMITTED.name());
+            return Err(FollowStatus::NOT_PERMITTED);
+        };
+        let Some(gpu) = gpu else {
+            self.count_refusal(FollowStatus::NOT_READY.name());
+            return Err(FollowStatus::NOT_READY);
+        };
+        let key = RegionKey::new(group, gpu, req.name());
+        let (count, replacing) = self.clients.get(&client).map_or((0, false), |e| {
+            (e.mapped.len(), e.mapped.contains_key(&key))
+        });
+        if !replacing && count >= self.held_bound() {
+            self.count_refusal(FollowStatus::LIMIT.name());
+            return Err(FollowStatus::LIMIT);
+        }
+        let mut mapping = Mapping {
+            region: None,
+            len: req.len,
+            layout: req.layout,
+        };
+        let e = self.clients.entry(client).or_default();
+        // A second HELD (or one after a MAP) of the name replaces the first.
+        if let Some(old) = e.mapped.remove(&key) {
+            if let Some(r) = self.regions.get_mut(&key).filter(|r| old.of(r)) {
+                r.followers.remove(&client);
+            }
+        }
+        if let Some(r) = self.regions.get_mut(&key).filter(|r| mapping.fits(r)) {
+            mapping.region = Some(r.id);
+            r.followers.insert(client);
+        }
+        e.mapped.insert(key, mapping);
+        self.counters.held += 1;
+        Ok(mapping.region.is_some())
+    }
+
+    /// The most mappings a client may have for a HELD to be recorded.
+    fn held_bound(&self) -> usize {
+        self.limits.max_regions_per_client.saturating_mul(4)
     }
 
     /// The MAPPED OK `answer` to `client` (of `group` on `gpu`) could not be
@@ -294,7 +401,7 @@ impl Regions {
         else {
             return;
         };
-        if let Some(r) = self.regions.get_mut(&key).filter(|r| r.id == m.region) {
+        if let Some(r) = self.regions.get_mut(&key).filter(|r| m.of(r)) {
             r.followers.remove(&client);
             r.maps = r.maps.saturating_sub(1);
         }
@@ -347,7 +454,7 @@ impl Regions {
             let Some(m) = e.mapped.remove(k) else {
                 continue;
             };
-            if let Some(r) = self.regions.get_mut(k).filter(|r| r.id == m.region) {
+            if let Some(r) = self.regions.get_mut(k).filter(|r| m.of(r)) {
                 r.followers.remove(&client);
             }
             self.counters.unmaps += 1;
@@ -363,7 +470,7 @@ impl Regions {
             return Vec::new();
         };
         for (k, m) in &e.mapped {
-            if let Some(r) = self.regions.get_mut(k).filter(|r| r.id == m.region) {
+            if let Some(r) = self.regions.get_mut(k).filter(|r| m.of(r)) {
                 r.followers.remove(&client);
             }
         }
@@ -443,21 +550,27 @@ impl Regions {
     }
 
     /// Check the registry's own consistency (tests): every region is listed
-    /// by its owner and every listing has its region; every follower's
-    /// mapping names the region; every live mapping's client follows it.
+    /// by its owner and every listing has its region; a region's followers
+    /// are exactly the clients whose mapping links to it; a linked mapping's
+    /// region is the one under its key or one since gone; an unlinked
+    /// mapping fits no region under its key (it would have been linked).
     #[cfg(test)]
     pub(crate) fn audit(&self) {
         for (k, r) in &self.regions {
+            assert!((1..=self.next_id).contains(&r.id), "region id of {k:?}");
             let owner = self.clients.get(&r.owner);
             assert!(
                 owner.is_some_and(|e| e.shares.contains(k)),
                 "region {k:?} not listed by its owner {}",
                 r.owner
             );
-            for f in &r.followers {
-                let m = self.clients.get(f).and_then(|e| e.mapped.get(k));
-                assert_eq!(m.map(|m| m.region), Some(r.id), "follower {f} of {k:?}");
-            }
+            let linked: BTreeSet<u64> = self
+                .clients
+                .iter()
+                .filter(|(_, e)| e.mapped.get(k).is_some_and(|m| m.of(r)))
+                .map(|(&c, _)| c)
+                .collect();
+            assert_eq!(r.followers, linked, "followers of {k:?}");
         }
         for (c, e) in &self.clients {
             assert!(
@@ -468,11 +581,25 @@ impl Regions {
                 assert_eq!(self.regions.get(k).map(|r| r.owner), Some(*c), "{k:?}");
             }
             for (k, m) in &e.mapped {
-                if let Some(r) = self.regions.get(k).filter(|r| r.id == m.region) {
-                    assert!(
-                        r.followers.contains(c),
-                        "{c} maps {k:?} but does not follow it"
-                    );
+                let here = self.regions.get(k);
+                match m.region {
+                    Some(id) => {
+                        assert!((1..=self.next_id).contains(&id), "{c} maps {k:?}");
+                        // Ids only grow: a gone region's is below its successor's.
+                        if let Some(r) = here {
+                            assert!(id <= r.id, "{c} maps {k:?}: id {id} after {}", r.id);
+                        }
+                        assert!(
+                            self.regions.iter().all(
+                                |(k2, r2)| r2.id != id || (k2 == k && r2.followers.contains(c))
+                            ),
+                            "{c} maps {k:?}, linked to region {id} elsewhere or not following it"
+                        );
+                    }
+                    None => assert!(
+                        !here.is_some_and(|r| m.fits(r)),
+                        "{c} holds {k:?} unlinked though the region there fits"
+                    ),
                 }
             }
         }

@@ -27,6 +27,9 @@ pub struct FollowTotals {
     pub maps: u64,
     /// UNMAPs that dropped a mapping since start.
     pub unmaps: u64,
+    /// HELDs recorded since start: mappings followers reported again after
+    /// a restart (not maps).
+    pub held: u64,
     /// Refused or ignored messages by reason (a status name, `malformed`,
     /// `unowned_unshare`), every reason listed.
     pub refusals: BTreeMap<String, u64>,
@@ -66,7 +69,8 @@ pub struct ClientFollow {
     pub group: Option<String>,
     /// Bytes of the regions it shares.
     pub shared_bytes: u64,
-    /// Bytes of the regions it maps (regions gone since included).
+    /// Bytes of the regions it maps (regions gone since, and mappings it
+    /// reported with HELD after a restart, included).
     pub mapped_bytes: u64,
 }
 
@@ -119,6 +123,7 @@ pub fn annotate(
         shares: counters.shares,
         maps: counters.maps,
         unmaps: counters.unmaps,
+        held: counters.held,
         refusals: counters
             .refusals
             .iter()

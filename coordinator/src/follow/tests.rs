@@ -627,3 +627,282 @@ fn stats_name_each_region_s_gpu_and_the_owner_s_ordinal_on_it() {
     assert_eq!(f.refusals.len(), REFUSALS.len());
     assert_eq!(f.refusals[UNOWNED_UNSHARE], 1);
 }
+
+// ---- HELD: a follower's mapping reported again after a restart ----
+
+impl T {
+    /// HELD of `name` (`len` bytes with `layout`) by `client` in `group` on `gpu`.
+    fn held_in(
+        &mut self,
+        client: u64,
+        group: Option<&str>,
+        gpu: Option<u64>,
+        name: &str,
+        len: u64,
+        layout: [u8; 16],
+    ) -> Result<bool, FollowStatus> {
+        let mut req = msg(FollowOp::Held, 0, name, len);
+        req.layout = layout;
+        let r = self.r.held(client, group, gpu, &req);
+        self.r.audit();
+        r
+    }
+
+    fn held(&mut self, client: u64, name: &str) -> Result<bool, FollowStatus> {
+        self.held_in(client, Some(G), Some(GPU), name, LEN, LAYOUT)
+    }
+
+    /// SHARE of `name` with `len` and `layout` by `client` (G, GPU).
+    fn share_shaped(
+        &mut self,
+        client: u64,
+        name: &str,
+        len: u64,
+        layout: [u8; 16],
+        fd: OwnedFd,
+    ) -> FollowStatus {
+        let mut req = msg(FollowOp::Share, self.next(), name, len);
+        req.layout = layout;
+        self.now += 1;
+        let a = self
+            .r
+            .share(self.now, client, 4000, Some(G), Some(GPU), &req, Some(fd));
+        answers(&req, &a, FollowStatus(a.status));
+        self.r.audit();
+        FollowStatus(a.status)
+    }
+
+    fn followers(&self, name: &str) -> Vec<u64> {
+        self.region(name).followers.iter().copied().collect()
+    }
+
+    /// No map was counted anywhere.
+    fn no_maps(&self) {
+        assert_eq!(self.r.counters().maps, 0, "a HELD is not a map");
+        assert!(self.r.regions().all(|(_, r)| r.maps == 0), "nor a region's");
+    }
+}
+
+#[test]
+fn a_held_mapping_before_the_share_is_counted_and_linked_when_the_region_comes() {
+    let mut t = T::new();
+    assert_eq!(t.held(2, "w"), Ok(false), "no region yet: unlinked");
+    assert_eq!(t.r.client(2).mapped_bytes, LEN);
+    assert_eq!(t.r.mapped_bytes(), LEN);
+    assert_eq!(t.r.known_clients(), 1);
+    assert_eq!(t.r.regions().count(), 0);
+    assert_eq!(t.share(1, "w", memfd("tfu-held-before")), FollowStatus::OK);
+    assert_eq!(t.followers("w"), [2], "linked by the share");
+    assert_eq!(t.r.client(2).mapped_bytes, LEN, "counted once");
+    assert_eq!(t.r.counters().held, 1);
+    t.no_maps();
+    // A MAP by another follower is a map; the HELD one stays a follower.
+    assert_eq!(t.map(3, "w").0, FollowStatus::OK);
+    assert_eq!(t.followers("w"), [2, 3]);
+    assert_eq!((t.region("w").maps, t.r.counters().maps), (1, 1));
+    assert!(t.unmap(2, "w"));
+    assert_eq!(t.followers("w"), [3]);
+    assert_eq!(t.r.client(2).mapped_bytes, 0);
+}
+
+#[test]
+fn a_held_mapping_after_the_share_is_linked_at_once() {
+    let mut t = T::new();
+    assert_eq!(t.share(1, "w", memfd("tfu-held-after")), FollowStatus::OK);
+    assert_eq!(t.held(2, "w"), Ok(true));
+    assert_eq!(t.followers("w"), [2]);
+    assert_eq!(t.r.client(2).mapped_bytes, LEN);
+    assert_eq!((t.r.shared_bytes(), t.r.mapped_bytes()), (LEN, LEN));
+    assert_eq!(t.r.counters().held, 1);
+    t.no_maps();
+    // Another group or GPU: another key, so nothing to link to.
+    assert_eq!(
+        t.held_in(3, Some("uid:1001"), Some(GPU), "w", LEN, LAYOUT),
+        Ok(false)
+    );
+    assert_eq!(
+        t.held_in(4, Some(G), Some(GPU + 1), "w", LEN, LAYOUT),
+        Ok(false)
+    );
+    assert_eq!(t.followers("w"), [2]);
+    assert_eq!(t.r.mapped_bytes(), 3 * LEN);
+    // The region goes with its owner: the follower keeps its mapping, counted.
+    assert_eq!(t.leave(1).len(), 1);
+    assert_eq!(t.r.client(2).mapped_bytes, LEN);
+    // A new region of the name is not the one it held: not linked.
+    assert_eq!(t.share(5, "w", memfd("tfu-held-after")), FollowStatus::OK);
+    assert!(t.followers("w").is_empty());
+    assert!(t.unmap(2, "w"));
+    assert!(t.followers("w").is_empty());
+}
+
+#[test]
+fn a_held_mapping_of_another_size_or_layout_stays_unlinked_and_counted() {
+    let mut t = T::new();
+    assert_eq!(
+        t.share(1, "w", memfd("tfu-held-mismatch")),
+        FollowStatus::OK
+    );
+    let mut other = LAYOUT;
+    other[0] ^= 1;
+    assert_eq!(
+        t.held_in(2, Some(G), Some(GPU), "w", LEN, other),
+        Ok(false),
+        "another layout"
+    );
+    assert_eq!(
+        t.held_in(3, Some(G), Some(GPU), "w", 2 * LEN, LAYOUT),
+        Ok(false),
+        "another size"
+    );
+    assert!(t.followers("w").is_empty());
+    assert_eq!(t.r.client(2).mapped_bytes, LEN);
+    assert_eq!(t.r.client(3).mapped_bytes, 2 * LEN);
+    assert_eq!(t.r.mapped_bytes(), 3 * LEN);
+    assert_eq!(t.r.counters().held, 2);
+    // Shared again as it was: still not theirs.
+    assert_eq!(
+        t.share(1, "w", memfd("tfu-held-mismatch")),
+        FollowStatus::OK
+    );
+    assert!(t.followers("w").is_empty());
+    // A region of the shape client 2 holds links it, and only it.
+    assert_eq!(t.unshare(1, "w").len(), 1);
+    assert_eq!(
+        t.share_shaped(1, "w", LEN, other, memfd("tfu-held-mismatch")),
+        FollowStatus::OK
+    );
+    assert_eq!(t.followers("w"), [2]);
+    t.no_maps();
+    assert_eq!(open_memfds("tfu-held-mismatch"), 1);
+}
+
+#[test]
+fn a_second_held_of_a_name_replaces_the_first() {
+    let mut t = T::new();
+    assert_eq!(t.held(2, "w"), Ok(false));
+    assert_eq!(t.held(2, "w"), Ok(false));
+    assert_eq!(t.r.client(2).mapped_bytes, LEN, "no double count");
+    assert_eq!(t.r.counters().held, 2);
+    assert_eq!(t.share(1, "w", memfd("tfu-held-twice")), FollowStatus::OK);
+    assert_eq!(t.followers("w"), [2]);
+    // Replaced by one that does not fit: it no longer follows the region.
+    assert_eq!(
+        t.held_in(2, Some(G), Some(GPU), "w", 2 * LEN, LAYOUT),
+        Ok(false)
+    );
+    assert!(t.followers("w").is_empty());
+    assert_eq!(t.r.client(2).mapped_bytes, 2 * LEN);
+    assert_eq!(t.held(2, "w"), Ok(true));
+    assert_eq!(t.followers("w"), [2]);
+    assert_eq!(t.r.client(2).mapped_bytes, LEN);
+    // A HELD after a MAP of the name replaces that mapping too.
+    assert_eq!(t.map(3, "w").0, FollowStatus::OK);
+    assert_eq!(t.held(3, "w"), Ok(true));
+    assert_eq!(t.followers("w"), [2, 3]);
+    assert_eq!(t.r.client(3).mapped_bytes, LEN);
+    assert_eq!(t.r.mapped_bytes(), 2 * LEN);
+    assert_eq!((t.region("w").maps, t.r.counters().maps), (1, 1));
+}
+
+#[test]
+fn held_mappings_are_bounded_by_four_times_the_region_limit() {
+    let mut t = T::with(FollowLimits {
+        enabled: true,
+        max_regions_per_client: 1,
+    });
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(t.held(2, name), Ok(false), "{name}");
+    }
+    assert_eq!(t.held(2, "e"), Err(FollowStatus::LIMIT));
+    assert_eq!(t.refusals("limit"), 1);
+    assert_eq!(t.r.counters().held, 4);
+    assert_eq!(t.r.client(2).mapped_bytes, 4 * LEN, "nothing recorded");
+    // Sharing e afterwards does not make it a follower of e.
+    assert_eq!(t.share(1, "e", memfd("tfu-held-limit")), FollowStatus::OK);
+    assert!(t.followers("e").is_empty());
+    // A replace is not one more mapping: allowed at the bound.
+    assert_eq!(t.held(2, "a"), Ok(false));
+    assert_eq!(t.r.client(2).mapped_bytes, 4 * LEN);
+    // Another client has its own bound; one mapping less makes room.
+    assert_eq!(t.held(3, "e"), Ok(true));
+    assert!(t.unmap(2, "a"));
+    assert_eq!(t.held(2, "e"), Ok(true));
+    assert_eq!(t.followers("e"), [2, 3]);
+    assert_eq!(t.refusals("limit"), 1);
+}
+
+#[test]
+fn a_held_without_permission_or_gpu_is_counted_and_records_nothing() {
+    let mut t = T::new();
+    assert_eq!(
+        t.held_in(2, None, Some(GPU), "w", LEN, LAYOUT),
+        Err(FollowStatus::NOT_PERMITTED),
+        "not granted"
+    );
+    assert_eq!(
+        t.held_in(2, None, None, "w", LEN, LAYOUT),
+        Err(FollowStatus::NOT_PERMITTED),
+        "not granted wins over no GPU"
+    );
+    assert_eq!(
+        t.held_in(2, Some(G), None, "w", LEN, LAYOUT),
+        Err(FollowStatus::NOT_READY)
+    );
+    let mut off = T::with(FollowLimits {
+        enabled: false,
+        ..FollowLimits::default()
+    });
+    assert_eq!(
+        off.held(2, "w"),
+        Err(FollowStatus::NOT_PERMITTED),
+        "disabled"
+    );
+    assert_eq!(off.refusals("not_permitted"), 1);
+    for r in [&t.r, &off.r] {
+        assert_eq!(r.known_clients(), 0, "no entry");
+        assert_eq!((r.mapped_bytes(), r.counters().held), (0, 0));
+    }
+    assert_eq!(t.refusals("not_permitted"), 2);
+    assert_eq!(t.refusals("not_ready"), 1);
+    // Nothing recorded, so a share links nobody.
+    assert_eq!(t.share(1, "w", memfd("tfu-held-refused")), FollowStatus::OK);
+    assert!(t.followers("w").is_empty());
+    t.no_maps();
+}
+
+#[test]
+fn an_unlinked_held_mapping_is_dropped_by_unmap_and_by_leaving() {
+    let mut t = T::new();
+    assert_eq!(t.held(2, "w"), Ok(false));
+    assert!(t.unmap(2, "w"));
+    assert_eq!(t.r.counters().unmaps, 1);
+    assert_eq!((t.r.client(2).mapped_bytes, t.r.mapped_bytes()), (0, 0));
+    assert_eq!(t.r.known_clients(), 0, "its entry is gone");
+    assert!(!t.unmap(2, "w"), "twice: ignored");
+    assert_eq!(t.held(3, "w"), Ok(false));
+    assert_eq!(t.held(3, "v"), Ok(false));
+    assert!(t.leave(3).is_empty());
+    assert_eq!((t.r.known_clients(), t.r.mapped_bytes()), (0, 0));
+    // Neither is linked to a region shared later.
+    assert_eq!(t.share(1, "w", memfd("tfu-held-gone")), FollowStatus::OK);
+    assert!(t.followers("w").is_empty());
+    // A linked one leaves its region's followers on leaving.
+    assert_eq!(t.held(4, "w"), Ok(true));
+    assert!(t.leave(4).is_empty());
+    assert!(t.followers("w").is_empty());
+    t.no_maps();
+}
+
+#[test]
+fn stats_count_held_mappings_apart_from_maps() {
+    use super::stats::{annotate, Placement};
+    let mut t = T::new();
+    assert_eq!(t.held(2, "w"), Ok(false));
+    assert_eq!(t.share(1, "w", memfd("tfu-held-stats")), FollowStatus::OK);
+    let f = annotate(&t.r, true, &Placement::default(), &mut []);
+    assert_eq!((f.shares, f.maps, f.held), (1, 0, 1));
+    assert_eq!(f.regions[0].followers, 1);
+    assert_eq!(f.regions[0].maps, 0);
+    assert_eq!((f.shared_bytes, f.mapped_bytes), (LEN, LEN));
+}

@@ -17,7 +17,9 @@
 //! - [`tandem_follow_map`] asks tandemd for a region by name (MAP), retrying
 //!   while it is not there yet, imports the fd it gets (MAPPED + fd) and maps
 //!   it read-only. The imported handle keeps the memory alive after the sharer
-//!   exits: the follower then keeps the last weights.
+//!   exits: the follower then keeps the last weights. Every tandemd this
+//!   process registers with later (a restart) is told of the mapping (HELD),
+//!   so its accounting counts it.
 //! - [`tandem_follow_free`] and `cuMemFree` on a region's address release it
 //!   (after the context's work drains, like `cuMemFree`), and tell tandemd.
 //!
@@ -647,20 +649,26 @@ pub fn on_message(f: Follow, fd: Option<OwnedFd>) {
 }
 
 /// A new session after a reconnect (watcher thread): offer every shared
-/// region again, without waiting (the answers come to [`on_message`]).
+/// region again, and report every region this process follows with HELD (a
+/// new tandemd knows nothing of what was mapped from the last one, so its
+/// accounting would miss it), without waiting (the answers to the offers come
+/// to [`on_message`]; nothing answers a HELD).
 pub fn session_started(s: &Session) {
     if !s.follow || !ANY.load(Ordering::Acquire) {
         return;
     }
     let mut t = regions();
     // tandemd keys regions by GPU: the Device message goes first, which needs
-    // a current context in this (the watcher's) thread.
-    let Some(ctx) = t.shared().find(|r| !r.name.is_empty()).map(|r| r.ctx) else {
+    // a current context in this (the watcher's) thread: any named region's.
+    let Some(ctx) = t.named().next().map(|r| r.ctx) else {
         return;
     };
     match vmm::ctx_set_current(ctx as crate::types::CUcontext) {
         Ok(()) => crate::client::send_device(s),
-        Err(e) => crate::log!(Debug, "follow: cannot re-offer the regions: {e}"),
+        Err(e) => crate::log!(
+            Debug,
+            "follow: no Device for the re-offered and held regions: {e}"
+        ),
     }
     let mut offered = Vec::new();
     for r in t.shared().filter(|r| !r.name.is_empty()) {
@@ -672,6 +680,11 @@ pub fn session_started(s: &Session) {
         };
         if send(s, &f, Some(fd.as_fd())) {
             offered.push(r.base);
+        }
+    }
+    for r in t.followed() {
+        if let Some(f) = message(FollowOp::Held, 0, &r.name, r.bytes, r.layout) {
+            send(s, &f, None);
         }
     }
     // Offered means "tandemd will have it": its answer may still refuse.

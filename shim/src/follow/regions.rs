@@ -100,6 +100,16 @@ impl Regions {
             .iter()
             .filter(|r| matches!(r.role, Role::Shared { .. }))
     }
+
+    /// Every region of another job this process maps (read-only).
+    pub fn followed(&self) -> impl Iterator<Item = &Region> {
+        self.0.iter().filter(|r| r.role == Role::Followed)
+    }
+
+    /// Every region with a name (offered, or followed), either role.
+    pub fn named(&self) -> impl Iterator<Item = &Region> {
+        self.0.iter().filter(|r| !r.name.is_empty())
+    }
 }
 
 #[cfg(test)]
@@ -147,6 +157,24 @@ mod tests {
         assert!(roles.contains(&Role::Shared { offered: true }));
         assert!(roles.contains(&Role::Followed));
         assert_eq!(t.shared().count(), 1);
+        assert_eq!(
+            t.followed().map(|r| r.base).collect::<Vec<_>>(),
+            [0x2000_0000]
+        );
+        t.insert(region(
+            0x3000_0000,
+            2 << 20,
+            Role::Shared { offered: false },
+            b"",
+        ));
+        let mut named: Vec<u64> = t.named().map(|r| r.base).collect();
+        named.sort_unstable();
+        assert_eq!(
+            named,
+            [0x1000_0000, 0x2000_0000],
+            "an allocation not offered yet has no name"
+        );
+        assert!(t.remove(0x3000_0000).is_some());
         assert!(t.shared_at(0x1000_0000).is_some());
         assert!(t.shared_at(0x2000_0000).is_none(), "followed");
         assert!(t.shared_at(0x1000_0001).is_none(), "not its start");

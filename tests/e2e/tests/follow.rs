@@ -225,6 +225,29 @@ fn a_follower_waits_for_a_sharer_that_starts_later_and_a_restarted_coordinator_g
         &["--timeout-ms", "10000"],
     );
     assert_eq!(first_rc(&mut again, "MAP").0, i64::from(api::OK), "{again}");
+    // The first follower told the new tandemd of the mapping it still holds
+    // (HELD): it is one of the region's followers, and its bytes are counted.
+    let s = wait_stats(&d, "both followers of model-b counted", |s| {
+        let first =
+            client_by_pid(s, follower.pid()).and_then(|c| c["follow"]["mapped_bytes"].as_u64());
+        regions(s)
+            .iter()
+            .any(|r| r["name"] == "model-b" && r["followers"] == 2)
+            && first == Some(REGION_MIB * MIB)
+    });
+    let r = regions(&s)
+        .into_iter()
+        .find(|r| r["name"] == "model-b")
+        .unwrap();
+    assert_eq!(r["bytes"].as_u64(), Some(REGION_MIB * MIB));
+    assert_eq!(r["maps"], 1, "a held mapping is not a map: {r}");
+    assert_eq!(s["follow"]["held"], 1, "{}", s["follow"]);
+    assert_eq!(
+        s["follow"]["mapped_bytes"].as_u64(),
+        Some(2 * REGION_MIB * MIB),
+        "{}",
+        s["follow"]
+    );
     let third = field(&ask(&mut sharer, "write 6", "WROTE"), "digest");
     assert_eq!(digest(&mut again), third);
     assert_eq!(
