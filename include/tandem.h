@@ -270,11 +270,13 @@ int tandem_follow_free(unsigned long long dptr);
 /* Follow mode: one line of text for a tandem_follow_* return code (static storage).
  */
 const char *tandem_follow_strerror(int code);
-/* Follow mode: bytes of the regions this process allocated with tandem_follow_alloc
- * (offered or not) and holds now.
+/* Follow mode: device bytes of the regions this process allocated with
+ * tandem_follow_alloc (offered or not) and holds now, each rounded up to the
+ * allocation granularity (2 MiB on current GPUs).
  */
 uint64_t tandem_follow_shared_bytes(void);
-/* Follow mode: bytes of other jobs' regions this process maps read-only now.
+/* Follow mode: device bytes of other jobs' regions this process maps read-only
+ * now, rounded up as above.
  */
 uint64_t tandem_follow_mapped_bytes(void);
 

@@ -249,12 +249,15 @@ def strerror(code, lib=None):
 
 
 def shared_bytes(lib=None):
-    """Bytes this process offers to followers now."""
+    """Device bytes of the regions this process allocated for sharing
+    (offered or not) and holds now, each rounded up to the allocation
+    granularity (2 MiB on current GPUs)."""
     return int((lib or library()).tandem_follow_shared_bytes())
 
 
 def mapped_bytes(lib=None):
-    """Bytes of other jobs' regions this process maps read-only now."""
+    """Device bytes of other jobs' regions this process maps read-only now,
+    each rounded up to the allocation granularity."""
     return int((lib or library()).tandem_follow_mapped_bytes())
 
 

@@ -129,12 +129,14 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
     ),
     (
         "uint64_t tandem_follow_shared_bytes(void);",
-        "Follow mode: bytes of the regions this process allocated with tandem_follow_alloc\n\
-         (offered or not) and holds now.",
+        "Follow mode: device bytes of the regions this process allocated with\n\
+         tandem_follow_alloc (offered or not) and holds now, each rounded up to the\n\
+         allocation granularity (2 MiB on current GPUs).",
     ),
     (
         "uint64_t tandem_follow_mapped_bytes(void);",
-        "Follow mode: bytes of other jobs' regions this process maps read-only now.",
+        "Follow mode: device bytes of other jobs' regions this process maps read-only\n\
+         now, rounded up as above.",
     ),
 ];
 

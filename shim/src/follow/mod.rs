@@ -540,13 +540,16 @@ pub extern "C" fn tandem_follow_strerror(code: c_int) -> *const c_char {
     api::text(code).as_ptr()
 }
 
-/// Bytes this process offers to followers now.
+/// Device bytes of the regions this process allocated for follow mode
+/// (offered or not) and holds now, each rounded up to the granularity (the
+/// header's text says the same).
 #[no_mangle]
 pub extern "C" fn tandem_follow_shared_bytes() -> u64 {
     SHARED_BYTES.load(Ordering::Relaxed)
 }
 
-/// Bytes of other jobs' regions this process maps read-only now.
+/// Device bytes of other jobs' regions this process maps read-only now,
+/// each rounded up to the granularity.
 #[no_mangle]
 pub extern "C" fn tandem_follow_mapped_bytes() -> u64 {
     MAPPED_BYTES.load(Ordering::Relaxed)
