@@ -76,8 +76,19 @@
 //!
 //! **Gates.** Inference gates are always open. On a GPU with no inference
 //! client at all every training gate is open too: there is nothing to protect,
-//! and estimates that no sync ever corrects would otherwise throttle training
-//! below what the GPU can do. The exception is the unknown GPU (group 0):
+//! and estimates that no drain point corrects would otherwise throttle training
+//! below what the GPU can do; a deep queue also hides the training job's own
+//! CPU stalls (data loading), which any bound there would expose. The price:
+//! an inference job that joins such a GPU finds what training queued
+//! meanwhile (for a job that never syncs, up to the driver's launch queue)
+//! ahead of its first kernels. The gate closes to the idle budget as soon as
+//! its device report is read, so that is paid once, at its start, usually
+//! while it loads its model; and on a real GPU the driver time-slices
+//! between processes rather than queueing them (DESIGN.md: plain sharing
+//! multiplied p99 by 1.8-3.1x, not by a queue's length). A bound for this
+//! case (a budget while no inference job is on the GPU) was considered and
+//! not built: it would trade a cost every training job pays for one an
+//! inference job pays once. The exception is the unknown GPU (group 0):
 //! a training client there whose device report tandemd has not read yet
 //! (it follows the first launch) may share a GPU with inference, so while
 //! any inference client is registered, on any GPU, it is gated like one
