@@ -490,9 +490,9 @@ def report_main(argv):
 # ================================================================ worker
 
 
-def _build_inference(model, batch, seq):
+def _build_inference(model, batch, seq, device="cuda"):
     """A function serving one request: host input -> GPU -> model -> result on
-    the host (.cpu() waits for it)."""
+    the host (.cpu() waits for it). `device` other than cuda: tests only."""
     if bl.fake():
         return lambda: time.sleep(FAKE_SERVICE_S[model] * (batch / 4) ** 0.5)
     import torch
@@ -502,8 +502,8 @@ def _build_inference(model, batch, seq):
     if model == "resnet50":
         import torchvision
 
-        m = torchvision.models.resnet50().half().cuda().eval()
-        x = torch.randn(batch, 3, 224, 224).half().pin_memory()
+        m = torchvision.models.resnet50().half().to(device).eval()
+        x = torch.randn(batch, 3, 224, 224).half()
 
         def fwd(xd):
             return m(xd)
@@ -511,24 +511,26 @@ def _build_inference(model, batch, seq):
         from transformers import BertConfig, BertModel
 
         cfg = BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
-        m = BertModel(cfg).half().cuda().eval()
-        x = torch.randint(0, cfg.vocab_size, (batch, seq)).pin_memory()
+        m = BertModel(cfg).half().to(device).eval()
+        x = torch.randint(0, cfg.vocab_size, (batch, seq))
 
         def fwd(xd):
             return m(input_ids=xd).last_hidden_state[:, 0]
     else:
         raise SystemExit(f"unknown inference model {model}")
+    if device == "cuda":
+        x = x.pin_memory()
 
     def request():
         with torch.inference_mode():
-            return fwd(x.to("cuda", non_blocking=True)).float().cpu()
+            return fwd(x.to(device, non_blocking=True)).float().cpu()
 
     return request
 
 
-def _build_training(model, batch, seq):
+def _build_training(model, batch, seq, device="cuda"):
     """(step, batch): step() runs one optimiser step and returns the loss as a
-    float (which waits for the step)."""
+    float (which waits for the step). `device` other than cuda: tests only."""
     if bl.fake():
         return (lambda: time.sleep(FAKE_STEP_S) or 1.0), batch
     import torch
@@ -537,10 +539,11 @@ def _build_training(model, batch, seq):
     torch.backends.cudnn.benchmark = False  # the same algorithms in every cell
     while True:
         try:
-            step = _training_step(torch, model, batch, seq)
+            step = _training_step(torch, model, batch, seq, device)
             for _ in range(3):
                 step()
-            torch.cuda.synchronize()
+            if device == "cuda":
+                torch.cuda.synchronize()
             return step, batch
         except torch.cuda.OutOfMemoryError:
             if batch == 1:
@@ -553,15 +556,15 @@ def _build_training(model, batch, seq):
         print(f"training: out of memory; trying batch {batch}", file=sys.stderr, flush=True)
 
 
-def _training_step(torch, model, batch, seq):
+def _training_step(torch, model, batch, seq, device="cuda"):
     F = torch.nn.functional
     if model == "resnet50":
         import torchvision
 
-        m = torchvision.models.resnet50().cuda().train()
+        m = torchvision.models.resnet50().to(device).train()
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-        data = torch.randn(batch, 3, 224, 224, device="cuda")
-        target = torch.randint(0, 1000, (batch,), device="cuda")
+        data = torch.randn(batch, 3, 224, 224, device=device)
+        target = torch.randint(0, 1000, (batch,), device=device)
 
         def loss_fn():
             return F.cross_entropy(m(data), target)
@@ -569,23 +572,25 @@ def _training_step(torch, model, batch, seq):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cfg = GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12)  # GPT-2 small
-        m = GPT2LMHeadModel(cfg).cuda().train()
+        m = GPT2LMHeadModel(cfg).to(device).train()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
 
         def loss_fn():
             return m(input_ids=ids, labels=ids).loss
     else:
         raise SystemExit(f"unknown training model {model}")
+    device_type = torch.device(device).type
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device_type, dtype=torch.bfloat16):
             loss = loss_fn()
         loss.backward()
         opt.step()
         return loss.item()
 
+    step.model = m  # for tests: the parameters a step updates
     return step
 
 

@@ -346,7 +346,11 @@ def report_main(argv):
 # ================================================================ children
 
 
-def _build(model, torch):
+# gpt_1b3's shape (GPT2Config keyword arguments); tests pass a tiny one as `gpt`.
+GPT_1B3 = {"n_layer": 24, "n_embd": 2048, "n_head": 16, "n_positions": 1024}
+
+
+def _build(model, torch, gpt=None):
     """The model on the current default device (meta, cuda, ...)."""
     if model == "resnet50":
         import torchvision
@@ -354,19 +358,28 @@ def _build(model, torch):
         return torchvision.models.resnet50()
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(n_layer=24, n_embd=2048, n_head=16, n_positions=1024)
+    cfg = GPT2Config(**(gpt or GPT_1B3))
     return GPT2LMHeadModel(cfg)
+
+
+def _random_model(model, seed, torch, device="cuda", gpt=None):
+    """The model prepare saves: random weights from the seed, fp16, eval mode."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        m = _build(model, torch, gpt)
+    return m.half().eval()
 
 
 def prepare_cmd(model, weights_dir, seed, python=sys.executable):
     return [python, SCRIPT, "prepare", "--model", model, "--dir", weights_dir, "--seed", seed]
 
 
-def prepare_main(a):
+def prepare_main(a, device="cuda", gpt=None):
     """Random weights from the seed, fp16, saved as model.safetensors and
     model.pt (the same tensors) plus meta.json: tied parameters are stored once
     (`tied`: duplicate -> stored name), non-persistent buffers are stored too
-    (`nonpersistent`), so a model built on the meta device can be filled."""
+    (`nonpersistent`), so a model built on the meta device can be filled.
+    `device` other than cuda and `gpt`: tests only."""
     os.makedirs(a.dir, exist_ok=True)
     meta_path = os.path.join(a.dir, "meta.json")
     if bl.fake():
@@ -378,10 +391,7 @@ def prepare_main(a):
     import torch
     from safetensors.torch import save_file
 
-    torch.manual_seed(a.seed)
-    with torch.device("cuda"):
-        m = _build(a.model, torch)
-    m = m.half().eval()
+    m = _random_model(a.model, a.seed, torch, device, gpt)
     sd = m.state_dict()
     tensors, tied, seen = {}, {}, {}
     for k, v in sd.items():
@@ -432,32 +442,34 @@ def _tie(m, meta):
         setattr(m.get_submodule(mod), leaf, m.get_parameter(src))
 
 
-def load_model(model, loader, d, meta):
+def load_model(model, loader, d, meta, device="cuda", gpt=None):
+    """The replica's model loaded by `loader`. `device` other than cuda and
+    `gpt`: tests only (gpt must be what prepare_main was given)."""
     import torch
     from safetensors.torch import load_file
 
     with torch.device("meta"):
-        m = _build(model, torch)
+        m = _build(model, torch, gpt)
     m = m.half()
     st, pt = os.path.join(d, "model.safetensors"), os.path.join(d, "model.pt")
     if loader == "to_cuda":
         _fill(m, load_file(st), meta, assign=True)  # CPU tensors
         _tie(m, meta)
-        m = m.to("cuda")
+        m = m.to(device)
     elif loader == "safetensors":
-        _fill(m, load_file(st, device="cuda"), meta, assign=True)
+        _fill(m, load_file(st, device=device), meta, assign=True)
     elif loader == "torch_load":
-        m = m.to_empty(device="cuda")
-        tensors = torch.load(pt, map_location="cuda")
+        m = m.to_empty(device=device)
+        tensors = torch.load(pt, map_location=device)
         _fill(m, tensors, meta, assign=False)
         del tensors
     else:
         raise SystemExit(f"unknown loader {loader}")
     _tie(m, meta)
     left = [n for n, t in list(m.named_parameters()) + list(m.named_buffers())
-            if t.device.type != "cuda"]
+            if t.device.type != torch.device(device).type]
     if left:
-        raise SystemExit(f"replica: not on the GPU after loading: {left[:5]}")
+        raise SystemExit(f"replica: not on {device} after loading: {left[:5]}")
     return m.eval()
 
 
@@ -474,6 +486,27 @@ def _forward(m, model, x):
     if model == "resnet50":
         return m(x)
     return m(input_ids=x, use_cache=False).logits[:, -1, :]
+
+
+def _serve(m, model, requests, seed, torch, device="cuda"):
+    """SERVE: the sha256 of the outputs of requests 0..requests-1, in order."""
+    h = hashlib.sha256()
+    with torch.inference_mode():
+        for i in range(requests):
+            out = _forward(m, model, _request(model, i, seed, torch).to(device))
+            h.update(out.contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _write(m, how, torch):
+    """WRITE: overwrite every weight in place, doubled: from the host
+    ("memcpy") or with a kernel ("kernel")."""
+    with torch.no_grad():
+        for p in m.parameters():
+            if how == "memcpy":
+                p.data.copy_(p.data.cpu().mul_(2))  # host -> device copy
+            else:
+                p.data.mul_(2)  # a kernel writing in place
 
 
 class _Fake:
@@ -546,12 +579,7 @@ def replica_main(a):
             if bl.fake():
                 fk.write(how)
             else:
-                with torch.no_grad():
-                    for p in m.parameters():
-                        if how == "memcpy":
-                            p.data.copy_(p.data.cpu().mul_(2))  # host -> device copy
-                        else:
-                            p.data.mul_(2)  # a kernel writing in place
+                _write(m, how, torch)
                 torch.cuda.synchronize()
             bl.emit("WROTE", {"how": how, "seconds": round(time.time() - t, 2)})
         elif cmd == "SERVE":
@@ -559,12 +587,7 @@ def replica_main(a):
             if bl.fake():
                 digest = fk.digest(a)
             else:
-                h = hashlib.sha256()
-                with torch.inference_mode():
-                    for i in range(a.requests):
-                        out = _forward(m, a.model, _request(a.model, i, a.seed, torch).cuda())
-                        h.update(out.contiguous().cpu().view(torch.uint8).numpy().tobytes())
-                digest = h.hexdigest()
+                digest = _serve(m, a.model, a.requests, a.seed, torch)
             bl.emit("RESULT", {"digest": digest, "requests": a.requests,
                                "serve_s": round(time.time() - t, 2), "t_served": time.time()})
             if bl.fake():

@@ -86,18 +86,19 @@ def setup_torch():
     return torch
 
 
-def build_model(torch, seed):
+def build_model(torch, seed, device="cuda"):
+    """`device` other than cuda: tests only (so are eval_input's and train_until's)."""
     torch.manual_seed(seed)
     layers = [torch.nn.Linear(IN, HIDDEN), torch.nn.BatchNorm1d(HIDDEN), torch.nn.GELU()]
     for _ in range(DEPTH):
         layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.GELU()]
     layers.append(torch.nn.Linear(HIDDEN, OUT))
-    return torch.nn.Sequential(*layers).cuda()
+    return torch.nn.Sequential(*layers).to(device)
 
 
-def eval_input(torch):
+def eval_input(torch, device="cuda"):
     g = torch.Generator().manual_seed(7)
-    return torch.randn(EVAL_BATCH, IN, generator=g).cuda()
+    return torch.randn(EVAL_BATCH, IN, generator=g).to(device)
 
 
 def eval_sha(torch, model, x):
@@ -105,9 +106,30 @@ def eval_sha(torch, model, x):
     model.eval()
     with torch.no_grad():
         out = model(x)
-    torch.cuda.synchronize()
+    if x.is_cuda:
+        torch.cuda.synchronize()
     model.train(training)
     return ip.digest([out])
+
+
+def train_data(torch, device="cuda"):
+    """The trainer's fixed random (data, target)."""
+    g = torch.Generator().manual_seed(1)
+    data = torch.randn(BATCH, IN, generator=g).to(device)
+    target = torch.randn(BATCH, OUT, generator=g).to(device)
+    return data, target
+
+
+def train_until(torch, model, opt, data, target, step, until):
+    """Optimizer steps until `until` steps are done: (step, last loss tensor or None)."""
+    loss = None
+    while step < until:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        opt.step()
+        step += 1
+    return step, loss
 
 
 def weights_bytes(model):
@@ -122,9 +144,7 @@ def child_trainer():
     model = build_model(torch, seed=0)
     region = tf.share(model, REGION, include_buffers=True)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)  # after share(), as it must be
-    g = torch.Generator().manual_seed(1)
-    data = torch.randn(BATCH, IN, generator=g).cuda()
-    target = torch.randn(BATCH, OUT, generator=g).cuda()
+    data, target = train_data(torch)
     x = eval_input(torch)
     emit("ready", pid=os.getpid(), code=region.code, shared=region.shared, reason=region.reason,
          region_bytes=region.nbytes, shared_bytes=tf.shared_bytes(),
@@ -133,12 +153,8 @@ def child_trainer():
     while True:
         cmd = command()
         if cmd["cmd"] == "train":
-            while step < cmd["until"]:
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.mse_loss(model(data), target)
-                loss.backward()
-                opt.step()
-                step += 1
+            step, last = train_until(torch, model, opt, data, target, step, cmd["until"])
+            loss = last if last is not None else loss
             torch.cuda.synchronize()  # every update has landed before anyone reads
             emit("eval", step=step, sha=eval_sha(torch, model, x), loss=float(loss),
                  detached=region.detached(model))

@@ -94,8 +94,10 @@ def cupti_kernels(prof):
     return n
 
 
-def torch_workload(name):
-    """Returns (setup_and_warm, region) closures; region() returns tensors."""
+def torch_workload(name, device="cuda"):
+    """Builds workload `name` on `device` (other than cuda: tests only; the
+    cudagraph workload needs CUDA) and returns its step closure: step()
+    runs one iteration of the measured region and returns tensors."""
     import torch
 
     torch.manual_seed(0)
@@ -104,7 +106,7 @@ def torch_workload(name):
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    dev = "cuda"
+    dev = device
 
     if name == "eager":
         x = torch.randn(4096, 1024, device=dev)
@@ -182,7 +184,7 @@ def torch_workload(name):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(torch.device(dev).type, dtype=torch.bfloat16):
                 loss = torch.nn.functional.cross_entropy(model(data), target)
             loss.backward()
             opt.step()
@@ -194,12 +196,16 @@ def torch_workload(name):
     raise SystemExit(f"unknown torch workload {name}")
 
 
-def child_torch(name, profile):
+def child_torch(name, profile, device="cuda"):
     import torch
 
-    step = torch_workload(name)
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    step = torch_workload(name, device)
     step()
-    torch.cuda.synchronize()
+    sync()
     before = shim_kernels()
     prof = None
     if profile:
@@ -207,7 +213,7 @@ def child_torch(name, profile):
         prof.__enter__()
     for _ in range(REGION_ITERS):
         out = step()
-    torch.cuda.synchronize()
+    sync()
     if prof is not None:
         prof.__exit__(None, None, None)
     after = shim_kernels()
@@ -279,30 +285,35 @@ def child_empty_launch(n):
     }
 
 
-def child_train_step(steps):
+def child_train_step(steps, device="cuda", batch=64, warmup=10):
+    """`device` other than cuda, `batch` and `warmup`: tests only."""
     import torch
     import torchvision
 
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     torch.backends.cudnn.benchmark = True
-    model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    model = torchvision.models.resnet50().to(device).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    data = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    target = torch.randint(0, 1000, (64,), device="cuda")
+    data = torch.randn(batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+    target = torch.randint(0, 1000, (batch,), device=device)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(model(data), target)
         loss.backward()
         opt.step()
 
-    for _ in range(10):
+    for _ in range(warmup):
         step()
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
-    torch.cuda.synchronize()
+    sync()
     return {"ms_per_step": (time.perf_counter() - t0) * 1000 / steps}
 
 
