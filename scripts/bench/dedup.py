@@ -562,6 +562,12 @@ def replica_main(a):
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True, warn_only=True)
         m = load_model(a.model, a.loader, a.dir, meta)
+        # torch_load's state dict was a second copy of the weights on the GPU;
+        # freed, it stays in PyTorch's cache, which NVML counts (and dedup
+        # could merge, weights again): without this its cells would measure
+        # the loader's leftovers as well as the weights. A no-op for the
+        # other loaders, which leave nothing behind on the GPU.
+        torch.cuda.empty_cache()
         with torch.inference_mode():
             _forward(m, a.model, _request(a.model, -1, a.seed, torch).cuda())  # warm-up
         torch.cuda.synchronize()
