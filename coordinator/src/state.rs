@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+use tandem_proto::record::FLAG_VMM_HANDLE;
 use tandem_proto::{EventKind, Record};
 
 use crate::dedup::stats::{ClientDedup, DedupTotals, GpuDedupStats};
@@ -18,6 +19,25 @@ pub const MAX_NAMES_PER_CLIENT: usize = 4096;
 pub const MAX_LIVE_ALLOCS_PER_CLIENT: usize = 1 << 16;
 /// Kernels listed in `top_kernels`.
 pub const TOP_KERNELS: usize = 10;
+
+/// What a live allocation is known by: a device address, or the handle of
+/// a physical allocation the program made with `cuMemCreate` (a handle may
+/// equal some address: they are kept apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum AllocKey {
+    Address(u64),
+    Handle(u64),
+}
+
+impl AllocKey {
+    fn of(r: &Record) -> AllocKey {
+        if r.flags & FLAG_VMM_HANDLE != 0 {
+            AllocKey::Handle(r.addr)
+        } else {
+            AllocKey::Address(r.addr)
+        }
+    }
+}
 
 /// Counters derived from one client's ring records.
 #[derive(Debug, Default)]
@@ -38,7 +58,8 @@ pub struct ClientStats {
     pub allocs: u64,
     /// Frees.
     pub frees: u64,
-    /// Bytes allocated and not yet freed (matched by address).
+    /// Bytes allocated and not yet freed (matched by address; memory the
+    /// program creates through the VMM API by its handle).
     pub bytes_allocated: u64,
     /// Host-to-device copies.
     pub copies: u64,
@@ -52,7 +73,7 @@ pub struct ClientStats {
     pub kernels_untracked: u64,
     /// Kernel names from FuncName messages.
     names: HashMap<u64, String>,
-    live_allocs: HashMap<u64, u64>,
+    live_allocs: HashMap<AllocKey, u64>,
     rate_hz: f64,
     rate_at: Option<(Instant, u64)>,
 }
@@ -90,10 +111,11 @@ impl ClientStats {
             }
             EventKind::ALLOC => {
                 self.allocs += 1;
+                let key = AllocKey::of(r);
                 if self.live_allocs.len() < MAX_LIVE_ALLOCS_PER_CLIENT
-                    || self.live_allocs.contains_key(&r.addr)
+                    || self.live_allocs.contains_key(&key)
                 {
-                    if let Some(old) = self.live_allocs.insert(r.addr, r.bytes) {
+                    if let Some(old) = self.live_allocs.insert(key, r.bytes) {
                         self.bytes_allocated = self.bytes_allocated.saturating_sub(old);
                     }
                     self.bytes_allocated = self.bytes_allocated.saturating_add(r.bytes);
@@ -101,7 +123,7 @@ impl ClientStats {
             }
             EventKind::FREE => {
                 self.frees += 1;
-                if let Some(b) = self.live_allocs.remove(&r.addr) {
+                if let Some(b) = self.live_allocs.remove(&AllocKey::of(r)) {
                     self.bytes_allocated = self.bytes_allocated.saturating_sub(b);
                 }
             }
@@ -296,7 +318,8 @@ pub struct ClientSnapshot {
     pub bad_records: u64,
     /// Whether the ring was detached after garbage was found in it.
     pub ring_detached: bool,
-    /// Live device bytes (alloc minus free by address).
+    /// Live device bytes (alloc minus free by address; the program's own
+    /// `cuMemCreate` minus `cuMemRelease` by handle).
     pub bytes_allocated: u64,
     /// Allocations.
     pub allocs: u64,
@@ -402,6 +425,28 @@ mod tests {
             addr,
             ..Record::new(kind, 1)
         }
+    }
+
+    #[test]
+    fn program_vmm_memory_is_counted_by_handle_apart_from_addresses() {
+        let vmm = |kind, bytes, handle| Record {
+            flags: FLAG_VMM_HANDLE,
+            ..rec(kind, 0, bytes, handle)
+        };
+        let mut s = ClientStats::default();
+        // A handle whose value equals a live address: two allocations.
+        s.apply(&rec(EventKind::ALLOC, 0, 100, 0x1000)).unwrap();
+        s.apply(&vmm(EventKind::ALLOC, 2 << 20, 0x1000)).unwrap();
+        assert_eq!(s.bytes_allocated, 100 + (2 << 20));
+        // cuMemFree of the address leaves the handle's memory counted...
+        s.apply(&rec(EventKind::FREE, 0, 0, 0x1000)).unwrap();
+        assert_eq!(s.bytes_allocated, 2 << 20);
+        // ...and a release of an unknown handle changes nothing.
+        s.apply(&vmm(EventKind::FREE, 0, 0x2000)).unwrap();
+        assert_eq!(s.bytes_allocated, 2 << 20);
+        s.apply(&vmm(EventKind::FREE, 0, 0x1000)).unwrap();
+        assert_eq!(s.bytes_allocated, 0);
+        assert_eq!((s.allocs, s.frees), (2, 3));
     }
 
     #[test]

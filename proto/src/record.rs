@@ -51,9 +51,12 @@ impl EventKind {
     pub const LAUNCH_EX: EventKind = EventKind(2);
     /// `cuGraphLaunch`: `func_id` holds a stable id of the graph exec.
     pub const GRAPH_LAUNCH: EventKind = EventKind(3);
-    /// Device allocation: `bytes` requested, `addr` returned.
+    /// Device allocation: `bytes` requested, `addr` returned; with
+    /// [`FLAG_VMM_HANDLE`], `cuMemCreate` of `bytes` of device memory and
+    /// `addr` the physical allocation's handle.
     pub const ALLOC: EventKind = EventKind(4);
-    /// Device free: `addr` freed (`bytes` 0 when unknown).
+    /// Device free: `addr` freed (`bytes` 0 when unknown); with
+    /// [`FLAG_VMM_HANDLE`], `cuMemRelease` of the handle `addr`.
     pub const FREE: EventKind = EventKind(5);
     /// Host-to-device copy: `bytes` copied to `addr`; [`FLAG_ASYNC`] for the async forms.
     pub const COPY_H2D: EventKind = EventKind(6);
@@ -161,14 +164,20 @@ pub const FLAG_ASYNC: u16 = 1 << 2;
 pub const FLAG_CONTEXT_SYNC: u16 = 1 << 3;
 /// Record flag: a grid or block dimension did not fit its field and was saturated.
 pub const FLAG_DIMS_SATURATED: u16 = 1 << 4;
+/// Record flag (ALLOC / FREE): device memory the program manages itself
+/// through the VMM API (`cuMemCreate` / `cuMemRelease`: PyTorch's expandable
+/// segments, JAX's allocator); `addr` is the physical allocation's handle, a
+/// key of its own, never a device address.
+pub const FLAG_VMM_HANDLE: u16 = 1 << 5;
 
 /// All defined flag bits, with their C names (without the `TANDEM_FLAG_` prefix).
-pub const FLAGS: [(&str, u16); 5] = [
+pub const FLAGS: [(&str, u16); 6] = [
     ("COOPERATIVE", FLAG_COOPERATIVE),
     ("PER_THREAD_STREAM", FLAG_PER_THREAD_STREAM),
     ("ASYNC", FLAG_ASYNC),
     ("CONTEXT_SYNC", FLAG_CONTEXT_SYNC),
     ("DIMS_SATURATED", FLAG_DIMS_SATURATED),
+    ("VMM_HANDLE", FLAG_VMM_HANDLE),
 ];
 
 /// One ring record. See the [module docs](self) for the layout table.

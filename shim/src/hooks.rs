@@ -93,8 +93,10 @@ crate::hook_table! {
     cuMemFreeAsync_ptsz("cuMemFreeAsync", 11020, per_thread) Free fn(dptr: CUdeviceptr, stream: CUstream)
         => crate::memops::free_async;
     cuMemCreate("cuMemCreate", 10020, legacy) Vmm fn(
-        handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64);
-    cuMemRelease("cuMemRelease", 10020, legacy) Vmm fn(handle: CUmemGenericAllocationHandle);
+        handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64)
+        => crate::memops::create;
+    cuMemRelease("cuMemRelease", 10020, legacy) Vmm fn(handle: CUmemGenericAllocationHandle)
+        => crate::memops::release;
     cuMemMap("cuMemMap", 10020, legacy) Vmm fn(
         ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64);
     cuMemUnmap("cuMemUnmap", 10020, legacy) Vmm fn(ptr: CUdeviceptr, size: usize);

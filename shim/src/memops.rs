@@ -6,19 +6,25 @@
 //! allowed to share is VMM-backed, `cuMemFree_v2` releases such memory, and
 //! every copy or memset into device memory first breaks sharing of what it
 //! overwrites (copy-on-write). Without dedup that is one relaxed load per call.
-//! With one: ALLOC (bytes, address) and FREE (address) after a successful call,
+//! With one: ALLOC (bytes, address) and FREE (address) after a successful call
+//! (for the program's own `cuMemCreate` / `cuMemRelease` of device memory, by
+//! handle, flagged `FLAG_VMM_HANDLE`),
 //! COPY_H2D (bytes, destination) after a successful copy, and SYNC_BEGIN /
 //! SYNC_END around every synchronising call (stream, context, event, and the
 //! synchronous device-to-host copy). Nothing here waits on the coordinator.
 
 use crate::client::{emit, Client};
 use crate::table::Hook;
-use crate::types::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstream, CuResult};
+use crate::types::{
+    CUcontext, CUdeviceptr, CUevent, CUmemAllocationProp, CUmemGenericAllocationHandle,
+    CUmemoryPool, CUstream, CuResult,
+};
 use core::ffi::{c_uint, c_void};
-use tandem_proto::record::{FLAG_ASYNC, FLAG_CONTEXT_SYNC};
+use core::sync::atomic::{AtomicBool, Ordering};
+use tandem_proto::record::{FLAG_ASYNC, FLAG_CONTEXT_SYNC, FLAG_VMM_HANDLE};
 use tandem_proto::EventKind;
 
-/// The device address the driver wrote to `dptr` on success.
+/// The device address (or handle) the driver wrote to `dptr` on success.
 ///
 /// # Safety
 /// `dptr` is NULL or the caller's out-pointer the driver just wrote.
@@ -170,6 +176,87 @@ pub unsafe fn free(
         .unwrap_or_else(|| unsafe { real(dptr) });
     if let (Some(s), CuResult::SUCCESS) = (client, rc) {
         emit::memory(s, hook, EventKind::FREE, 0, 0, dptr, 0);
+    }
+    rc
+}
+
+/// `cuMemCreate` by the program (the shim's own VMM calls do not come
+/// here): device memory it maps itself (PyTorch's expandable segments,
+/// JAX's allocator). Reported as an ALLOC of the handle
+/// ([`FLAG_VMM_HANDLE`]), so the coordinator's per-job memory includes it;
+/// host memory made this way is not reported. Weight dedup does not cover it,
+/// which a job that asked for sharing is told once.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn create(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(
+        *mut CUmemGenericAllocationHandle,
+        usize,
+        *const CUmemAllocationProp,
+        u64,
+    ) -> CuResult,
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(handle, size, prop, flags) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        // SAFETY: the call succeeded, so the driver read `*prop`.
+        if unsafe { crate::vmm::prop_is_device(prop) } {
+            // SAFETY: the driver wrote the handle on success.
+            let h = unsafe { written(handle) };
+            emit::memory(
+                s,
+                hook,
+                EventKind::ALLOC,
+                FLAG_VMM_HANDLE,
+                size as u64,
+                h,
+                0,
+            );
+            if s.share_weights {
+                not_deduplicated(size);
+            }
+        }
+    }
+    rc
+}
+
+/// Says once that memory the program creates itself is not deduplicated.
+#[cold]
+fn not_deduplicated(size: usize) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::log!(
+            Warn,
+            "weight sharing is on (TANDEM_SHARE_WEIGHTS), but this process also creates device \
+             memory itself with cuMemCreate ({} MiB the first time; e.g. PyTorch with \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or JAX); such memory is not \
+             deduplicated (only cuMemAlloc memory is)",
+            size >> 20
+        );
+    }
+}
+
+/// `cuMemRelease` by the program: the FREE of its handle.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn release(
+    hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CuResult,
+    handle: CUmemGenericAllocationHandle,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(handle) };
+    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
+        emit::memory(s, hook, EventKind::FREE, FLAG_VMM_HANDLE, 0, handle, 0);
     }
     rc
 }

@@ -147,6 +147,24 @@ pub fn create(size: usize, device: c_int) -> Result<CUmemGenericAllocationHandle
     Ok(h)
 }
 
+/// Whether a program's `cuMemCreate` property struct asks for device memory
+/// (`location.type == CU_MEM_LOCATION_TYPE_DEVICE`; not host or host-NUMA
+/// memory). Read through this module's own layout, whose fields are plain
+/// integers: the value may be one no Rust enum knows.
+///
+/// # Safety
+/// `prop` is NULL or the pointer the program passed to a `cuMemCreate` that
+/// succeeded (the driver read a whole struct there).
+pub unsafe fn prop_is_device(prop: *const crate::types::CUmemAllocationProp) -> bool {
+    if prop.is_null() {
+        return false;
+    }
+    // SAFETY: per this function's contract the struct is readable; ours has
+    // cuda.h's layout (size asserted above) and integer fields only.
+    let p = unsafe { prop.cast::<AllocationProp>().read_unaligned() };
+    p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE
+}
+
 /// cudarc's `CUmemAllocationProp`, as the hook table declares cuMemCreate.
 type CUmemAllocationPropRaw = crate::types::CUmemAllocationProp;
 
