@@ -109,15 +109,8 @@ impl Index {
             if let Some(Granule::Publishing { deadline, .. }) = c.granules.get(&g).copied() {
                 self.timers.remove(&(deadline, client, g));
             }
-            c.set(
-                g,
-                Granule::Holder {
-                    shared: s,
-                    len: key.len,
-                },
-            );
         }
-        self.add_holder(s, client, g);
+        self.hold(client, g, s, key.len);
         let waiting = match self.keys.get_mut(&key) {
             Some(e) => {
                 e.publishing = None;
@@ -169,14 +162,7 @@ impl Index {
                     sc.offers.remove(&(client, g));
                 }
                 if ok {
-                    c.set(
-                        g,
-                        Granule::Holder {
-                            shared: s,
-                            len: key.len,
-                        },
-                    );
-                    self.add_holder(s, client, g);
+                    self.hold(client, g, s, key.len);
                     let k = self.gpu_counters(key.gpu);
                     k.merges += 1;
                     k.record_latency(now.saturating_sub(sent_at));
@@ -196,14 +182,7 @@ impl Index {
             st if c.expired.remove(&(g, s)) => {
                 // An answer to an offer given up; the copy is still alive.
                 if st.is_none() && ok {
-                    c.set(
-                        g,
-                        Granule::Holder {
-                            shared: s,
-                            len: key.len,
-                        },
-                    );
-                    self.add_holder(s, client, g);
+                    self.hold(client, g, s, key.len);
                     let k = self.gpu_counters(key.gpu);
                     k.merges += 1;
                     k.late_replies += 1;
@@ -425,6 +404,15 @@ impl Index {
             }
         }
         self.maybe_close(shared, out);
+    }
+
+    /// `client`'s granule `g` now maps shared copy `s` (`len` bytes): its
+    /// state becomes Holder, and the copy counts it among its holders.
+    fn hold(&mut self, client: u64, g: u64, s: u64, len: u64) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.set(g, Granule::Holder { shared: s, len });
+        }
+        self.add_holder(s, client, g);
     }
 
     pub(super) fn add_holder(&mut self, s: u64, client: u64, g: u64) {
