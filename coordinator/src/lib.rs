@@ -36,7 +36,7 @@ pub mod notify;
 pub mod policy;
 pub mod reader;
 pub mod registry;
-pub mod sched;
+pub use tandem_sched as sched;
 pub mod sock;
 pub mod state;
 pub mod stats_http;

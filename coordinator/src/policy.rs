@@ -6,6 +6,7 @@ use tandem_proto::wire::ClientClass;
 
 use crate::config::{AutoClass, Config, GrantClass};
 use crate::sock::PeerCred;
+pub use tandem_ident::{cgroup_under, exe_and_cgroup_match};
 
 /// What the kernel says about a peer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,32 +60,6 @@ impl Who {
             cgroup,
         }
     }
-}
-
-/// `prefix` is `path` or a parent of it (path components, not bytes).
-#[must_use]
-pub fn cgroup_under(path: &str, prefix: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    if prefix.is_empty() {
-        return true;
-    }
-    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
-}
-
-/// Whether a job running `exe`, in `cgroup`, meets a rule's executable and
-/// cgroup criteria: each list that is not empty must hold the exact
-/// executable, or a prefix of the cgroup ([`cgroup_under`]); an empty list
-/// matches every job. (`[[scheduler.slo]]` and `[[dedup.group]]` entries.)
-#[must_use]
-pub fn exe_and_cgroup_match(
-    executables: &[String],
-    cgroups: &[String],
-    exe: Option<&str>,
-    cgroup: Option<&str>,
-) -> bool {
-    (executables.is_empty() || exe.is_some_and(|e| executables.iter().any(|x| x == e)))
-        && (cgroups.is_empty()
-            || cgroup.is_some_and(|c| cgroups.iter().any(|p| cgroup_under(c, p))))
 }
 
 /// The class to grant and why.
@@ -283,13 +258,5 @@ mod tests {
             decide(&cfg, 0, &w, ClientClass::Training).class,
             ClientClass::Training
         );
-    }
-
-    #[test]
-    fn cgroup_prefix_is_by_component() {
-        assert!(cgroup_under("/a/b", "/a"));
-        assert!(cgroup_under("/a", "/a/"));
-        assert!(!cgroup_under("/ab", "/a"));
-        assert!(cgroup_under("/x", "/"));
     }
 }

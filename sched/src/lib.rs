@@ -11,7 +11,7 @@
 //! an input allocates nothing except when a client or a kernel is seen for
 //! the first time or a client's buffers first grow.
 //!
-//! (Not to be confused with [`crate::policy`], which decides *who* may claim
+//! (Not to be confused with tandemd's `admission` policy, which decides *who* may claim
 //! the inference class; this module decides *when* training may launch.)
 //!
 //! # The model

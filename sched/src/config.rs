@@ -47,7 +47,7 @@ pub struct SchedConfig {
     /// Estimated duration of a kernel never measured. Default 50 us.
     pub default_kernel_ns: u64,
     /// Training clients are asked to place a completion mark after a launch
-    /// at most this often ([`crate::sched::Output::Marks`]); each completed
+    /// at most this often ([`crate::Output::Marks`]); each completed
     /// mark measures the launches before it, so durations are learned
     /// without waiting for a sync. 0: no marks. Inference clients, and every
     /// client while `enabled = false`, are asked for none. 0 or
@@ -87,7 +87,7 @@ impl SloRule {
     #[must_use]
     pub fn matches(&self, uid: u32, exe: Option<&str>, cgroup: Option<&str>) -> bool {
         (self.uids.is_empty() || self.uids.contains(&uid))
-            && crate::policy::exe_and_cgroup_match(&self.executables, &self.cgroups, exe, cgroup)
+            && tandem_ident::exe_and_cgroup_match(&self.executables, &self.cgroups, exe, cgroup)
     }
 
     /// The target in ns.
