@@ -20,7 +20,7 @@ use tandem_proto::wire::{
     ClientClass, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_SHARE_WEIGHTS,
 };
 
-use crate::policy::{exe_and_cgroup_match, Who};
+use crate::admission::{exe_and_cgroup_match, Who};
 
 /// Default `[dedup] timeout_ms`.
 pub const DEFAULT_TIMEOUT_MS: u32 = 5000;

@@ -1,4 +1,4 @@
-//! Who gets which class: operator overrides, then the claim checked against
+//! Admission: who gets which class. Operator overrides, then the claim checked against
 //! `[policy.inference]`. Identity comes from the kernel (SO_PEERCRED, /proc),
 //! never from what the client says about itself.
 
