@@ -16,7 +16,7 @@ use tandem_proto::wire::PROTOCOL_VERSION;
 use crate::clients::{gpu_key, Registry};
 use crate::config::Config;
 use crate::dedup::Index;
-use crate::follow::stats::Placement;
+use crate::follow::report::Placement;
 use crate::follow::Regions;
 use crate::state::{format_uuid, Snapshot};
 
@@ -117,14 +117,14 @@ impl Shared {
         };
         drop(reg);
         let cfg = self.config();
-        let dedup = crate::dedup::stats::annotate(
+        let dedup = crate::dedup::report::annotate(
             &self.dedup(),
             cfg.dedup.enabled,
             &gpu_keys,
             &mut gpus,
             &mut clients,
         );
-        let follow = crate::follow::stats::annotate(
+        let follow = crate::follow::report::annotate(
             &self.follow(),
             cfg.follow.enabled,
             &placement,

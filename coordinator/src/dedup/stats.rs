@@ -1,12 +1,9 @@
 //! Dedup accounting: per-GPU counters and merge latencies kept by the index,
-//! and their JSON shapes in `GET /stats`.
+//! and their JSON shapes in `GET /stats` ([`super::report`] fills them in).
 
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
-
-use super::index::Index;
-use crate::state::{ClientSnapshot, GpuSnapshot};
 
 /// Merges whose latency is kept (the window of the percentiles).
 pub const LATENCY_WINDOW: usize = 1024;
@@ -195,38 +192,6 @@ impl DedupTotals {
         self.late_replies += c.late_replies;
         self.candidates_ignored += c.candidates_ignored;
     }
-}
-
-/// Fill the dedup parts of a stats snapshot from the index: `gpus[i]` is the
-/// GPU whose key is `gpu_keys[i]`. Returns the daemon-wide totals.
-pub fn annotate(
-    index: &Index,
-    enabled: bool,
-    gpu_keys: &[u64],
-    gpus: &mut [GpuSnapshot],
-    clients: &mut [ClientSnapshot],
-) -> DedupTotals {
-    for (g, key) in gpus.iter_mut().zip(gpu_keys) {
-        if let Some(c) = index.counters(*key) {
-            g.dedup = c.snapshot();
-        }
-    }
-    for c in clients.iter_mut() {
-        if let Some(v) = index.client(c.id) {
-            c.dedup.shared_bytes = v.shared_bytes;
-            c.dedup.candidate_granules = v.candidates;
-        }
-        c.dedup.private_bytes = c.bytes_allocated.saturating_sub(c.dedup.shared_bytes);
-    }
-    let mut t = DedupTotals {
-        enabled,
-        sharing_clients: clients.iter().filter(|c| c.dedup.share_weights).count() as u64,
-        ..DedupTotals::default()
-    };
-    for (_, c) in index.all_counters() {
-        t.add(c);
-    }
-    t
 }
 
 #[cfg(test)]
