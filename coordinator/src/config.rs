@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tandem_ident::Matcher;
 use tandem_proto::ring::{MAX_CAPACITY, MIN_CAPACITY};
 use tandem_proto::wire::{ClientClass, MAX_HEARTBEAT_INTERVAL_MS};
 
@@ -299,6 +300,20 @@ pub struct Override {
     pub cgroup: Option<String>,
     /// The class to grant.
     pub class: GrantClass,
+}
+
+impl Override {
+    /// Its criterion as a [`Matcher`]: the one of `exe`, `uid`, `cgroup` it
+    /// names (validation allows exactly one).
+    #[must_use]
+    pub fn matcher(&self) -> Matcher<'_> {
+        Matcher {
+            uids: self.uid.as_slice(),
+            user_uids: &[],
+            executables: self.exe.as_slice(),
+            cgroups: self.cgroup.as_slice(),
+        }
+    }
 }
 
 impl Default for Config {
