@@ -3,9 +3,9 @@
 //!
 //! * this file — the table's types and its link to the scheduler (events in,
 //!   their outputs applied through [`crate::grant`]);
-//! * [`lifecycle`] — registration (region + Welcome), FuncName and Device
+//! * `lifecycle` — registration (region + Welcome), FuncName and Device
 //!   messages, class changes, reloads and reclaim;
-//! * [`snapshot`] — the clients and GPUs as `GET /stats` shows them.
+//! * `snapshot` — the clients and GPUs as `GET /stats` shows them.
 //!
 //! Draining the clients' rings is [`crate::drain`]; who may claim which class
 //! is [`crate::admission`].
@@ -15,10 +15,10 @@ use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use tandem_proto::ring::{self, Consumer, RingLayout};
+use tandem_proto::ring::{self, Consumer, RingLayout, RingStats};
 use tandem_proto::shm::{self, Mapping};
 use tandem_proto::wire::{ClientClass, RejectReason};
-use tandem_proto::{monotonic_ns, ControlBlock};
+use tandem_proto::{monotonic_ns, ControlBlock, Record};
 
 use crate::admission::{Decision, Who};
 use crate::grant::{self, Limits};
@@ -31,7 +31,7 @@ mod snapshot;
 /// One client's shared region and our consumer of its ring.
 pub struct Ring {
     // Field order matters: `consumer` points into `map` and is dropped first.
-    pub(crate) consumer: Consumer<'static>,
+    consumer: Consumer<'static>,
     map: Mapping,
     layout: RingLayout,
 }
@@ -56,6 +56,17 @@ impl Ring {
                 layout,
             },
         ))
+    }
+
+    /// Consume every record published so far, oldest first ([`Consumer::drain`]).
+    pub fn drain(&mut self, f: impl FnMut(&Record)) -> tandem_proto::Result<usize> {
+        self.consumer.drain(f)
+    }
+
+    /// The ring's counters as the consumer reads them (drops included).
+    #[must_use]
+    pub fn stats(&self) -> RingStats {
+        self.consumer.stats()
     }
 
     /// The control block (gate, heartbeat).

@@ -105,7 +105,7 @@ pub(crate) fn drain_client(
     let mut unknown: Option<u16> = None;
     let mut bad = 0u64;
     let mut now = monotonic_ns();
-    let res = ring.consumer.drain(|r| {
+    let res = ring.drain(|r| {
         if let Err(raw) = stats.apply(r) {
             bad += 1;
             unknown.get_or_insert(raw);
@@ -132,7 +132,7 @@ pub(crate) fn drain_client(
     }
     match res {
         Ok(n) => {
-            let s = ring.consumer.stats();
+            let s = ring.stats();
             c.dropped = s.dropped_full.saturating_add(s.dropped_busy);
             if let Some(cb) = ring.control() {
                 let k = cb.client_counters();
