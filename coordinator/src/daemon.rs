@@ -1,5 +1,8 @@
-//! Wiring and lifecycle: sockets, the accept/handshake loop, threads, reload,
-//! and a graceful stop.
+//! Wiring and lifecycle: sockets, the event loop, threads, reload, and a
+//! graceful stop. The connections themselves (accept, handshake, registered
+//! clients' messages, control requests) are `conns`; the dedup and follow
+//! conversations' plumbing `dedup_io` and `follow_io`. The state the threads
+//! share is [`crate::shared`].
 
 use std::collections::HashMap;
 use std::io;
