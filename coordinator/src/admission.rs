@@ -1,6 +1,6 @@
-//! Admission: who gets which class. Operator overrides, then the claim checked against
-//! `[policy.inference]`. Identity comes from the kernel (SO_PEERCRED, /proc),
-//! never from what the client says about itself.
+//! Admission: who gets which class. Operator overrides first, then the
+//! claim checked against `[policy.inference]`. Identity comes from the kernel
+//! (SO_PEERCRED, /proc), never from what the client says about itself.
 
 use tandem_proto::wire::ClientClass;
 
