@@ -1,5 +1,8 @@
-//! Wiring and lifecycle: sockets, the accept/handshake loop, threads, reload,
-//! and a graceful stop.
+//! Wiring and lifecycle: sockets, the event loop, threads, reload, and a
+//! graceful stop. The connections themselves (accept, handshake, registered
+//! clients' messages, control requests) are `conns`; the dedup and follow
+//! conversations' plumbing `dedup_io` and `follow_io`. The state the threads
+//! share is [`crate::shared`].
 
 use std::collections::HashMap;
 use std::io;
@@ -8,34 +11,26 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tandem_proto::wire::{
-    self, Control, ControlOp, ControlReply, Message, Reject, RejectReason, MAX_MESSAGE_LEN,
-    MESSAGE_TYPE_DEDUP, MESSAGE_TYPE_FOLLOW, PROTOCOL_VERSION,
-};
-use tandem_proto::Error as ProtoError;
+use tandem_proto::wire::{self, MAX_MESSAGE_LEN};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, Source};
 use crate::dedup::broker::RateLimit;
-use crate::dedup::{Broker, Index};
-use crate::follow::stats::Placement;
-use crate::follow::Regions;
-use crate::policy::Who;
-use crate::registry::{gpu_key, Registry};
+use crate::dedup::Broker;
+use crate::shared::Shared;
 use crate::sock::{self, Epoll, PeerCred, Probe};
-use crate::state::format_uuid;
-use crate::state::Snapshot;
 
 /// Most connections allowed to sit in the handshake at once.
 pub const MAX_PENDING: usize = 1024;
 /// Messages handled per client per wake-up (fairness under a flood).
 const MAX_MESSAGES_PER_WAKE: usize = 64;
 
+mod conns;
 mod dedup_io;
 mod follow_io;
 
@@ -43,110 +38,6 @@ const TOKEN_LISTENER: u64 = 0;
 const TOKEN_STOP: u64 = 1;
 const TOKEN_HUP: u64 = 2;
 const FIRST_CONN_TOKEN: u64 = 16;
-
-/// State shared by the daemon's threads.
-pub struct Shared {
-    registry: Mutex<Registry>,
-    /// The dedup index (never locked while holding the registry's lock).
-    dedup: Mutex<Index>,
-    /// Follow mode's shared regions (never locked while holding another lock).
-    follow: Mutex<Regions>,
-    config: Mutex<Arc<Config>>,
-    /// Start time.
-    pub started: Instant,
-    /// The main socket.
-    pub socket: PathBuf,
-    /// The stats socket.
-    pub stats_socket: PathBuf,
-    /// The configuration file.
-    pub config_path: PathBuf,
-    /// Set when stopping.
-    pub stop: AtomicBool,
-    /// tandemd's effective uid.
-    pub euid: u32,
-}
-
-impl Shared {
-    /// Lock the registry (a poisoned lock is still used: the data stays consistent
-    /// enough for statistics, and the daemon must not die of it).
-    pub fn registry(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Lock the dedup index (poisoning ignored, as for the registry). Never
-    /// taken while the registry's lock is held.
-    pub fn dedup(&self) -> MutexGuard<'_, Index> {
-        self.dedup.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Lock the registry of follow-mode regions (poisoning ignored, as for
-    /// the registry). Never taken while another lock is held, and no other
-    /// lock is taken while it is held.
-    pub fn follow(&self) -> MutexGuard<'_, Regions> {
-        self.follow.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The configuration in force.
-    pub fn config(&self) -> Arc<Config> {
-        Arc::clone(&self.config.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn set_config(&self, c: Config) {
-        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
-    }
-
-    /// The stats snapshot (GET /stats).
-    pub fn snapshot(&self) -> Snapshot {
-        let now = Instant::now();
-        let reg = self.registry();
-        let (mut gpus, mut clients, totals) = reg.snapshot(now);
-        let departed = reg.departed.iter().cloned().collect();
-        let gpu_keys: Vec<u64> = reg.gpus.keys().map(gpu_key).collect();
-        let placement = Placement {
-            gpus: reg
-                .gpus
-                .keys()
-                .map(|u| (gpu_key(u), format_uuid(u)))
-                .collect(),
-            devices: reg
-                .clients
-                .values()
-                .filter_map(|c| Some((c.id, (gpu_key(&c.gpu?), c.gpu_ordinal?))))
-                .collect(),
-        };
-        drop(reg);
-        let cfg = self.config();
-        let dedup = crate::dedup::stats::annotate(
-            &self.dedup(),
-            cfg.dedup.enabled,
-            &gpu_keys,
-            &mut gpus,
-            &mut clients,
-        );
-        let follow = crate::follow::stats::annotate(
-            &self.follow(),
-            cfg.follow.enabled,
-            &placement,
-            &mut clients,
-        );
-        Snapshot {
-            version: env!("CARGO_PKG_VERSION").into(),
-            protocol: PROTOCOL_VERSION,
-            pid: std::process::id(),
-            uptime_s: now.duration_since(self.started).as_secs_f64(),
-            // One stat() per snapshot: MPS may start or stop while tandemd runs.
-            sharing: Some(crate::mps::SharingSnapshot::current()),
-            socket: self.socket.display().to_string(),
-            config_path: self.config_path.display().to_string(),
-            gpus,
-            clients,
-            totals,
-            departed,
-            dedup,
-            follow,
-        }
-    }
-}
 
 /// How to start.
 pub struct Options {
@@ -316,18 +207,13 @@ impl Daemon {
 
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
-        let shared = Arc::new(Shared {
-            registry: Mutex::new(Registry::new(opts.config.scheduler.clone())),
-            dedup: Mutex::new(Index::new(opts.config.dedup.index_config())),
-            follow: Mutex::new(Regions::new(opts.config.follow.limits())),
-            config: Mutex::new(Arc::new(opts.config)),
-            started: Instant::now(),
+        let shared = Arc::new(Shared::new(
+            opts.config,
+            opts.config_path,
             socket,
             stats_socket,
-            config_path: opts.config_path,
-            stop: AtomicBool::new(false),
             euid,
-        });
+        ));
         let mut threads = Vec::new();
         let s = Arc::clone(&shared);
         threads.push(
@@ -517,90 +403,6 @@ impl Daemon {
         }
     }
 
-    fn accept_all(&mut self) {
-        let Some(listener) = self.listener.as_ref() else {
-            return;
-        };
-        loop {
-            let fd = match sock::accept(listener.as_fd()) {
-                Ok(Some(fd)) => fd,
-                Ok(None) => return,
-                Err(e) => {
-                    // EMFILE and friends: log and retry on the next wake-up.
-                    warn!("accept failed: {e}");
-                    return;
-                }
-            };
-            let pending = self
-                .conns
-                .values()
-                .filter(|c| matches!(c.state, ConnState::Pending { .. }))
-                .count();
-            if pending >= MAX_PENDING {
-                if !self.pending_full_warned {
-                    self.pending_full_warned = true;
-                    warn!("{MAX_PENDING} connections are in the handshake; refusing more until they finish or time out");
-                }
-                self.shared.registry().totals.rejected += 1;
-                continue; // fd dropped: closed
-            }
-            self.pending_full_warned = false;
-            let cred = match sock::peer_cred(fd.as_fd()) {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!("SO_PEERCRED failed on a new connection: {e}; closing it");
-                    continue;
-                }
-            };
-            let token = self.next_token;
-            self.next_token += 1;
-            if let Err(e) = self.epoll.add(fd.as_raw_fd(), token) {
-                warn!(pid = cred.pid, "epoll_ctl failed for a new connection: {e}");
-                continue;
-            }
-            let timeout =
-                Duration::from_millis(u64::from(self.shared.config().handshake_timeout_ms));
-            debug!(pid = cred.pid, uid = cred.uid, "connection");
-            self.conns.insert(
-                token,
-                Conn {
-                    fd,
-                    cred,
-                    state: ConnState::Pending {
-                        deadline: Instant::now() + timeout,
-                    },
-                },
-            );
-        }
-    }
-
-    fn expire_pending(&mut self) {
-        let now = Instant::now();
-        let expired: Vec<u64> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| matches!(c.state, ConnState::Pending { deadline } if deadline <= now))
-            .map(|(&t, _)| t)
-            .collect();
-        for t in expired {
-            let ms = self.shared.config().handshake_timeout_ms;
-            if let Some(c) = self.conns.get(&t) {
-                warn!(
-                    pid = c.cred.pid,
-                    uid = c.cred.uid,
-                    "peer pid {} sent no Hello or Control within {ms} ms; closing the connection",
-                    c.cred.pid
-                );
-            }
-            self.shared.registry().totals.handshake_timeouts += 1;
-            self.refuse(
-                t,
-                RejectReason::MALFORMED,
-                &format!("no message within {ms} ms"),
-            );
-        }
-    }
-
     fn close(&mut self, token: u64) -> Option<Conn> {
         let c = self.conns.remove(&token)?;
         self.epoll.delete(c.fd.as_raw_fd());
@@ -616,294 +418,6 @@ impl Daemon {
         self.shared.registry().reclaim(id, why);
         self.dedup_leave(id);
         self.follow_leave(id);
-    }
-
-    /// Send a Reject (non-blocking, best effort), count it, and close.
-    fn refuse(&mut self, token: u64, reason: RejectReason, message: &str) {
-        let mut msg = message.to_string();
-        truncate_utf8(&mut msg, wire::MAX_REJECT_MESSAGE_LEN);
-        let m = Message::Reject(Reject {
-            reason,
-            peer_version: PROTOCOL_VERSION,
-            message: &msg,
-        });
-        if let Some(c) = self.close(token) {
-            if let Ok(n) = m.encode(&mut self.out) {
-                let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
-            }
-            if let ConnState::Client { id } = c.state {
-                self.reclaim(id, "refused after a bad message");
-            }
-        }
-        self.shared.registry().totals.rejected += 1;
-    }
-
-    fn conn_event(&mut self, token: u64, hangup: bool) {
-        let Some(c) = self.conns.get(&token) else {
-            return;
-        };
-        match c.state {
-            ConnState::Pending { .. } => self.first_message(token),
-            ConnState::Client { id } => self.client_messages(token, id, hangup),
-        }
-    }
-
-    fn first_message(&mut self, token: u64) {
-        let Some(c) = self.conns.get(&token) else {
-            return;
-        };
-        let cred = c.cred;
-        let pid = cred.pid;
-        let got = wire::recv(c.fd.as_fd(), &mut self.buf);
-        let got = match got {
-            Err(e) if e.errno() == Some(libc::EAGAIN) => return,
-            Err(ProtoError::BadAncillary { what }) => {
-                warn!(
-                    pid,
-                    "peer pid {pid}: bad first message: {what}; refusing it"
-                );
-                self.refuse(
-                    token,
-                    RejectReason::MALFORMED,
-                    &format!("bad message: {what} (messages are at most {MAX_MESSAGE_LEN} bytes, no attached fds)"),
-                );
-                return;
-            }
-            Err(e) => {
-                debug!(pid, "connection failed before its first message: {e}");
-                self.close(token);
-                return;
-            }
-            Ok(g) => g,
-        };
-        if got.len == 0 {
-            debug!(pid, "peer hung up before its first message");
-            self.close(token);
-            return;
-        }
-        if got.fd.is_some() {
-            warn!(
-                pid,
-                "peer pid {pid} attached a file descriptor to its first message; refusing it"
-            );
-            self.refuse(
-                token,
-                RejectReason::MALFORMED,
-                "no file descriptors may be attached",
-            );
-            return;
-        }
-        let buf = std::mem::take(&mut self.buf);
-        match Message::decode(&buf[..got.len]) {
-            Ok(Message::Hello(h)) => {
-                let who = Who::from_proc(cred);
-                let cfg = self.shared.config();
-                let result = self
-                    .shared
-                    .registry()
-                    .register(&cfg, self.shared.euid, who, &h);
-                match result {
-                    Ok((welcome, memfd)) => {
-                        let id = welcome.client_id;
-                        let sent = Message::Welcome(welcome)
-                            .encode(&mut self.out)
-                            .map_err(|e| e.to_string())
-                            .and_then(|n| {
-                                let c = self.conns.get(&token).ok_or("connection gone")?;
-                                wire::send(c.fd.as_fd(), &self.out[..n], Some(memfd.as_fd()))
-                                    .map_err(|e| e.to_string())
-                            });
-                        drop(memfd); // the client has its own copy now
-                        match sent {
-                            Ok(()) => {
-                                if let Some(c) = self.conns.get_mut(&token) {
-                                    c.state = ConnState::Client { id };
-                                    self.client_tokens.insert(id, token);
-                                }
-                                self.dedup_join(id);
-                            }
-                            Err(e) => {
-                                warn!(
-                                    pid,
-                                    client = id,
-                                    "could not send Welcome: {e}; dropping the client"
-                                );
-                                self.reclaim(id, "Welcome not delivered");
-                                self.close(token);
-                            }
-                        }
-                    }
-                    Err((reason, msg)) => {
-                        warn!(pid, "refusing peer pid {pid}: {msg}");
-                        self.refuse(token, reason, &msg);
-                    }
-                }
-            }
-            Ok(Message::Control(ctl)) => self.control(token, cred, ctl),
-            Ok(other) => {
-                let t = other.type_name();
-                warn!(pid, "peer pid {pid} opened with a {t} message; expected Hello or Control; refusing it");
-                self.refuse(
-                    token,
-                    RejectReason::MALFORMED,
-                    &format!("the first message must be Hello or Control, not {t}"),
-                );
-            }
-            Err(e @ ProtoError::VersionMismatch { .. }) => {
-                warn!(pid, "peer pid {pid}: {e}; refusing it");
-                self.refuse(token, RejectReason::VERSION_MISMATCH, &e.to_string());
-            }
-            Err(e) => {
-                warn!(
-                    pid,
-                    "peer pid {pid} sent a malformed first message: {e}; refusing it"
-                );
-                self.refuse(token, RejectReason::MALFORMED, &e.to_string());
-            }
-        }
-        self.buf = buf;
-    }
-
-    fn client_messages(&mut self, token: u64, id: u64, hangup: bool) {
-        let mut buf = std::mem::take(&mut self.buf);
-        let mut gone: Option<String> = None;
-        let mut bad: Option<String> = None;
-        for _ in 0..MAX_MESSAGES_PER_WAKE {
-            let Some(c) = self.conns.get(&token) else {
-                break;
-            };
-            match wire::recv(c.fd.as_fd(), &mut buf) {
-                Err(e) if e.errno() == Some(libc::EAGAIN) => {
-                    if hangup {
-                        gone = Some("socket hung up".into());
-                    }
-                    break;
-                }
-                Err(ProtoError::BadAncillary { what }) => {
-                    bad = Some(format!("bad message: {what}"));
-                    break;
-                }
-                Err(e) => {
-                    gone = Some(format!("socket error: {e}"));
-                    break;
-                }
-                Ok(g) if g.len == 0 => {
-                    gone = Some("hung up".into());
-                    break;
-                }
-                Ok(g) => match Message::decode(&buf[..g.len]) {
-                    // Dedup messages are checked against the index's state;
-                    // what does not fit is counted, never a disconnect.
-                    Ok(Message::Dedup(m)) => self.dedup_message(id, &m, g.fd),
-                    Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_DEDUP) => {
-                        self.dedup_malformed(id, &e);
-                    }
-                    // Follow messages likewise: refusals are answers, and
-                    // what does not decode is counted, never a disconnect.
-                    Ok(Message::Follow(m)) if m.op.from_shim() => {
-                        self.follow_message(id, &m, g.fd);
-                    }
-                    Ok(Message::Follow(m)) => {
-                        let why = format!("{} is sent only by tandemd", m.op.name());
-                        self.follow_malformed(id, &why);
-                    }
-                    Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_FOLLOW) => {
-                        self.follow_malformed(id, &e.to_string());
-                    }
-                    _ if g.fd.is_some() => {
-                        bad = Some("a file descriptor was attached".into());
-                        break;
-                    }
-                    Ok(Message::FuncName(f)) => {
-                        self.shared.registry().func_name(id, f.func_id, f.name);
-                    }
-                    Ok(Message::Device(d)) => {
-                        self.shared.registry().device(id, &d);
-                        self.dedup_gpu(id, gpu_key(&d.uuid));
-                    }
-                    Ok(m) => {
-                        bad = Some(format!(
-                            "unexpected {} message after registration",
-                            m.type_name()
-                        ));
-                        break;
-                    }
-                    Err(e) => {
-                        bad = Some(e.to_string());
-                        break;
-                    }
-                },
-            }
-        }
-        self.buf = buf;
-        if let Some(why) = bad {
-            let pid = self.conns.get(&token).map_or(0, |c| c.cred.pid);
-            warn!(
-                client = id,
-                pid, "client pid {pid} sent a bad message: {why}; disconnecting it"
-            );
-            self.refuse(token, RejectReason::MALFORMED, &why);
-        } else if let Some(why) = gone {
-            self.close(token);
-            self.reclaim(id, &why);
-        }
-    }
-
-    fn control(&mut self, token: u64, cred: PeerCred, ctl: Control) {
-        let cfg = self.shared.config();
-        let pid = cred.pid;
-        let (status, message) = if !crate::control::permitted(&cfg, self.shared.euid, cred.uid) {
-            warn!(
-                pid,
-                uid = cred.uid,
-                "control request {} from uid {} refused: not root, not tandemd's user, not in admins",
-                ctl.op.name(),
-                cred.uid
-            );
-            self.shared.registry().totals.control_denied += 1;
-            (
-                RejectReason::NOT_PERMITTED.0,
-                format!(
-                    "uid {} may not {}: run it as root or as tandemd's user, or add the uid to `admins` in {}",
-                    cred.uid,
-                    ctl.op.name(),
-                    self.shared.config_path.display()
-                ),
-            )
-        } else {
-            info!(
-                pid,
-                uid = cred.uid,
-                op = ctl.op.name(),
-                client = ctl.client_id,
-                "control request"
-            );
-            let r = match ctl.op {
-                ControlOp::Reload => self
-                    .reload(&format!("tandemctl reload by uid {}", cred.uid))
-                    .map_err(|m| (RejectReason::INTERNAL, m)),
-                ControlOp::SetClass => self
-                    .shared
-                    .registry()
-                    .set_class(&cfg, self.shared.euid, ctl.client_id, ctl.class, cred.uid)
-                    .map_err(|m| (RejectReason::MALFORMED, m)),
-            };
-            match r {
-                Ok(m) => (ControlReply::OK, m),
-                Err((reason, m)) => (reason.0, m),
-            }
-        };
-        let mut message = message;
-        truncate_utf8(&mut message, wire::MAX_CONTROL_MESSAGE_LEN);
-        if let Some(c) = self.close(token) {
-            let m = Message::ControlReply(ControlReply {
-                status,
-                message: &message,
-            });
-            if let Ok(n) = m.encode(&mut self.out) {
-                let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
-            }
-        }
     }
 }
 

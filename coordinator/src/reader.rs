@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::daemon::Shared;
+use crate::shared::Shared;
 
 /// Poll period while records flow.
 pub const BUSY_PERIOD: Duration = Duration::from_millis(1);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::daemon::Shared;
+use crate::shared::Shared;
 
 /// Longest request head accepted.
 pub const MAX_REQUEST: usize = 8192;

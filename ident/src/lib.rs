@@ -3,7 +3,12 @@
 //! tandemd decides by identity in three places (who may claim the inference
 //! class, which `[[scheduler.slo]]` target a job gets, which dedup trust group
 //! it joins); they all match with what this crate holds, so a rule means the
-//! same thing wherever it is written. Nothing here does I/O.
+//! same thing wherever it is written ([`Matcher`], declared in a rule with
+//! [`rule!`]). Nothing here does I/O.
+
+mod matcher;
+
+pub use matcher::Matcher;
 
 /// `prefix` is `path` or a parent of it (path components, not bytes).
 #[must_use]

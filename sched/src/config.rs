@@ -61,33 +61,25 @@ pub struct SchedConfig {
 /// Largest p99 target (ms) a `[[scheduler.slo]]` entry may set (10 s).
 pub const MAX_SLO_P99_MS: f64 = 10_000.0;
 
-/// One `[[scheduler.slo]]` entry: a p99 request-latency target for the
-/// inference jobs it matches. A job matches when every criterion the entry
-/// names matches (any value of a list does); an entry that names none matches
-/// every job (a default, when it comes last). Identity is the kernel's
-/// (SO_PEERCRED, /proc), never the job's claim.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SloRule {
-    /// The target, ms (0 < p99_ms <= 10000).
-    pub p99_ms: f64,
-    /// Numeric user ids.
-    #[serde(default)]
-    pub uids: Vec<u32>,
-    /// Exact executable paths (`/proc/PID/exe`).
-    #[serde(default)]
-    pub executables: Vec<String>,
-    /// cgroup v2 path prefixes (whole path components).
-    #[serde(default)]
-    pub cgroups: Vec<String>,
+tandem_ident::rule! {
+    /// One `[[scheduler.slo]]` entry: a p99 request-latency target for the
+    /// inference jobs it matches. A job matches when every criterion the
+    /// entry names matches (any value of a list does); an entry that names
+    /// none matches every job (a default, when it comes last). Identity is
+    /// the kernel's (SO_PEERCRED, /proc), never the job's claim.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct SloRule {
+        /// The target, ms (0 < p99_ms <= 10000).
+        pub p99_ms: f64,
+    }
 }
 
 impl SloRule {
     /// Whether a job of `uid`, running `exe`, in `cgroup`, matches.
     #[must_use]
     pub fn matches(&self, uid: u32, exe: Option<&str>, cgroup: Option<&str>) -> bool {
-        (self.uids.is_empty() || self.uids.contains(&uid))
-            && tandem_ident::exe_and_cgroup_match(&self.executables, &self.cgroups, exe, cgroup)
+        self.matcher().matches(uid, exe, cgroup)
     }
 
     /// The target in ns.

@@ -11,8 +11,8 @@ use tandem_proto::monotonic_ns;
 use tracing::debug;
 
 use super::{send_to, Daemon};
+use crate::clients::gpu_key;
 use crate::dedup::Refusal;
-use crate::registry::gpu_key;
 
 impl Daemon {
     /// A client just registered: it joins the index if it may share.

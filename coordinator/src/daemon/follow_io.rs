@@ -16,8 +16,8 @@ use tandem_proto::wire::{Message, HEADER_LEN};
 use tracing::{debug, info};
 
 use super::{send_to, Daemon};
+use crate::clients::gpu_key;
 use crate::follow::{Gone, RegionKey};
-use crate::registry::gpu_key;
 
 /// What the registry says about a client sending a Follow message.
 #[derive(Debug, Default)]

@@ -5,7 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tandem_proto::dedup::{Dedup, DedupOp};
 
-use super::index::Hash;
+/// The granule size the shim uses (the VMM allocation granularity).
+pub const GRANULE_LEN: u64 = 2 << 20;
+
+/// A 128-bit content hash (a hint, never proof).
+pub type Hash = [u8; 16];
 
 /// (trust group, GPU, len, hash): candidates match only on all four.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -16,11 +16,12 @@
 use std::ffi::CString;
 
 use serde::{Deserialize, Serialize};
+use tandem_ident::Matcher;
 use tandem_proto::wire::{
     ClientClass, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_SHARE_WEIGHTS,
 };
 
-use crate::policy::{exe_and_cgroup_match, Who};
+use crate::admission::Who;
 
 /// Default `[dedup] timeout_ms`.
 pub const DEFAULT_TIMEOUT_MS: u32 = 5000;
@@ -63,49 +64,37 @@ impl Default for DedupConfig {
     }
 }
 
-/// `[[dedup.group]]`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrustGroup {
-    /// Unique, non-empty; shown in the stats.
-    pub name: String,
-    /// User names (resolved to uids when the file is read).
-    #[serde(default)]
-    pub users: Vec<String>,
-    /// Numeric uids (one criterion with `users`).
-    #[serde(default)]
-    pub uids: Vec<u32>,
-    /// Exact executable paths.
-    #[serde(default)]
-    pub executables: Vec<String>,
-    /// cgroup path prefixes.
-    #[serde(default)]
-    pub cgroups: Vec<String>,
-    /// `users` resolved (filled by [`DedupConfig::resolve_users`]).
-    #[serde(skip)]
-    pub user_uids: Vec<u32>,
+tandem_ident::rule! {
+    /// `[[dedup.group]]`: a name and the criteria (`users`, and the rule's
+    /// `uids`, `executables`, `cgroups`).
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct TrustGroup {
+        /// Unique, non-empty; shown in the stats.
+        pub name: String,
+        /// User names (resolved to uids when the file is read; one criterion
+        /// with `uids`).
+        #[serde(default)]
+        pub users: Vec<String>,
+        /// `users` resolved (filled by [`DedupConfig::resolve_users`]).
+        #[serde(skip)]
+        pub user_uids: Vec<u32>,
+    }
 }
 
 impl TrustGroup {
     /// Whether `who` is in this group (see the module docs).
     #[must_use]
     pub fn matches(&self, who: &Who) -> bool {
-        let user = (self.uids.is_empty() && self.user_uids.is_empty())
-            || self.uids.contains(&who.uid)
-            || self.user_uids.contains(&who.uid);
-        user && exe_and_cgroup_match(
-            &self.executables,
-            &self.cgroups,
-            who.exe.as_deref(),
-            who.cgroup.as_deref(),
-        )
+        Matcher {
+            user_uids: &self.user_uids,
+            ..self.matcher()
+        }
+        .matches(who.uid, who.exe.as_deref(), who.cgroup.as_deref())
     }
 
     fn has_criteria(&self) -> bool {
-        !(self.users.is_empty()
-            && self.uids.is_empty()
-            && self.executables.is_empty()
-            && self.cgroups.is_empty())
+        !self.users.is_empty() || !self.matcher().is_empty()
     }
 }
 

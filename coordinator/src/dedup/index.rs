@@ -18,11 +18,7 @@ use super::entries::{ClientEntry, Granule, KeyEntry, SharedCopy};
 use super::outcome::{Action, Refusal, RefusalKind};
 use super::stats::GpuCounters;
 
-/// The granule size the shim uses (the VMM allocation granularity).
-pub const GRANULE_LEN: u64 = 2 << 20;
-
-/// A 128-bit content hash (a hint, never proof).
-pub type Hash = [u8; 16];
+pub use super::entries::{Hash, GRANULE_LEN};
 
 /// The index's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]

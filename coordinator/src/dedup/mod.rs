@@ -8,7 +8,8 @@
 //!   [`entries`] its records and [`outcome`] what a step produces.
 //! * [`broker`] — the daemon's side: keeps the fds, sends PUBLISH / OFFER,
 //!   feeds the index, logs refusals (rate-limited).
-//! * [`stats`] — counters, merge latency, and the JSON shapes.
+//! * [`stats`] — counters, merge latency, and the JSON shapes; [`report`]
+//!   fills them in from the index for `GET /stats`.
 //!
 //! The conversation itself is documented in [`tandem_proto::dedup`].
 
@@ -18,6 +19,7 @@ pub mod entries;
 pub mod groups;
 pub mod index;
 pub mod outcome;
+pub mod report;
 pub mod stats;
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use tandem_proto::dedup::{Dedup, DedupOp};
 
-use super::index::GRANULE_LEN;
+use super::entries::GRANULE_LEN;
 
 /// What the daemon must do, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,43 +1,96 @@
 //! Dedup accounting: per-GPU counters and merge latencies kept by the index,
-//! and their JSON shapes in `GET /stats`.
+//! and their JSON shapes in `GET /stats` ([`super::report`] fills them in).
+//!
+//! The counters are declared once, in the `counters!` invocation below: it
+//! makes [`GpuCounters`] (what the index counts), [`GpuDedupStats`] (their
+//! `dedup_*` fields in a GPU of `GET /stats`), [`DedupTotals`] (their sum
+//! over GPUs) and the code that copies and adds them.
 
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::index::Index;
-use crate::state::{ClientSnapshot, GpuSnapshot};
-
 /// Merges whose latency is kept (the window of the percentiles).
 pub const LATENCY_WINDOW: usize = 1024;
 
-/// What the index counts per GPU (GPU key 0: clients whose Device is not
-/// known yet, and clients that were never given the share flag).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuCounters {
-    /// Granules merged (RESULT OK).
-    pub merges: u64,
-    /// Holders that left a shared copy by copy-on-write.
-    pub cow_breaks: u64,
-    /// RESULT MISMATCH.
-    pub mismatches: u64,
-    /// PUBLISH that failed (status, no fd, timeout, not delivered, a lie).
-    pub publish_failures: u64,
-    /// OFFER that failed (GONE, DRIVER_ERROR, DECLINED, timeout, not delivered).
-    pub offer_failures: u64,
-    /// Messages that contradicted the state (ignored).
-    pub protocol_errors: u64,
-    /// Answers that came after their PUBLISH or OFFER was given up.
-    pub late_replies: u64,
-    /// Candidates ignored (no Device yet, per-client limit, refused content).
-    pub candidates_ignored: u64,
-    /// Sum over live shared copies of (holders - 1) * len.
-    pub saved_bytes: u64,
-    /// Sum of len over live shared copies.
-    pub shared_bytes: u64,
+/// Declares the dedup counters: `name / json_name: doc`, in the order the
+/// JSON shows them.
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident / $json:ident,)*) => {
+        /// What the index counts per GPU (GPU key 0: clients whose Device is
+        /// not known yet, and clients that were never given the share flag).
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct GpuCounters {
+            $($(#[doc = $doc])* pub $name: u64,)*
+            latencies_ns: VecDeque<u64>,
+        }
+
+        /// The dedup fields of one GPU in `GET /stats` (flattened into the GPU).
+        #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+        #[serde(default)]
+        pub struct GpuDedupStats {
+            $($(#[doc = $doc])* pub $json: u64,)*
+            /// Offer sent to RESULT OK, last 1024 merges.
+            pub dedup_merge_latency_ms: MergeLatency,
+        }
+
+        /// Daemon-wide dedup figures (`"dedup"` at the top of `GET /stats`):
+        /// the sum over GPUs, plus what could not be put on a GPU
+        /// (`protocol_errors` also counts messages from clients without a
+        /// GPU or the share flag).
+        #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+        #[serde(default)]
+        pub struct DedupTotals {
+            /// `[dedup] enabled`.
+            pub enabled: bool,
+            /// Clients registered now with the share flag.
+            pub sharing_clients: u64,
+            $($(#[doc = $doc])* #[doc = ""] #[doc = "Summed over GPUs."] pub $name: u64,)*
+        }
+
+        impl GpuCounters {
+            /// The JSON shape.
+            #[must_use]
+            pub fn snapshot(&self) -> GpuDedupStats {
+                GpuDedupStats {
+                    $($json: self.$name,)*
+                    dedup_merge_latency_ms: self.latency(),
+                }
+            }
+        }
+
+        impl DedupTotals {
+            /// Add one GPU's counters.
+            pub fn add(&mut self, c: &GpuCounters) {
+                $(self.$name += c.$name;)*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Device bytes saved: sum over live shared copies of (holders - 1) * len.
+    saved_bytes / dedup_saved_bytes,
+    /// Bytes in live shared copies (sum of their len).
+    shared_bytes / dedup_shared_bytes,
     /// Live shared copies (tandemd holds their fd).
-    pub shared_copies: u64,
-    latencies_ns: VecDeque<u64>,
+    shared_copies / dedup_shared_copies,
+    /// Granules merged (RESULT OK).
+    merges / dedup_merges,
+    /// Copy-on-write breaks: holders that left a shared copy by writing.
+    cow_breaks / dedup_cow_breaks,
+    /// Byte comparisons that found different content (RESULT MISMATCH).
+    mismatches / dedup_mismatches,
+    /// PUBLISH that failed (status, no fd, timeout, not delivered, a lie).
+    publish_failures / dedup_publish_failures,
+    /// OFFER that failed (GONE, DRIVER_ERROR, DECLINED, timeout, not delivered).
+    offer_failures / dedup_offer_failures,
+    /// Dedup messages that contradicted tandemd's state (ignored).
+    protocol_errors / dedup_protocol_errors,
+    /// Answers that came after their PUBLISH or OFFER was given up.
+    late_replies / dedup_late_replies,
+    /// Candidates ignored (no Device yet, per-client limit, refused content).
+    candidates_ignored / dedup_candidates_ignored,
 }
 
 impl GpuCounters {
@@ -69,25 +122,6 @@ impl GpuCounters {
             max: v.last().copied().map(ms),
         }
     }
-
-    /// The JSON shape.
-    #[must_use]
-    pub fn snapshot(&self) -> GpuDedupStats {
-        GpuDedupStats {
-            dedup_saved_bytes: self.saved_bytes,
-            dedup_shared_bytes: self.shared_bytes,
-            dedup_shared_copies: self.shared_copies,
-            dedup_merges: self.merges,
-            dedup_cow_breaks: self.cow_breaks,
-            dedup_mismatches: self.mismatches,
-            dedup_publish_failures: self.publish_failures,
-            dedup_offer_failures: self.offer_failures,
-            dedup_protocol_errors: self.protocol_errors,
-            dedup_late_replies: self.late_replies,
-            dedup_candidates_ignored: self.candidates_ignored,
-            dedup_merge_latency_ms: self.latency(),
-        }
-    }
 }
 
 /// Merge latency percentiles, ms (null until a merge happened).
@@ -99,36 +133,6 @@ pub struct MergeLatency {
     pub p99: Option<f64>,
     /// Largest.
     pub max: Option<f64>,
-}
-
-/// The dedup fields of one GPU in `GET /stats` (flattened into the GPU).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct GpuDedupStats {
-    /// Device bytes saved: sum over shared copies of (holders - 1) * len.
-    pub dedup_saved_bytes: u64,
-    /// Bytes in live shared copies.
-    pub dedup_shared_bytes: u64,
-    /// Live shared copies.
-    pub dedup_shared_copies: u64,
-    /// Granules merged.
-    pub dedup_merges: u64,
-    /// Copy-on-write breaks.
-    pub dedup_cow_breaks: u64,
-    /// Byte comparisons that found different content.
-    pub dedup_mismatches: u64,
-    /// Failed publishes.
-    pub dedup_publish_failures: u64,
-    /// Failed offers.
-    pub dedup_offer_failures: u64,
-    /// Dedup messages that contradicted tandemd's state.
-    pub dedup_protocol_errors: u64,
-    /// Answers after their deadline.
-    pub dedup_late_replies: u64,
-    /// Candidates ignored.
-    pub dedup_candidates_ignored: u64,
-    /// Offer sent to RESULT OK, last 1024 merges.
-    pub dedup_merge_latency_ms: MergeLatency,
 }
 
 /// One client's dedup view (`"dedup"` of a client in `GET /stats`).
@@ -145,88 +149,6 @@ pub struct ClientDedup {
     pub candidate_granules: u64,
     /// `bytes_allocated` minus `shared_bytes` (saturating).
     pub private_bytes: u64,
-}
-
-/// Daemon-wide dedup figures (`"dedup"` at the top of `GET /stats`): the sum
-/// over GPUs, plus what could not be put on a GPU.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct DedupTotals {
-    /// `[dedup] enabled`.
-    pub enabled: bool,
-    /// Clients registered now with the share flag.
-    pub sharing_clients: u64,
-    /// See [`GpuDedupStats`].
-    pub saved_bytes: u64,
-    /// See [`GpuDedupStats`].
-    pub shared_bytes: u64,
-    /// See [`GpuDedupStats`].
-    pub shared_copies: u64,
-    /// See [`GpuDedupStats`].
-    pub merges: u64,
-    /// See [`GpuDedupStats`].
-    pub cow_breaks: u64,
-    /// See [`GpuDedupStats`].
-    pub mismatches: u64,
-    /// See [`GpuDedupStats`].
-    pub publish_failures: u64,
-    /// See [`GpuDedupStats`].
-    pub offer_failures: u64,
-    /// See [`GpuDedupStats`] (plus messages from clients without a GPU or the flag).
-    pub protocol_errors: u64,
-    /// See [`GpuDedupStats`].
-    pub late_replies: u64,
-    /// See [`GpuDedupStats`].
-    pub candidates_ignored: u64,
-}
-
-impl DedupTotals {
-    /// Add one GPU's counters.
-    pub fn add(&mut self, c: &GpuCounters) {
-        self.saved_bytes += c.saved_bytes;
-        self.shared_bytes += c.shared_bytes;
-        self.shared_copies += c.shared_copies;
-        self.merges += c.merges;
-        self.cow_breaks += c.cow_breaks;
-        self.mismatches += c.mismatches;
-        self.publish_failures += c.publish_failures;
-        self.offer_failures += c.offer_failures;
-        self.protocol_errors += c.protocol_errors;
-        self.late_replies += c.late_replies;
-        self.candidates_ignored += c.candidates_ignored;
-    }
-}
-
-/// Fill the dedup parts of a stats snapshot from the index: `gpus[i]` is the
-/// GPU whose key is `gpu_keys[i]`. Returns the daemon-wide totals.
-pub fn annotate(
-    index: &Index,
-    enabled: bool,
-    gpu_keys: &[u64],
-    gpus: &mut [GpuSnapshot],
-    clients: &mut [ClientSnapshot],
-) -> DedupTotals {
-    for (g, key) in gpus.iter_mut().zip(gpu_keys) {
-        if let Some(c) = index.counters(*key) {
-            g.dedup = c.snapshot();
-        }
-    }
-    for c in clients.iter_mut() {
-        if let Some(v) = index.client(c.id) {
-            c.dedup.shared_bytes = v.shared_bytes;
-            c.dedup.candidate_granules = v.candidates;
-        }
-        c.dedup.private_bytes = c.bytes_allocated.saturating_sub(c.dedup.shared_bytes);
-    }
-    let mut t = DedupTotals {
-        enabled,
-        sharing_clients: clients.iter().filter(|c| c.dedup.share_weights).count() as u64,
-        ..DedupTotals::default()
-    };
-    for (_, c) in index.all_counters() {
-        t.add(c);
-    }
-    t
 }
 
 #[cfg(test)]

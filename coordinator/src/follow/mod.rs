@@ -7,12 +7,14 @@
 //! * [`config`] — `[follow]` in tandemd.toml, the Welcome flag.
 //! * [`regions`] — the registry of shared regions: a pure state machine
 //!   (messages in, answers out, time injected) that holds the regions' fds.
-//! * [`stats`] — the JSON shapes in `GET /stats`.
+//! * [`stats`] — the JSON shapes in `GET /stats`; [`report`] fills them in
+//!   from the registry of regions.
 //!
 //! The conversation itself is documented in [`tandem_proto::follow`].
 
 pub mod config;
 pub mod regions;
+pub mod report;
 pub mod stats;
 
 #[cfg(test)]

@@ -1,12 +1,9 @@
 //! Follow-mode figures in `GET /stats`: the top-level `"follow"` object (the
 //! regions, bytes, counters) and each client's `"follow"`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-
-use super::regions::Regions;
-use crate::state::ClientSnapshot;
 
 /// `"follow"` at the top of `GET /stats`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -72,62 +69,4 @@ pub struct ClientFollow {
     /// Bytes of the regions it maps (regions gone since, and mappings it
     /// reported with HELD after a restart, included).
     pub mapped_bytes: u64,
-}
-
-/// What the registry knows about GPUs, to name a region's GPU.
-#[derive(Clone, Debug, Default)]
-pub struct Placement {
-    /// GPU key → uuid as shown in the stats.
-    pub gpus: HashMap<u64, String>,
-    /// Client → (GPU key, device ordinal) it reported.
-    pub devices: HashMap<u64, (u64, u32)>,
-}
-
-/// Fill each client's follow bytes from the registry of regions and return
-/// the top-level figures (`enabled`: `[follow] enabled` now).
-pub fn annotate(
-    regions: &Regions,
-    enabled: bool,
-    place: &Placement,
-    clients: &mut [ClientSnapshot],
-) -> FollowTotals {
-    for c in clients.iter_mut() {
-        let v = regions.client(c.id);
-        c.follow.shared_bytes = v.shared_bytes;
-        c.follow.mapped_bytes = v.mapped_bytes;
-    }
-    let counters = regions.counters();
-    FollowTotals {
-        enabled,
-        regions: regions
-            .regions()
-            .map(|(k, r)| RegionStats {
-                name: k.name_str(),
-                group: k.group.clone(),
-                gpu: place.gpus.get(&k.gpu).cloned(),
-                // The owner's ordinal, while it is on the region's GPU.
-                gpu_ordinal: place
-                    .devices
-                    .get(&r.owner)
-                    .filter(|(key, _)| *key == k.gpu)
-                    .map(|&(_, ordinal)| ordinal),
-                owner: r.owner,
-                owner_pid: r.owner_pid,
-                bytes: r.len,
-                followers: r.followers.len() as u64,
-                maps: r.maps,
-            })
-            .collect(),
-        shared_bytes: regions.shared_bytes(),
-        mapped_bytes: regions.mapped_bytes(),
-        shares: counters.shares,
-        maps: counters.maps,
-        unmaps: counters.unmaps,
-        held: counters.held,
-        refusals: counters
-            .refusals
-            .iter()
-            .map(|(&k, &v)| (k.to_string(), v))
-            .collect(),
-    }
 }

@@ -576,7 +576,7 @@ fn counters_list_every_refusal_and_count_malformed_messages() {
 
 #[test]
 fn stats_name_each_region_s_gpu_and_the_owner_s_ordinal_on_it() {
-    use super::stats::{annotate, Placement};
+    use super::report::{annotate, Placement};
     let mut t = T::new();
     assert_eq!(t.share(1, "w", memfd("tfu-stats")), FollowStatus::OK);
     assert_eq!(
@@ -896,7 +896,7 @@ fn an_unlinked_held_mapping_is_dropped_by_unmap_and_by_leaving() {
 
 #[test]
 fn stats_count_held_mappings_apart_from_maps() {
-    use super::stats::{annotate, Placement};
+    use super::report::{annotate, Placement};
     let mut t = T::new();
     assert_eq!(t.held(2, "w"), Ok(false));
     assert_eq!(t.share(1, "w", memfd("tfu-held-stats")), FollowStatus::OK);

@@ -1,6 +1,6 @@
-//! Who gets which class: operator overrides, then the claim checked against
-//! `[policy.inference]`. Identity comes from the kernel (SO_PEERCRED, /proc),
-//! never from what the client says about itself.
+//! Admission: who gets which class. Operator overrides first, then the
+//! claim checked against `[policy.inference]`. Identity comes from the kernel
+//! (SO_PEERCRED, /proc), never from what the client says about itself.
 
 use tandem_proto::wire::ClientClass;
 
@@ -90,15 +90,10 @@ impl Decision {
 pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -> Decision {
     let p = &cfg.policy;
     for (i, o) in p.overrides.iter().enumerate() {
-        let hit = if let Some(exe) = &o.exe {
-            who.exe.as_deref() == Some(exe.as_str())
-        } else if let Some(uid) = o.uid {
-            who.uid == uid
-        } else if let Some(cg) = &o.cgroup {
-            who.cgroup.as_deref().is_some_and(|c| cgroup_under(c, cg))
-        } else {
-            false
-        };
+        // A validated override names exactly one criterion; one naming
+        // none matches no one.
+        let m = o.matcher();
+        let hit = !m.is_empty() && m.matches(who.uid, who.exe.as_deref(), who.cgroup.as_deref());
         if hit {
             let what = if let Some(e) = &o.exe {
                 format!("exe {e}")

@@ -1,4 +1,11 @@
-//! Launch limits: the scheduler's per-client [`Allowance`]s turned into the
+//! The grant: the scheduler's outputs written into the clients' control
+//! blocks, the only place tandemd changes what a shim may do. Mark intervals
+//! and launch limits are stored first (so a gate that opens finds its limit
+//! in place), then gate changes ([`apply`]).
+//!
+//! ## Launch limits
+//!
+//! The scheduler's per-client [`Allowance`]s become the
 //! absolute `launch_limit` each shim enforces itself (see "Launch limits" in
 //! [`crate::sched`]).
 //!
@@ -31,7 +38,7 @@ use tandem_proto::control::LAUNCH_UNLIMITED;
 use tandem_proto::ControlBlock;
 use tracing::debug;
 
-use crate::sched::Allowance;
+use crate::sched::{Allowance, Output};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
@@ -114,6 +121,47 @@ impl Limits {
         }
         raised
     }
+}
+
+/// Apply the scheduler's outputs in `out` (drained) to the clients' control
+/// blocks (`control` finds one; `None`: the client has no ring, skip): mark
+/// intervals and launch limits first (so a gate that opens finds its limit
+/// in place), then gate changes. Returns how many gates it opened.
+pub fn apply<'a>(
+    out: &mut Vec<Output>,
+    limits: &mut Limits,
+    control: impl Fn(u64) -> Option<&'a ControlBlock>,
+) -> usize {
+    for o in out.iter() {
+        match *o {
+            Output::Limit { client, beyond } => limits.set(client, beyond),
+            Output::Marks { client, every_ns } => {
+                if let Some(cb) = control(client) {
+                    cb.set_mark_every_ns(every_ns);
+                }
+            }
+            Output::Gate { .. } => {}
+        }
+    }
+    limits.store(&control);
+    let mut opened = 0;
+    for o in out.drain(..) {
+        let Output::Gate { client, open } = o else {
+            continue;
+        };
+        let Some(cb) = control(client) else {
+            continue;
+        };
+        if open {
+            opened += 1;
+            if let Err(e) = cb.open_gate() {
+                debug!(client, "FUTEX_WAKE after opening the gate failed: {e}");
+            }
+        } else {
+            cb.close_gate();
+        }
+    }
+    opened
 }
 
 #[cfg(test)]

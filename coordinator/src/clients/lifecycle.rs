@@ -1,0 +1,371 @@
+//! A client's life in the table: registration (its class, its region and
+//! the Welcome), the FuncName and Device messages it sends after, class
+//! changes by the operator or a new configuration, and reclaim.
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use tandem_proto::monotonic_ns;
+use tandem_proto::wire::{ClientClass, Device, Hello, RejectReason, Welcome};
+use tracing::{debug, info, warn};
+
+use super::snapshot::{client_snapshot, sched_stats};
+use super::{gpu_key, sched_class, slo_of, Client, Refusal, Registry, Ring, MAX_DEPARTED};
+use crate::admission::{decide, Decision, Who};
+use crate::config::Config;
+use crate::drain::drain_client;
+use crate::sched::Input;
+use crate::state::{format_uuid, ClientStats};
+
+impl Registry {
+    /// Register a client: decide its class, create its region, and return the
+    /// Welcome to send with the region fd.
+    pub fn register(
+        &mut self,
+        cfg: &Config,
+        daemon_euid: u32,
+        who: Who,
+        hello: &Hello<'_>,
+    ) -> Result<(Welcome, OwnedFd), Refusal> {
+        if self.clients.len() >= cfg.max_clients as usize {
+            return Err((
+                RejectReason::TOO_MANY_CLIENTS,
+                format!(
+                    "tandemd serves at most {} clients (max_clients); this job runs unscheduled",
+                    cfg.max_clients
+                ),
+            ));
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let (fd, ring) = Ring::create(id, cfg.ring_capacity).map_err(|e| {
+            warn!(
+                pid = who.pid,
+                "cannot create a ring region for a new client: {e}"
+            );
+            (
+                RejectReason::INTERNAL,
+                format!("tandemd could not create the shared ring: {e}"),
+            )
+        })?;
+        let decision = decide(cfg, daemon_euid, &who, hello.class);
+        let granted = decision.class;
+        let exe = who
+            .exe
+            .clone()
+            .unwrap_or_else(|| format!("{} (claimed)", String::from_utf8_lossy(hello.exe)));
+        let cgroup = who
+            .cgroup
+            .clone()
+            .unwrap_or_else(|| String::from_utf8_lossy(hello.cgroup).into_owned());
+        let dedup_flags = cfg.dedup.welcome_flags(hello.flags, granted);
+        let trust_group = (dedup_flags != 0).then(|| cfg.dedup.group_of(&who));
+        let follow_flags = cfg.follow.welcome_flags(hello.flags);
+        let follow_group = (follow_flags != 0).then(|| cfg.dedup.group_of(&who));
+        let flags = dedup_flags | follow_flags;
+        let welcome = Welcome {
+            client_id: id,
+            region_len: ring.layout.region_len() as u64,
+            ring_capacity: ring.layout.capacity(),
+            heartbeat_interval_ms: cfg.heartbeat_interval_ms,
+            class: decision.class,
+            flags,
+        };
+        info!(
+            client = id,
+            pid = who.pid,
+            uid = who.uid,
+            exe = %exe,
+            class = decision.class.name(),
+            reason = %decision.reason,
+            share_weights = trust_group.as_deref().unwrap_or("no"),
+            follow = follow_group.as_deref().unwrap_or("no"),
+            "client registered"
+        );
+        let now = Instant::now();
+        self.clients.insert(
+            id,
+            Client {
+                id,
+                exe,
+                cgroup,
+                claimed: hello.class,
+                decision,
+                operator_set: false,
+                seen_training_kernel: false,
+                gpu: None,
+                gpu_ordinal: None,
+                connected: now,
+                heartbeat: Duration::from_millis(u64::from(cfg.heartbeat_interval_ms)),
+                last_beat: now,
+                stats: ClientStats::default(),
+                ring: Some(ring),
+                dropped: 0,
+                gate_waits: 0,
+                gate_timeouts: 0,
+                gate_wait_ns: 0,
+                marks_placed: 0,
+                marks_done: 0,
+                trust_group,
+                follow_group,
+                warned_kind: false,
+                who,
+            },
+        );
+        self.totals.clients_registered += 1;
+        // The GPU comes with the Device message (then the client registers
+        // again with the scheduler, in its GPU's group).
+        let slo_p99_ns = self
+            .clients
+            .get(&id)
+            .and_then(|c| slo_of(&self.sched_cfg, c));
+        self.sched_event(Input::Register {
+            client: id,
+            class: sched_class(granted),
+            gpu: 0,
+            slo_p99_ns,
+        });
+        Ok((welcome, fd))
+    }
+
+    /// A FuncName from client `id`. For a client whose class is being
+    /// detected (`auto_class = "detect"`), a training kernel makes it training.
+    pub fn func_name(&mut self, id: u64, func_id: u64, name: &[u8]) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if !c.stats.set_name(func_id, name) {
+            debug!(client = id, "kernel name table full; name ignored");
+        }
+        if !c.decision.detecting {
+            return;
+        }
+        let Some(marker) = crate::autoclass::training_marker(name) else {
+            return;
+        };
+        let shown: String = String::from_utf8_lossy(name).chars().take(120).collect();
+        c.decision = Decision {
+            class: ClientClass::Training,
+            reason: format!("auto: saw training kernel {shown:?} ({marker})"),
+            detecting: false,
+        };
+        c.seen_training_kernel = true;
+        info!(client = id, kernel = %shown, "auto: training kernel seen; class training");
+        self.sched_event(Input::SetClass {
+            client: id,
+            class: sched_class(ClientClass::Training),
+        });
+    }
+
+    /// A Device from client `id`.
+    pub fn device(&mut self, id: u64, d: &Device<'_>) {
+        let name = String::from_utf8_lossy(d.name).into_owned();
+        if let Some(c) = self.clients.get_mut(&id) {
+            if c.gpu.is_none() || c.gpu != Some(d.uuid) {
+                info!(client = id, gpu = %format_uuid(&d.uuid), name = %name, ordinal = d.ordinal, "client device");
+            }
+            // Launches counted so far stay with the old GPU, if any.
+            if let Some(old) = c.gpu.filter(|u| *u != d.uuid) {
+                self.gpus.entry(old).or_default().retired_launches += c.stats.launches;
+            }
+            c.gpu = Some(d.uuid);
+            c.gpu_ordinal = Some(d.ordinal);
+            let class = sched_class(c.decision.class);
+            let slo_p99_ns = slo_of(&self.sched_cfg, c);
+            let g = self.gpus.entry(d.uuid).or_default();
+            if g.name.is_empty() || !name.is_empty() {
+                g.name = name;
+            }
+            self.sched_event(Input::Register {
+                client: id,
+                class,
+                gpu: gpu_key(&d.uuid),
+                slo_p99_ns,
+            });
+        }
+    }
+
+    /// Remove client `id` (it hung up or misbehaved): final drain, account,
+    /// unmap its region. Returns whether it existed.
+    pub fn reclaim(&mut self, id: u64, why: &str) -> bool {
+        let Some(mut c) = self.clients.remove(&id) else {
+            return false;
+        };
+        drain_client(
+            &mut c,
+            &mut self.totals,
+            &mut self.sched,
+            &mut self.sched_out,
+        );
+        if self.departed.len() >= MAX_DEPARTED {
+            self.departed.pop_front();
+        }
+        let sched = self.sched.snapshot();
+        let mut snap = client_snapshot(&c, Instant::now());
+        snap.sched = sched_stats(&sched, id);
+        self.departed.push_back(snap);
+        self.sched_event(Input::Depart { client: id });
+        self.limits.forget(id);
+        self.retired_launches += c.stats.launches;
+        self.retired_dropped += c.dropped;
+        if let Some(g) = c.gpu {
+            self.gpus.entry(g).or_default().retired_launches += c.stats.launches;
+        }
+        self.totals.clients_reclaimed += 1;
+        info!(
+            client = id,
+            pid = c.who.pid,
+            launches = c.stats.launches,
+            dropped = c.dropped,
+            "client gone ({why}); ring reclaimed"
+        );
+        drop(c); // munmap
+        true
+    }
+
+    /// Operator: set the class of `id` (`Auto` = back to the policy's decision).
+    pub fn set_class(
+        &mut self,
+        cfg: &Config,
+        daemon_euid: u32,
+        id: u64,
+        class: ClientClass,
+        by_uid: u32,
+    ) -> Result<String, String> {
+        let c = self
+            .clients
+            .get_mut(&id)
+            .ok_or_else(|| format!("no client with id {id} (see tandemctl status)"))?;
+        if class == ClientClass::Auto {
+            c.decision = decide(cfg, daemon_euid, &c.who, c.claimed);
+            c.operator_set = false;
+        } else {
+            c.decision = Decision {
+                class,
+                reason: format!("set by operator (uid {by_uid})"),
+                detecting: false,
+            };
+            c.operator_set = true;
+        }
+        info!(client = id, class = c.decision.class.name(), reason = %c.decision.reason, "class changed");
+        let msg = format!(
+            "client {id} is now {} ({})",
+            c.decision.class.name(),
+            c.decision.reason
+        );
+        let class = sched_class(c.decision.class);
+        self.sched_event(Input::SetClass { client: id, class });
+        Ok(msg)
+    }
+
+    /// A new configuration: re-decide every class the operator did not set,
+    /// and hand the scheduler its new parameters.
+    pub fn reapply_policy(&mut self, cfg: &Config, daemon_euid: u32) {
+        let mut changed = Vec::new();
+        for c in self.clients.values_mut().filter(|c| !c.operator_set) {
+            let d = decide(cfg, daemon_euid, &c.who, c.claimed);
+            // What the kernel stream showed stays true under a new config that
+            // still detects.
+            if d.detecting && c.decision.class == ClientClass::Training && c.seen_training_kernel {
+                continue;
+            }
+            if d != c.decision {
+                info!(client = c.id, class = d.class.name(), reason = %d.reason, "class changed by new configuration");
+                changed.push((c.id, sched_class(d.class)));
+                c.decision = d;
+            }
+        }
+        for (client, class) in changed {
+            self.sched_event(Input::SetClass { client, class });
+        }
+        if cfg.scheduler != self.sched_cfg {
+            info!(enabled = cfg.scheduler.enabled, "scheduler reconfigured");
+            self.sched_cfg = cfg.scheduler.clone();
+            self.sched
+                .reconfigure(cfg.scheduler.clone(), &mut self.sched_out);
+            // SLO targets may have changed: register every placed client again.
+            for c in self.clients.values() {
+                if let Some(uuid) = c.gpu {
+                    let input = Input::Register {
+                        client: c.id,
+                        class: sched_class(c.decision.class),
+                        gpu: gpu_key(&uuid),
+                        slo_p99_ns: slo_of(&self.sched_cfg, c),
+                    };
+                    self.sched
+                        .handle(monotonic_ns(), input, &mut self.sched_out);
+                }
+            }
+            self.apply_gates();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_proto::wire::{
+        HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_FOLLOW,
+        WELCOME_FLAG_SHARE_WEIGHTS,
+    };
+
+    fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
+        let mut r = Registry::default();
+        let who = Who {
+            pid: 42,
+            uid: 1234,
+            ..Who::default()
+        };
+        let hello = Hello {
+            pid: 42,
+            class: ClientClass::Training,
+            flags,
+            exe: b"/x",
+            cgroup: b"/",
+        };
+        let (w, _fd) = r.register(cfg, 0, who, &hello).unwrap();
+        let c = &r.clients[&w.client_id];
+        (w.flags, c.trust_group.clone(), c.follow_group.clone())
+    }
+
+    #[test]
+    fn follow_is_granted_only_when_asked_and_enabled_with_its_own_group() {
+        let cfg = Config::default();
+        let uid = Some("uid:1234".to_string());
+        // Follow alone: the follow flag and group, no weight sharing.
+        assert_eq!(
+            register(&cfg, HELLO_FLAG_FOLLOW),
+            (WELCOME_FLAG_FOLLOW, None, uid.clone())
+        );
+        // Not asked: no follow bit (an older shim rejects unknown bits).
+        assert_eq!(register(&cfg, 0), (0, None, None));
+        assert_eq!(
+            register(&cfg, HELLO_FLAG_SHARE_WEIGHTS),
+            (WELCOME_FLAG_SHARE_WEIGHTS, uid.clone(), None)
+        );
+        assert_eq!(
+            register(&cfg, HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW),
+            (
+                WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW,
+                uid.clone(),
+                uid.clone()
+            )
+        );
+        // Disabled: never granted.
+        let mut off = Config::default();
+        off.follow.enabled = false;
+        assert_eq!(register(&off, HELLO_FLAG_FOLLOW), (0, None, None));
+        // The group follows [[dedup.group]], even with weight sharing off.
+        let mut grouped = Config::default();
+        grouped.dedup.enabled = false;
+        grouped.dedup.groups.push(crate::dedup::TrustGroup {
+            name: "models".into(),
+            uids: vec![1234],
+            ..Default::default()
+        });
+        assert_eq!(
+            register(&grouped, HELLO_FLAG_FOLLOW | HELLO_FLAG_SHARE_WEIGHTS),
+            (WELCOME_FLAG_FOLLOW, None, Some("models".into()))
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! The clients and GPUs of the table as `GET /stats` shows them.
+
+use std::time::Instant;
+
+use super::{gpu_key, Client, Registry};
+use crate::dedup::stats::ClientDedup;
+use crate::follow::stats::ClientFollow;
+use crate::sched;
+use crate::state::{format_uuid, ClientSnapshot, GpuSnapshot, SchedStats, Totals, TOP_KERNELS};
+
+impl Registry {
+    /// Client and GPU snapshots plus totals.
+    #[must_use]
+    pub fn snapshot(&self, now: Instant) -> (Vec<GpuSnapshot>, Vec<ClientSnapshot>, Totals) {
+        let sched = self.sched.snapshot();
+        let clients: Vec<ClientSnapshot> = self
+            .clients
+            .values()
+            .map(|c| {
+                let mut s = client_snapshot(c, now);
+                s.sched = sched_stats(&sched, c.id);
+                s
+            })
+            .collect();
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|(uuid, g)| {
+                let on: Vec<&Client> = self
+                    .clients
+                    .values()
+                    .filter(|c| c.gpu == Some(*uuid))
+                    .collect();
+                GpuSnapshot {
+                    uuid: format_uuid(uuid),
+                    name: g.name.clone(),
+                    clients: on.iter().map(|c| c.id).collect(),
+                    launches: g.retired_launches + on.iter().map(|c| c.stats.launches).sum::<u64>(),
+                    training_share: sched
+                        .gpus
+                        .iter()
+                        .find(|s| s.gpu == gpu_key(uuid))
+                        .map(|s| s.training_share),
+                    dedup: Default::default(),
+                }
+            })
+            .collect();
+        let mut totals = self.totals.clone();
+        totals.clients = self.clients.len() as u64;
+        totals.launches = self.retired_launches + clients.iter().map(|c| c.launches).sum::<u64>();
+        totals.dropped = self.retired_dropped + clients.iter().map(|c| c.dropped).sum::<u64>();
+        (gpus, clients, totals)
+    }
+}
+
+/// The scheduler's statistics of client `id` in the stats' shape.
+pub(super) fn sched_stats(s: &sched::SchedSnapshot, id: u64) -> Option<SchedStats> {
+    let c = s.clients.iter().find(|c| c.client == id)?;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    Some(SchedStats {
+        backlog_ns: c.backlog_ns,
+        gate_open: c.gate_open,
+        requests: c.requests,
+        p50_ms: c.p50_ns.map(ms),
+        p99_ms: c.p99_ns.map(ms),
+        slo_p99_target_ms: c.slo_p99_ns.map(ms),
+        train_share: c.train_share,
+        launch_allowance: match c.allowance {
+            sched::Allowance::Unlimited => None,
+            sched::Allowance::Launches(n) => Some(n),
+        },
+        marks_measured: c.marks_measured,
+        mark_every_ns: c.mark_every_ns,
+    })
+}
+
+pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
+    ClientSnapshot {
+        id: c.id,
+        pid: c.who.pid,
+        uid: c.who.uid,
+        exe: c.exe.clone(),
+        cgroup: c.cgroup.clone(),
+        class: c.decision.class.name().into(),
+        class_claimed: c.claimed.name().into(),
+        class_reason: c.decision.reason.clone(),
+        gpu: c.gpu.as_ref().map(format_uuid),
+        connected_s: now.duration_since(c.connected).as_secs_f64(),
+        launches: c.stats.launches,
+        launches_ex: c.stats.launches_ex,
+        graph_launches: c.stats.graph_launches,
+        graph_kernels: c.stats.graph_kernels,
+        launch_rate_hz: c.stats.rate_hz(),
+        records: c.stats.records,
+        dropped: c.dropped,
+        bad_records: c.stats.bad_records,
+        ring_detached: c.ring.is_none(),
+        bytes_allocated: c.stats.bytes_allocated,
+        allocs: c.stats.allocs,
+        frees: c.stats.frees,
+        copies: c.stats.copies,
+        h2d_bytes: c.stats.h2d_bytes,
+        syncs: c.stats.syncs,
+        gate_wait_ns: c.gate_wait_ns,
+        gate_waits: c.gate_waits,
+        gate_timeouts: c.gate_timeouts,
+        marks_placed: c.marks_placed,
+        marks_done: c.marks_done,
+        top_kernels: c.stats.top_kernels(TOP_KERNELS),
+        sched: None,
+        dedup: ClientDedup {
+            share_weights: c.trust_group.is_some(),
+            trust_group: c.trust_group.clone(),
+            shared_bytes: 0,
+            candidate_granules: 0,
+            private_bytes: c.stats.bytes_allocated,
+        },
+        follow: ClientFollow {
+            granted: c.follow_group.is_some(),
+            group: c.follow_group.clone(),
+            shared_bytes: 0,
+            mapped_bytes: 0,
+        },
+    }
+}

@@ -1,0 +1,392 @@
+//! The daemon's connections: accepting them (with the peer's credentials),
+//! the handshake (Hello or Control first, within a deadline), registered
+//! clients' messages, control requests, and refusals.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use tandem_proto::wire::{
+    self, Control, ControlOp, ControlReply, Message, Reject, RejectReason, MAX_MESSAGE_LEN,
+    MESSAGE_TYPE_DEDUP, MESSAGE_TYPE_FOLLOW, PROTOCOL_VERSION,
+};
+use tandem_proto::Error as ProtoError;
+use tracing::{debug, info, warn};
+
+use super::{truncate_utf8, Conn, ConnState, Daemon, MAX_MESSAGES_PER_WAKE, MAX_PENDING};
+use crate::admission::Who;
+use crate::clients::gpu_key;
+use crate::sock::{self, PeerCred};
+
+impl Daemon {
+    pub(super) fn accept_all(&mut self) {
+        let Some(listener) = self.listener.as_ref() else {
+            return;
+        };
+        loop {
+            let fd = match sock::accept(listener.as_fd()) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => return,
+                Err(e) => {
+                    // EMFILE and friends: log and retry on the next wake-up.
+                    warn!("accept failed: {e}");
+                    return;
+                }
+            };
+            let pending = self
+                .conns
+                .values()
+                .filter(|c| matches!(c.state, ConnState::Pending { .. }))
+                .count();
+            if pending >= MAX_PENDING {
+                if !self.pending_full_warned {
+                    self.pending_full_warned = true;
+                    warn!("{MAX_PENDING} connections are in the handshake; refusing more until they finish or time out");
+                }
+                self.shared.registry().totals.rejected += 1;
+                continue; // fd dropped: closed
+            }
+            self.pending_full_warned = false;
+            let cred = match sock::peer_cred(fd.as_fd()) {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!("SO_PEERCRED failed on a new connection: {e}; closing it");
+                    continue;
+                }
+            };
+            let token = self.next_token;
+            self.next_token += 1;
+            if let Err(e) = self.epoll.add(fd.as_raw_fd(), token) {
+                warn!(pid = cred.pid, "epoll_ctl failed for a new connection: {e}");
+                continue;
+            }
+            let timeout =
+                Duration::from_millis(u64::from(self.shared.config().handshake_timeout_ms));
+            debug!(pid = cred.pid, uid = cred.uid, "connection");
+            self.conns.insert(
+                token,
+                Conn {
+                    fd,
+                    cred,
+                    state: ConnState::Pending {
+                        deadline: Instant::now() + timeout,
+                    },
+                },
+            );
+        }
+    }
+
+    pub(super) fn expire_pending(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.state, ConnState::Pending { deadline } if deadline <= now))
+            .map(|(&t, _)| t)
+            .collect();
+        for t in expired {
+            let ms = self.shared.config().handshake_timeout_ms;
+            if let Some(c) = self.conns.get(&t) {
+                warn!(
+                    pid = c.cred.pid,
+                    uid = c.cred.uid,
+                    "peer pid {} sent no Hello or Control within {ms} ms; closing the connection",
+                    c.cred.pid
+                );
+            }
+            self.shared.registry().totals.handshake_timeouts += 1;
+            self.refuse(
+                t,
+                RejectReason::MALFORMED,
+                &format!("no message within {ms} ms"),
+            );
+        }
+    }
+
+    /// Send a Reject (non-blocking, best effort), count it, and close.
+    pub(super) fn refuse(&mut self, token: u64, reason: RejectReason, message: &str) {
+        let mut msg = message.to_string();
+        truncate_utf8(&mut msg, wire::MAX_REJECT_MESSAGE_LEN);
+        let m = Message::Reject(Reject {
+            reason,
+            peer_version: PROTOCOL_VERSION,
+            message: &msg,
+        });
+        if let Some(c) = self.close(token) {
+            if let Ok(n) = m.encode(&mut self.out) {
+                let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
+            }
+            if let ConnState::Client { id } = c.state {
+                self.reclaim(id, "refused after a bad message");
+            }
+        }
+        self.shared.registry().totals.rejected += 1;
+    }
+
+    pub(super) fn conn_event(&mut self, token: u64, hangup: bool) {
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
+        match c.state {
+            ConnState::Pending { .. } => self.first_message(token),
+            ConnState::Client { id } => self.client_messages(token, id, hangup),
+        }
+    }
+
+    fn first_message(&mut self, token: u64) {
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
+        let cred = c.cred;
+        let pid = cred.pid;
+        let got = wire::recv(c.fd.as_fd(), &mut self.buf);
+        let got = match got {
+            Err(e) if e.errno() == Some(libc::EAGAIN) => return,
+            Err(ProtoError::BadAncillary { what }) => {
+                warn!(
+                    pid,
+                    "peer pid {pid}: bad first message: {what}; refusing it"
+                );
+                self.refuse(
+                    token,
+                    RejectReason::MALFORMED,
+                    &format!("bad message: {what} (messages are at most {MAX_MESSAGE_LEN} bytes, no attached fds)"),
+                );
+                return;
+            }
+            Err(e) => {
+                debug!(pid, "connection failed before its first message: {e}");
+                self.close(token);
+                return;
+            }
+            Ok(g) => g,
+        };
+        if got.len == 0 {
+            debug!(pid, "peer hung up before its first message");
+            self.close(token);
+            return;
+        }
+        if got.fd.is_some() {
+            warn!(
+                pid,
+                "peer pid {pid} attached a file descriptor to its first message; refusing it"
+            );
+            self.refuse(
+                token,
+                RejectReason::MALFORMED,
+                "no file descriptors may be attached",
+            );
+            return;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        match Message::decode(&buf[..got.len]) {
+            Ok(Message::Hello(h)) => {
+                let who = Who::from_proc(cred);
+                let cfg = self.shared.config();
+                let result = self
+                    .shared
+                    .registry()
+                    .register(&cfg, self.shared.euid, who, &h);
+                match result {
+                    Ok((welcome, memfd)) => {
+                        let id = welcome.client_id;
+                        let sent = Message::Welcome(welcome)
+                            .encode(&mut self.out)
+                            .map_err(|e| e.to_string())
+                            .and_then(|n| {
+                                let c = self.conns.get(&token).ok_or("connection gone")?;
+                                wire::send(c.fd.as_fd(), &self.out[..n], Some(memfd.as_fd()))
+                                    .map_err(|e| e.to_string())
+                            });
+                        drop(memfd); // the client has its own copy now
+                        match sent {
+                            Ok(()) => {
+                                if let Some(c) = self.conns.get_mut(&token) {
+                                    c.state = ConnState::Client { id };
+                                    self.client_tokens.insert(id, token);
+                                }
+                                self.dedup_join(id);
+                            }
+                            Err(e) => {
+                                warn!(
+                                    pid,
+                                    client = id,
+                                    "could not send Welcome: {e}; dropping the client"
+                                );
+                                self.reclaim(id, "Welcome not delivered");
+                                self.close(token);
+                            }
+                        }
+                    }
+                    Err((reason, msg)) => {
+                        warn!(pid, "refusing peer pid {pid}: {msg}");
+                        self.refuse(token, reason, &msg);
+                    }
+                }
+            }
+            Ok(Message::Control(ctl)) => self.control(token, cred, ctl),
+            Ok(other) => {
+                let t = other.type_name();
+                warn!(pid, "peer pid {pid} opened with a {t} message; expected Hello or Control; refusing it");
+                self.refuse(
+                    token,
+                    RejectReason::MALFORMED,
+                    &format!("the first message must be Hello or Control, not {t}"),
+                );
+            }
+            Err(e @ ProtoError::VersionMismatch { .. }) => {
+                warn!(pid, "peer pid {pid}: {e}; refusing it");
+                self.refuse(token, RejectReason::VERSION_MISMATCH, &e.to_string());
+            }
+            Err(e) => {
+                warn!(
+                    pid,
+                    "peer pid {pid} sent a malformed first message: {e}; refusing it"
+                );
+                self.refuse(token, RejectReason::MALFORMED, &e.to_string());
+            }
+        }
+        self.buf = buf;
+    }
+
+    fn client_messages(&mut self, token: u64, id: u64, hangup: bool) {
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut gone: Option<String> = None;
+        let mut bad: Option<String> = None;
+        for _ in 0..MAX_MESSAGES_PER_WAKE {
+            let Some(c) = self.conns.get(&token) else {
+                break;
+            };
+            match wire::recv(c.fd.as_fd(), &mut buf) {
+                Err(e) if e.errno() == Some(libc::EAGAIN) => {
+                    if hangup {
+                        gone = Some("socket hung up".into());
+                    }
+                    break;
+                }
+                Err(ProtoError::BadAncillary { what }) => {
+                    bad = Some(format!("bad message: {what}"));
+                    break;
+                }
+                Err(e) => {
+                    gone = Some(format!("socket error: {e}"));
+                    break;
+                }
+                Ok(g) if g.len == 0 => {
+                    gone = Some("hung up".into());
+                    break;
+                }
+                Ok(g) => match Message::decode(&buf[..g.len]) {
+                    // Dedup messages are checked against the index's state;
+                    // what does not fit is counted, never a disconnect.
+                    Ok(Message::Dedup(m)) => self.dedup_message(id, &m, g.fd),
+                    Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_DEDUP) => {
+                        self.dedup_malformed(id, &e);
+                    }
+                    // Follow messages likewise: refusals are answers, and
+                    // what does not decode is counted, never a disconnect.
+                    Ok(Message::Follow(m)) if m.op.from_shim() => {
+                        self.follow_message(id, &m, g.fd);
+                    }
+                    Ok(Message::Follow(m)) => {
+                        let why = format!("{} is sent only by tandemd", m.op.name());
+                        self.follow_malformed(id, &why);
+                    }
+                    Err(e) if wire::message_type(&buf[..g.len]) == Some(MESSAGE_TYPE_FOLLOW) => {
+                        self.follow_malformed(id, &e.to_string());
+                    }
+                    _ if g.fd.is_some() => {
+                        bad = Some("a file descriptor was attached".into());
+                        break;
+                    }
+                    Ok(Message::FuncName(f)) => {
+                        self.shared.registry().func_name(id, f.func_id, f.name);
+                    }
+                    Ok(Message::Device(d)) => {
+                        self.shared.registry().device(id, &d);
+                        self.dedup_gpu(id, gpu_key(&d.uuid));
+                    }
+                    Ok(m) => {
+                        bad = Some(format!(
+                            "unexpected {} message after registration",
+                            m.type_name()
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        bad = Some(e.to_string());
+                        break;
+                    }
+                },
+            }
+        }
+        self.buf = buf;
+        if let Some(why) = bad {
+            let pid = self.conns.get(&token).map_or(0, |c| c.cred.pid);
+            warn!(
+                client = id,
+                pid, "client pid {pid} sent a bad message: {why}; disconnecting it"
+            );
+            self.refuse(token, RejectReason::MALFORMED, &why);
+        } else if let Some(why) = gone {
+            self.close(token);
+            self.reclaim(id, &why);
+        }
+    }
+
+    fn control(&mut self, token: u64, cred: PeerCred, ctl: Control) {
+        let cfg = self.shared.config();
+        let pid = cred.pid;
+        let (status, message) = if !crate::control::permitted(&cfg, self.shared.euid, cred.uid) {
+            warn!(
+                pid,
+                uid = cred.uid,
+                "control request {} from uid {} refused: not root, not tandemd's user, not in admins",
+                ctl.op.name(),
+                cred.uid
+            );
+            self.shared.registry().totals.control_denied += 1;
+            (
+                RejectReason::NOT_PERMITTED.0,
+                format!(
+                    "uid {} may not {}: run it as root or as tandemd's user, or add the uid to `admins` in {}",
+                    cred.uid,
+                    ctl.op.name(),
+                    self.shared.config_path.display()
+                ),
+            )
+        } else {
+            info!(
+                pid,
+                uid = cred.uid,
+                op = ctl.op.name(),
+                client = ctl.client_id,
+                "control request"
+            );
+            let r = match ctl.op {
+                ControlOp::Reload => self
+                    .reload(&format!("tandemctl reload by uid {}", cred.uid))
+                    .map_err(|m| (RejectReason::INTERNAL, m)),
+                ControlOp::SetClass => self
+                    .shared
+                    .registry()
+                    .set_class(&cfg, self.shared.euid, ctl.client_id, ctl.class, cred.uid)
+                    .map_err(|m| (RejectReason::MALFORMED, m)),
+            };
+            match r {
+                Ok(m) => (ControlReply::OK, m),
+                Err((reason, m)) => (reason.0, m),
+            }
+        };
+        let mut message = message;
+        truncate_utf8(&mut message, wire::MAX_CONTROL_MESSAGE_LEN);
+        if let Some(c) = self.close(token) {
+            let m = Message::ControlReply(ControlReply {
+                status,
+                message: &message,
+            });
+            if let Ok(n) = m.encode(&mut self.out) {
+                let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
+            }
+        }
+    }
+}
