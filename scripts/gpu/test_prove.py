@@ -125,6 +125,82 @@ class Plan(unittest.TestCase):
         self.assertIn("tandem_mps", run)
 
 
+class FakeStage:
+    """What a stage function sees of its StageRun: a folder, a result, and
+    sub() that writes what the step would have written (the GPU-side judges
+    cannot run here otherwise)."""
+
+    def __init__(self, d, outputs, rc=0):
+        self.dir, self.result, self.outputs, self.rc, self.timeout = d, {}, outputs, rc, 100
+        self.calls = []
+
+    def sub(self, label, argv, env_extra=None):
+        self.calls.append((label, argv, env_extra or {}))
+        for name, doc in self.outputs.get(label, {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                json.dump(doc, f)
+        return self.rc
+
+
+class GpuJudges(unittest.TestCase):
+    """The verdicts of the GPU-only paths, on the files those steps write."""
+
+    CTX = mock.Mock(dry=False, shim="/carry/libtandem.so", bin="/carry")
+
+    def smoke(self, plain, shim):
+        with tempfile.TemporaryDirectory() as d:
+            st = FakeStage(d, {"torch-plain": {"torch-plain.json": plain},
+                               "torch-shim": {"torch-shim.json": shim}})
+            problems = pv.smoke_shim_torch(self.CTX, st)
+            self.assertEqual(st.calls[1][2]["LD_PRELOAD"], "/carry/libtandem.so")
+            self.assertNotIn("LD_PRELOAD", st.calls[0][2])
+            return problems
+
+    def test_smoke_needs_the_shim_loaded_counting_and_the_same_output(self):
+        ok = {"digest": "a", "shim_kernels": None}
+        self.assertEqual(self.smoke(ok, {"digest": "a", "shim_kernels": 12}), [])
+        self.assertIn("not loaded", self.smoke(ok, {"digest": "a", "shim_kernels": None})[0])
+        self.assertIn("no kernel", self.smoke(ok, {"digest": "a", "shim_kernels": 0})[0])
+        self.assertIn("differs", self.smoke(ok, {"digest": "b", "shim_kernels": 3})[0])
+        self.assertIn("under the shim failed: boom",
+                      self.smoke(ok, {"error": "boom"})[0])
+
+    def overhead(self, loop, train):
+        doc = {"complete": True, "overhead": [
+            {"benchmark": "launch_loop", "errors": [], "shim_slowdown": loop,
+             "shim_tandemd_slowdown": 0.5},
+            {"benchmark": "train_step", "errors": [], "shim_slowdown": train}]}
+        with tempfile.TemporaryDirectory() as d:
+            st = FakeStage(d, {"overhead": {"interposition.json": doc}})
+            return pv.stage_overhead(self.CTX, st), st.result
+
+    def test_overhead_holds_the_shim_to_one_percent(self):
+        status, res = self.overhead(0.004, 0.009)
+        self.assertEqual(status, "pass")
+        self.assertTrue(res["target_met"])
+        status, res = self.overhead(0.004, 0.03)
+        self.assertEqual(status, "fail")
+        self.assertEqual(res["problems"], ["target missed: train_step +3.00%"])
+        status, res = self.overhead(None, 0.0)
+        self.assertEqual(status, "fail")
+        self.assertIn("launch_loop not measured", res["problems"][0])
+
+    def test_dedup_and_follow_run_without_expandable_segments(self):
+        args = mock.Mock(dry_run=False, bin="/carry", trace_script="x", pairs=None, refresh=1,
+                         out=tempfile.mkdtemp(), work=tempfile.mkdtemp(), budget=540)
+        try:
+            with mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF":
+                                              "expandable_segments:True,max_split_size_mb:64"}), \
+                    mock.patch.object(pv, "machine_info", lambda dry: {"device": "d", "driver": "v"}):
+                ctx = pv.Context(args, 2)
+                self.assertEqual(ctx.alloc_env(), {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
+                self.assertIn("expandable_segments", ctx.summary["env_changes"]
+                              ["PYTORCH_CUDA_ALLOC_CONF"]["was"])
+        finally:
+            shutil.rmtree(args.out)
+            shutil.rmtree(args.work)
+
+
 @unittest.skipUnless(READY, SKIP)
 class DryRun(unittest.TestCase):
     def test_every_stage_of_every_part_runs_under_its_budget(self):
