@@ -85,12 +85,13 @@ def bundle_json(out, part, suffix):
     return None
 
 
-def marked(prefix):
-    """Processes whose marker starts with prefix (a prove pid)."""
+def marked(prefix, cmd_has=""):
+    """Processes whose marker starts with prefix (a prove pid), and whose
+    command line holds cmd_has."""
     import benchlib as bl
 
-    return [pid for pid, env, _ in bl.proc_entries()
-            if env.get(pv.MARKER_ENV, "").startswith(prefix)]
+    return [pid for pid, env, cmd in bl.proc_entries()
+            if env.get(pv.MARKER_ENV, "").startswith(prefix) and cmd_has in cmd]
 
 
 class Plan(unittest.TestCase):
@@ -310,6 +311,31 @@ class DryRun(unittest.TestCase):
             kept = bundle_json(out, 1, "2-interposition/interposition.json")
             self.assertFalse(kept["complete"])
             self.assertEqual(kept["rows"][0]["workload"], "eager")
+
+    def test_sigterm_stops_the_running_stage_and_writes_the_record(self):
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, TANDEM_GPU_FAKE_HANG="cublas")
+            env.pop(pv.INJECT_ENV, None)
+            p = subprocess.Popen([sys.executable, PROVE, "--dry-run", "--part", "1", "--out", out],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+            deadline = time.time() + 60
+            hung = []
+            while time.time() < deadline and not hung:
+                time.sleep(0.2)
+                hung = marked(f"{p.pid}-interposition", "--child cublas")
+            self.assertTrue(hung, "the interposition stage never reached its hanging child")
+            p.send_signal(signal.SIGTERM)
+            log, _ = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 130, log)
+            doc = summary(out, 1)
+            s = stages(doc)
+            self.assertEqual(doc["verdict"], "interrupted")
+            self.assertEqual(s["interposition"]["status"], "interrupted")
+            self.assertEqual(s["coordinator"]["status"], "skipped")
+            self.assertIn("interposition.json", s["interposition"]["partial"])
+            self.assertEqual(marked(f"{p.pid}-"), [])
+            self.assertIn("INTERRUPTED", log)
 
     def test_a_failed_smoke_test_stops_the_part_with_a_clear_report(self):
         with tempfile.TemporaryDirectory() as d:
