@@ -153,13 +153,16 @@ class LaunchLoop(unittest.TestCase):
             self.assertNotIn("error", info)
             env = dict(os.environ, **fake_env(d))
             run = [info["binary"], "--count", "500", "--rounds", "3", "--warmup", "5"]
-            p = subprocess.run(run + ["--image", "fake"], env=dict(
+            p = subprocess.run(run + ["--image", "fake", "--sync-every", "7"], env=dict(
                 env, LD_PRELOAD=os.path.join(BIN, "libtandem.so"),
                 TANDEM_SOCKET=os.path.join(d, "none.sock")), capture_output=True, text=True,
                 timeout=60)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             r = json.loads(p.stdout.split("RESULT ", 1)[1])
             self.assertEqual(r["shim_kernels"], 1500)
+            self.assertEqual(r["sync_every"], 7)
+            for sub, tot in zip(r["submit_s"], r["total_s"]):
+                self.assertLessEqual(sub, tot)
             self.assertEqual(len(r["total_s"]), 3)
             p = subprocess.run(run + ["--image", "fake"], env=env, capture_output=True,
                                text=True, timeout=60)

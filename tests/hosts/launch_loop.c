@@ -7,18 +7,22 @@
  * libcuda.so.1, loads one module holding an empty kernel (PTX on a real GPU,
  * the fake driver's module text in tests), then times rounds of N
  * cuLaunchKernel calls on one stream followed by one cuStreamSynchronize.
+ * With --sync-every B it also synchronises after every B launches, so the
+ * launch queue never fills: the submit time is then the CPU cost of the
+ * launches alone, not the GPU's pace pushing back through a full queue.
  * Run it with and without LD_PRELOAD=libtandem.so, in interleaved processes,
  * and compare the medians.
  *
- *   launch_loop [--count N] [--rounds R] [--warmup W] [--image ptx|fake|FILE]
+ *   launch_loop [--count N] [--rounds R] [--warmup W] [--sync-every B]
+ *               [--image ptx|fake|FILE]
  *
  * --image ptx (default): the PTX below, JIT-compiled by the driver;
  * fake: the fake driver's module format; FILE: that file's bytes (e.g. PTX
  * made on the GPU machine by `nvcc -ptx`; the kernel must be `tandem_empty`).
  *
- * Output, one line: RESULT {json} with, per round, the seconds for the N
- * launches alone (submit) and for launches plus the final synchronisation
- * (total), their medians, and the shim's kernel counter delta (null when no
+ * Output, one line: RESULT {json} with, per round, the seconds spent in
+ * cuLaunchKernel calls (submit: the time between synchronisations) and for
+ * the whole round with its synchronisations (total), their medians, and the shim's kernel counter delta (null when no
  * shim is loaded). On a failed driver call: CUDA_ERROR <call> <code> <name>,
  * exit status 3. Needs only a C compiler: it is compiled against cuda_min.h
  * (cc -O2 -I tests/hosts tests/hosts/launch_loop.c -ldl).
@@ -140,7 +144,7 @@ static void print_list(const char *key, const double *xs, int n)
 
 int main(int argc, char **argv)
 {
-    long count = 100000, rounds = 5, warmup = 2000;
+    long count = 100000, rounds = 5, warmup = 2000, sync_every = 0;
     const char *image_arg = "ptx";
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -150,17 +154,20 @@ int main(int argc, char **argv)
             rounds = atol(v);
         else if (v && strcmp(argv[i], "--warmup") == 0)
             warmup = atol(v);
+        else if (v && strcmp(argv[i], "--sync-every") == 0)
+            sync_every = atol(v);
         else if (v && strcmp(argv[i], "--image") == 0)
             image_arg = v;
         else {
             fprintf(stderr, "usage: launch_loop [--count N] [--rounds R] [--warmup W] "
-                            "[--image ptx|fake|FILE]\n");
+                            "[--sync-every B] [--image ptx|fake|FILE]\n");
             return EXIT_USAGE;
         }
         i++;
     }
-    if (count < 1 || rounds < 1 || rounds > MAX_ROUNDS || warmup < 0) {
-        fprintf(stderr, "launch_loop: --count >= 1, 1 <= --rounds <= %d, --warmup >= 0\n",
+    if (count < 1 || rounds < 1 || rounds > MAX_ROUNDS || warmup < 0 || sync_every < 0) {
+        fprintf(stderr, "launch_loop: --count >= 1, 1 <= --rounds <= %d, --warmup >= 0, "
+                        "--sync-every >= 0\n",
                 MAX_ROUNDS);
         return EXIT_USAGE;
     }
@@ -216,23 +223,32 @@ int main(int argc, char **argv)
     double submit[MAX_ROUNDS], total[MAX_ROUNDS];
     uint64_t before = shim_kernels ? shim_kernels() : 0;
     for (long r = 0; r < rounds; r++) {
-        double t0 = now_s();
-        for (long i = 0; i < count; i++)
+        double in_launches = 0;
+        double t0 = now_s(), chunk = t0;
+        for (long i = 0; i < count; i++) {
             if (check("cuLaunchKernel", launch(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL)))
                 return EXIT_CUDA;
+            if (sync_every && (i + 1) % sync_every == 0 && i + 1 < count) {
+                double t = now_s();
+                in_launches += t - chunk;
+                if (check("cuStreamSynchronize", stream_sync(stream)))
+                    return EXIT_CUDA;
+                chunk = now_s();
+            }
+        }
         double t1 = now_s();
         if (check("cuStreamSynchronize", stream_sync(stream)))
             return EXIT_CUDA;
         double t2 = now_s();
-        submit[r] = t1 - t0;
+        submit[r] = in_launches + (t1 - chunk);
         total[r] = t2 - t0;
     }
     uint64_t after = shim_kernels ? shim_kernels() : 0;
 
     double ms = median(submit, (int)rounds), mt = median(total, (int)rounds);
     printf("RESULT {\"loop\": \"compiled\", \"count\": %ld, \"rounds\": %ld, \"warmup\": %ld, "
-           "\"image\": \"%s\", ",
-           count, rounds, warmup, owned ? "file" : image_arg);
+           "\"sync_every\": %ld, \"image\": \"%s\", ",
+           count, rounds, warmup, sync_every, owned ? "file" : image_arg);
     print_list("submit_s", submit, (int)rounds);
     printf(", ");
     print_list("total_s", total, (int)rounds);
