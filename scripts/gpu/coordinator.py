@@ -244,6 +244,7 @@ def main(argv=None):
             tandemd.wait(timeout=10)
         except subprocess.TimeoutExpired:
             tandemd.kill()
+        ip.keep_log_and_remove(sock_dir, os.path.join(args.out, "tandemd.log"))
     ok = verdict(result)
     result.update(complete=True, passed=ok)
     ip.write_json(out_path, result)

@@ -630,6 +630,13 @@ def train_step_overhead(args, info):
                         {"steps": args.steps, "reps": args.train_reps})
 
 
+def keep_log_and_remove(sock_dir, log_dest):
+    """Moves a private tandemd's log out of its socket folder, then removes the folder."""
+    with contextlib.suppress(OSError):
+        shutil.copy(os.path.join(sock_dir, "tandemd.log"), log_dest)
+    shutil.rmtree(sock_dir, ignore_errors=True)
+
+
 def write_md(path, info, rows, overhead):
     with open(path, "w") as f:
         f.write(f"# libtandem.so on {info['device']}, driver {info['driver']}, "
@@ -714,6 +721,7 @@ def parent_main(args):
                     tandemd.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     tandemd.kill()
+                keep_log_and_remove(sock_dir, os.path.join(args.out, "tandemd-launch-loop.log"))
         if args.train_reps > 0:
             overhead.append(train_step_overhead(args, info))
             save()
