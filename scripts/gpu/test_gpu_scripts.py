@@ -9,8 +9,10 @@ The three faults issue 15 names, each with a test that fails without its fix:
   the run could pass on the other job alone;
 - the empty-kernel overhead loop was a Python (CuPy) loop, ~5 us per launch;
   it is now tests/hosts/launch_loop.c, timed in C.
-The end-to-end tests use the test seam TANDEM_GPU_FAKE=1 (children drive the
-fake driver through ctypes) with the shim, tandemd and fake driver built under
+follow.py's parent also runs here against real children (its seam). The
+end-to-end tests use the test seam TANDEM_GPU_FAKE=1 (children drive the
+fake driver through ctypes; follow.py's children simulate) with the shim,
+tandemd and fake driver built under
 target/debug (cargo test builds them); they are skipped where those are absent.
 """
 
@@ -171,6 +173,37 @@ class LaunchLoop(unittest.TestCase):
             p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
             self.assertEqual(p.returncode, 3)
             self.assertIn("CUDA_ERROR cuModuleLoadData", p.stdout)
+
+
+class FollowOrchestration(unittest.TestCase):
+    """follow.py's parent against real child processes (its test seam) and a real tandemd."""
+
+    def run_follow(self, d, extra=None):
+        env = dict(os.environ, TANDEM_GPU_FAKE="1", **(extra or {}))
+        p = subprocess.run([sys.executable, os.path.join(HERE, "follow.py"), "--bin", BIN,
+                            "--out", d, "--time-limit", "60"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        with open(os.path.join(d, "follow.json")) as f:
+            return p, json.load(f)
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd}")
+    def test_every_check_runs_and_passes_with_well_behaved_children(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, doc = self.run_follow(d)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertEqual(doc["errors"], [])
+            self.assertEqual(len(doc["checks"]), 15)
+            self.assertTrue(all(doc["checks"].values()), doc["checks"])
+            self.assertEqual([r["step"] for r in doc["stops"]], [5, 10, 20])
+            self.assertIn("tandemd.log", doc["logs"])
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd}")
+    def test_a_follower_holding_a_copy_fails_the_memory_check(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, doc = self.run_follow(d, {"TANDEM_GPU_FAKE_FOLLOW_COPY": "1"})
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertFalse(doc["checks"]["follower_holds_no_second_copy"])
+            self.assertTrue(doc["checks"]["outputs_track_training"])
 
 
 class CoordinatorJobs(unittest.TestCase):

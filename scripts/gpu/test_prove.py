@@ -239,6 +239,7 @@ class DryRun(unittest.TestCase):
             self.assertIn("shim_tandemd", loop)
             self.assertTrue(p2["dedup_replicas"]["result"]["cells"]
                             ["dedup-resnet50-safetensors-r2"]["outputs_identical"])
+            self.assertTrue(p2["follow"]["result"]["checks"]["outputs_track_training"])
             adv = p3["dedup_adversarial"]["result"]["cells"]
             self.assertEqual(len(adv), 2)
             self.assertTrue(all(c["writer_as_expected"] for c in adv.values()))
@@ -301,6 +302,7 @@ class DryRun(unittest.TestCase):
                 for pid in marked(f"{p.pid}-"):
                     os.kill(pid, signal.SIGKILL)
             doc = summary(out, 1)
+            shutil.rmtree(doc["work"], ignore_errors=True)  # a killed prove cannot remove it
             s = stages(doc)
             self.assertEqual(doc["verdict"], "running")
             self.assertEqual(s["smoke"]["status"], "pass")
