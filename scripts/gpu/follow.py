@@ -27,6 +27,13 @@
 
 Usage (on the GPU machine; .carry holds libtandem.so and tandemd built here):
     python3 scripts/gpu/follow.py --bin .carry --out "$OUT"
+
+Test seam (tests and `prove --dry-run` only, never for numbers):
+TANDEM_GPU_FAKE=1 runs the parent as it is (tandemd, the children, every wait,
+check and record) with children that import no PyTorch: the "weights" are a
+step number in a file the trainer writes and a follower reads, outputs are
+digests of it, and each child's device memory is a number in a folder that
+stands in for NVML. It proves the orchestration, not follow mode.
 Writes follow.json under --out; exit 1 if a check fails, 2 if a binary is
 missing. Children print `EVENT <json>` lines and read one JSON command per line
 on stdin; every wait is bounded, and the whole run by --time-limit.
@@ -34,9 +41,11 @@ on stdin; every wait is bounded, and the whole run by --time-limit.
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +60,9 @@ sys.path.insert(1, os.path.join(ROOT, "python"))
 import coordinator as co  # noqa: E402  (tandemd start, /stats)
 import interposition as ip  # noqa: E402  (device info, output digests)
 
+FAKE_ENV = "TANDEM_GPU_FAKE"
+FAKE_DIR_ENV = "TANDEM_GPU_FAKE_FOLLOW_DIR"
+FAKE_REGION_MIB, FAKE_CONTEXT_MIB, FAKE_BASE_MIB = 300, 500, 1000
 REGION = "follow-check"
 STOPS = (5, 10, 20)
 WRITE_STOP = 10
@@ -219,7 +231,96 @@ def child_writer(mode):
     emit("wrote")  # the write was not stopped
 
 
+def fake():
+    return os.environ.get(FAKE_ENV) == "1"
+
+
+def fake_file(name):
+    return os.path.join(os.environ[FAKE_DIR_ENV], name)
+
+
+def fake_hold_mib(mib):
+    """The child's simulated device memory, removed when it exits."""
+    path = fake_file(f"mem-{os.getpid()}")
+    with open(path, "w") as f:
+        f.write(str(mib))
+    import atexit
+
+    atexit.register(lambda: os.path.exists(path) and os.remove(path))
+
+
+def fake_sha(step):
+    import hashlib
+
+    return hashlib.sha256(f"weights after step {step}".encode()).hexdigest()
+
+
+def fake_child(role, writer_mode):
+    """The test seam's children (see the module's doc)."""
+    region = fake_file("region")
+    nbytes = FAKE_REGION_MIB * MiB
+    if role == "writer":
+        emit("followed", pid=os.getpid())
+        if writer_mode == "kernel":
+            print("tandem: a kernel wrote into followed (read-only) memory; TANDEM_FOLLOW=off "
+                  "in this job gives it its own copy", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    if role == "trainer":
+        fake_hold_mib(FAKE_CONTEXT_MIB + FAKE_REGION_MIB)
+        step = 0
+        with open(region, "w") as f:
+            f.write("0")
+        emit("ready", pid=os.getpid(), code=0, shared=True, reason=None, region_bytes=nbytes,
+             shared_bytes=nbytes, detached=[], weights_bytes=nbytes)
+        while True:
+            cmd = command()
+            if cmd["cmd"] == "train":
+                step = max(step, cmd["until"])
+                with open(region + ".tmp", "w") as f:
+                    f.write(str(step))
+                os.replace(region + ".tmp", region)
+                emit("eval", step=step, sha=fake_sha(step), loss=1.0 / (1 + step), detached=[])
+            elif cmd["cmd"] == "eval":
+                emit("eval", step=step, sha=fake_sha(step), detached=[])
+            elif cmd["cmd"] == "exit":
+                emit("bye")
+                return
+    follows = role == "follower"
+    # TANDEM_GPU_FAKE_FOLLOW_COPY=1: a follower that holds a second copy (tests of the check)
+    copy = not follows or os.environ.get(FAKE_ENV + "_FOLLOW_COPY") == "1"
+    fake_hold_mib(FAKE_CONTEXT_MIB + (FAKE_REGION_MIB if copy else 0))
+    info = {"pid": os.getpid(), "follows": follows, "own_weights_bytes": nbytes,
+            "torch_allocated": 0 if follows else nbytes, "torch_reserved": 0 if follows else nbytes}
+    if follows:
+        info.update(follow_s=0.0, region_bytes=nbytes, mapped_bytes=nbytes, detached=[])
+
+    def sha():
+        if not follows:
+            return fake_sha("control")
+        with open(region) as f:
+            return fake_sha(int(f.read()))
+
+    info["sha"] = sha()
+    emit("ready", **info)
+    while True:
+        cmd = command()
+        if cmd["cmd"] == "eval":
+            extra = {"mapped_bytes": nbytes, "detached": []} if follows else {}
+            emit("eval", sha=sha(), **extra)
+        elif cmd["cmd"] == "exit":
+            emit("bye")
+            return
+
+
 def child_main(args):
+    if fake():
+        try:
+            fake_child(args.child, args.writer_mode)
+        except BaseException as e:
+            if args.child != "writer":
+                emit("error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+            raise
+        return 0
     try:
         if args.child == "trainer":
             child_trainer()
@@ -334,6 +435,14 @@ class Child:
 
 def gpu_memory_mib(index):
     """(MiB used on GPU `index`, source): NVML via pynvml if importable, else nvidia-smi."""
+    if fake():
+        d = os.environ[FAKE_DIR_ENV]
+        total = FAKE_BASE_MIB
+        for n in os.listdir(d):
+            if n.startswith("mem-"):
+                with contextlib.suppress(OSError, ValueError), open(os.path.join(d, n)) as f:
+                    total += int(f.read())
+        return float(total), "fake"
     try:
         import pynvml
 
@@ -378,6 +487,8 @@ def process_memory_mib(index):
 
 def settled_memory_mib(index, tries=6, pause_s=0.5):
     """Memory used once two readings in a row agree within 2 MiB."""
+    if fake():
+        pause_s = 0.05
     last, source = gpu_memory_mib(index)
     for _ in range(tries):
         time.sleep(pause_s)
@@ -571,6 +682,8 @@ def parent_main(args):
             return 2
     clock = Clock(args.time_limit)
     t0 = time.monotonic()
+    if fake():
+        os.environ[FAKE_DIR_ENV] = tempfile.mkdtemp(prefix="tandem-follow-fake-")
     result = {**ip.device_info(), "region_name": REGION, "checks": {}, "stops": [],
               "writers": {}, "errors": []}
     logdir = tempfile.mkdtemp(prefix="tandem-follow-")
@@ -600,6 +713,9 @@ def parent_main(args):
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "follow.json"), "w") as f:
             json.dump(result, f, indent=2)
+        shutil.rmtree(logdir, ignore_errors=True)  # its logs are in follow.json
+        if fake():
+            shutil.rmtree(os.environ[FAKE_DIR_ENV], ignore_errors=True)
     failed = [k for k, v in result["checks"].items() if v is not True]
     print(json.dumps({"checks": result["checks"], "errors": result["errors"]}, indent=2), flush=True)
     return 0 if result["checks"] and not failed and not result["errors"] else 1

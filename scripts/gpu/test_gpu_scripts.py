@@ -1,0 +1,282 @@
+"""Tests of scripts/gpu/'s orchestration against real processes (no GPU).
+
+    python3 -m unittest scripts/gpu/test_gpu_scripts.py
+
+The three faults issue 15 names, each with a test that fails without its fix:
+- interposition.py: a child past its timeout took the run's results with it
+  (subprocess.TimeoutExpired was not caught; the JSON was written only at the end);
+- coordinator.py: a job whose thread raised dropped out of the comparison, so
+  the run could pass on the other job alone;
+- the empty-kernel overhead loop was a Python (CuPy) loop, ~5 us per launch;
+  it is now tests/hosts/launch_loop.c, timed in C.
+follow.py's parent also runs here against real children (its seam). The
+end-to-end tests use the test seam TANDEM_GPU_FAKE=1 (children drive the
+fake driver through ctypes; follow.py's children simulate) with the shim,
+tandemd and fake driver built under
+target/debug (cargo test builds them); they are skipped where those are absent.
+"""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+
+import coordinator as co  # noqa: E402
+import interposition as ip  # noqa: E402
+
+BIN = os.path.join(ROOT, "target", "debug")
+
+
+def built():
+    return all(os.path.exists(os.path.join(BIN, n)) for n in ("libtandem.so", "tandemd", "libcuda.so"))
+
+
+def fake_env(tmp):
+    """TANDEM_GPU_FAKE=1 and an LD_LIBRARY_PATH whose libcuda.so.1 is the fake driver."""
+    lib = os.path.join(tmp, "lib")
+    os.makedirs(lib, exist_ok=True)
+    link = os.path.join(lib, "libcuda.so.1")
+    if not os.path.exists(link):
+        os.symlink(os.path.join(BIN, "libcuda.so"), link)
+    return {"TANDEM_GPU_FAKE": "1", "LD_LIBRARY_PATH": lib, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def run_ip(args, env_extra, timeout=120):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, os.path.join(HERE, "interposition.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class ChildTimeouts(unittest.TestCase):
+    def test_a_child_past_its_timeout_is_killed_and_recorded(self):
+        t0 = time.time()
+        r = ip.run_child(os.path.join(BIN, "libtandem.so"), "hang", timeout=2)
+        self.assertLess(time.time() - t0, 30)
+        self.assertIn("timeout", r["error"])
+        self.assertIn("started pid", r["output_tail"])
+        pid = int(r["output_tail"].split("started pid ")[1].split()[0])
+        time.sleep(0.2)
+        self.assertFalse(alive(pid), "the hanging child is still running")
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd,libcuda.so}")
+    def test_a_hanging_workload_costs_its_row_not_the_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(fake_env(d), TANDEM_GPU_FAKE_HANG="cublas")
+            p = run_ip(["--shim", os.path.join(BIN, "libtandem.so"), "--out", d, "--only",
+                        "eager,cublas", "--skip-overhead", "--child-timeout", "2"], env)
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            with open(os.path.join(d, "interposition.json")) as f:
+                doc = json.load(f)
+            self.assertTrue(doc["complete"])
+            rows = {r["workload"]: r for r in doc["rows"]}
+            self.assertTrue(rows["eager"]["outputs_identical"])
+            self.assertTrue(rows["eager"]["counts_equal"])
+            self.assertFalse(rows["cublas"]["outputs_identical"])
+            self.assertEqual(sorted(rows["cublas"]["errors"]), ["plain1", "plain2", "shim"])
+            self.assertIn("timeout", rows["cublas"]["errors"]["shim"])
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd,libcuda.so}")
+    def test_rows_are_written_as_they_come(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, **fake_env(d), TANDEM_GPU_FAKE_HANG="cublas")
+            p = subprocess.Popen([sys.executable, os.path.join(HERE, "interposition.py"), "--shim",
+                                  os.path.join(BIN, "libtandem.so"), "--out", d, "--only",
+                                  "eager,cublas", "--skip-overhead", "--child-timeout", "60"],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+            path = os.path.join(d, "interposition.json")
+            try:
+                deadline = time.time() + 60
+                doc = None
+                while time.time() < deadline:
+                    try:
+                        with open(path) as f:
+                            doc = json.load(f)
+                    except (OSError, ValueError):
+                        doc = None
+                    if doc and doc["rows"]:
+                        break
+                    time.sleep(0.1)
+            finally:
+                os.killpg(p.pid, signal.SIGKILL)  # killed outright, mid-run
+                p.wait(timeout=10)
+            with open(path) as f:
+                doc = json.load(f)
+            self.assertFalse(doc["complete"])
+            self.assertEqual([r["workload"] for r in doc["rows"]], ["eager"])
+            self.assertTrue(doc["rows"][0]["outputs_identical"])
+
+
+class LaunchLoop(unittest.TestCase):
+    @unittest.skipUnless(built() and shutil.which("cc"), "needs the debug builds and cc")
+    def test_empty_kernel_overhead_is_timed_by_a_compiled_loop(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = run_ip(["--shim", os.path.join(BIN, "libtandem.so"), "--bin", BIN, "--out", d,
+                        "--skip-workloads", "--reps", "2", "--loop-rounds", "2", "--launches",
+                        "3000", "--train-reps", "0"], fake_env(d))
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            with open(os.path.join(d, "interposition.json")) as f:
+                doc = json.load(f)
+            [row] = doc["overhead"]
+            self.assertEqual(row["benchmark"], "launch_loop")
+            self.assertEqual(row["errors"], [])
+            self.assertIn("compiled C", row["loop"])
+            for mode in ("plain", "shim", "shim_tandemd"):
+                self.assertEqual(row[mode]["n"], 2, mode)
+                self.assertGreater(row[mode]["median"], 0)
+            self.assertIn("shim_ratio", row)
+            self.assertIn("shim_tandemd_ratio", row)
+
+    @unittest.skipUnless(built() and shutil.which("cc"), "needs the debug builds and cc")
+    def test_the_loop_counts_through_the_shim_and_reports_driver_errors(self):
+        with tempfile.TemporaryDirectory() as d:
+            info = ip.build_launch_loop(d)
+            self.assertNotIn("error", info)
+            env = dict(os.environ, **fake_env(d))
+            run = [info["binary"], "--count", "500", "--rounds", "3", "--warmup", "5"]
+            p = subprocess.run(run + ["--image", "fake", "--sync-every", "7"], env=dict(
+                env, LD_PRELOAD=os.path.join(BIN, "libtandem.so"),
+                TANDEM_SOCKET=os.path.join(d, "none.sock")), capture_output=True, text=True,
+                timeout=60)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            r = json.loads(p.stdout.split("RESULT ", 1)[1])
+            self.assertEqual(r["shim_kernels"], 1500)
+            self.assertEqual(r["sync_every"], 7)
+            for sub, tot in zip(r["submit_s"], r["total_s"]):
+                self.assertLessEqual(sub, tot)
+            self.assertEqual(len(r["total_s"]), 3)
+            p = subprocess.run(run + ["--image", "fake"], env=env, capture_output=True,
+                               text=True, timeout=60)
+            self.assertIsNone(json.loads(p.stdout.split("RESULT ", 1)[1])["shim_kernels"])
+            # PTX means nothing to the fake driver: the failed call is named
+            p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 3)
+            self.assertIn("CUDA_ERROR cuModuleLoadData", p.stdout)
+
+
+class FollowOrchestration(unittest.TestCase):
+    """follow.py's parent against real child processes (its test seam) and a real tandemd."""
+
+    def run_follow(self, d, extra=None):
+        env = dict(os.environ, TANDEM_GPU_FAKE="1", **(extra or {}))
+        p = subprocess.run([sys.executable, os.path.join(HERE, "follow.py"), "--bin", BIN,
+                            "--out", d, "--time-limit", "60"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        with open(os.path.join(d, "follow.json")) as f:
+            return p, json.load(f)
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd}")
+    def test_every_check_runs_and_passes_with_well_behaved_children(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, doc = self.run_follow(d)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertEqual(doc["errors"], [])
+            self.assertEqual(len(doc["checks"]), 15)
+            self.assertTrue(all(doc["checks"].values()), doc["checks"])
+            self.assertEqual([r["step"] for r in doc["stops"]], [5, 10, 20])
+            self.assertIn("tandemd.log", doc["logs"])
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd}")
+    def test_a_follower_holding_a_copy_fails_the_memory_check(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, doc = self.run_follow(d, {"TANDEM_GPU_FAKE_FOLLOW_COPY": "1"})
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertFalse(doc["checks"]["follower_holds_no_second_copy"])
+            self.assertTrue(doc["checks"]["outputs_track_training"])
+
+
+class CoordinatorJobs(unittest.TestCase):
+    def test_verdict_requires_every_job(self):
+        good = {"job": "train", "records_equal": True, "kernels_equal": True}
+        metrics = {"tandem_clients": 1}
+        both = {"jobs": [good, {**good, "job": "cudagraph"}], "metrics": metrics}
+        self.assertTrue(co.verdict(both))
+        self.assertFalse(co.verdict({"jobs": [good], "metrics": metrics}))
+        self.assertFalse(co.verdict({"jobs": [good, {"job": "cudagraph", "error": "x"}],
+                                     "metrics": metrics}))
+        self.assertFalse(co.verdict({**both, "metrics": {"error": "x"}}))
+
+    def test_run_jobs_records_a_runner_that_raised(self):
+        def runner(name):
+            if name == "train":
+                raise RuntimeError("boom")
+            return {"ok": name}
+
+        jobs, threads = co.run_jobs(["train", "cudagraph"], runner)
+        for t in threads:
+            t.join()
+        self.assertEqual(jobs["cudagraph"], {"ok": "cudagraph"})
+        self.assertIn("boom", jobs["train"]["output_tail"])
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd,libcuda.so}")
+    def test_a_job_whose_runner_raised_fails_the_run(self):
+        real = ip.run_child
+
+        def flaky(shim, name, *a, **kw):
+            if name == "train":
+                raise RuntimeError("the runner broke")
+            return real(shim, name, *a, **kw)
+
+        with tempfile.TemporaryDirectory() as d:
+            argv = ["coordinator.py", "--bin", BIN, "--out", d, "--train-reps", "1", "--steps", "2"]
+            with mock.patch.dict(os.environ, fake_env(d)), \
+                    mock.patch.object(ip, "run_child", flaky), mock.patch.object(sys, "argv", argv), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                rc = co.main()
+            self.assertEqual(rc, 1)
+            with open(os.path.join(d, "coordinator.json")) as f:
+                doc = json.load(f)
+            jobs = {j["job"]: j for j in doc["jobs"]}
+            self.assertTrue(jobs["cudagraph"]["kernels_equal"])  # the other job matched...
+            self.assertIn("the runner broke", jobs["train"]["output_tail"])  # ...this one is there
+            self.assertFalse(doc["passed"])
+
+    @unittest.skipUnless(built(), "needs target/debug/{libtandem.so,tandemd,libcuda.so}")
+    def test_two_fake_jobs_match_the_coordinator(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, **fake_env(d))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "coordinator.py"), "--bin", BIN,
+                                "--out", d, "--train-reps", "1", "--steps", "2"], env=env,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            with open(os.path.join(d, "coordinator.json")) as f:
+                doc = json.load(f)
+            self.assertEqual(sorted(j["job"] for j in doc["jobs"]), ["cudagraph", "train"])
+            for j in doc["jobs"]:
+                self.assertGreater(j["shim_kernels_total"], 0)
+                self.assertTrue(j["records_equal"] and j["kernels_equal"], j)
+
+    def test_metrics_stdlib_parser(self):
+        text = ("# HELP tandem_clients Clients.\n# TYPE tandem_clients gauge\ntandem_clients 2\n"
+                "# TYPE tandem_launches counter\ntandem_launches_total{client=\"1\"} 5\n"
+                "tandem_launches_total{client=\"2\"} 7\n")
+        m = co.parse_metrics_stdlib(text)
+        self.assertEqual(m["tandem_clients"], 1)
+        self.assertEqual(m["tandem_launches"], 2)
+        with self.assertRaises(ValueError):
+            co.parse_metrics_stdlib("tandem_clients notanumber\n")
+
+
+if __name__ == "__main__":
+    unittest.main()

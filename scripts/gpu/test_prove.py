@@ -1,0 +1,402 @@
+"""Tests of scripts/gpu/prove's orchestration: its dry run against the fake driver.
+
+    python3 -m unittest scripts/gpu/test_prove.py
+
+Needs the debug builds of the shim, tandemd and the fake driver under
+target/debug (cargo test builds them) and a C compiler; skipped otherwise.
+Asserted here, each by a test that fails when the behaviour breaks:
+- every stage of every part runs, in the issue's order, under its budget, and
+  each part returns at most 8 files (three: summary, bundle, log);
+- a stage past its timeout is stopped with everything it started and keeps
+  what it wrote (in the summary and the bundle); the part's budget skips what
+  no longer fits;
+- a command killed outright keeps the finished stages and the running one's
+  partial files;
+- a failed smoke test stops the part with a clear report;
+- an exception in prove's own orchestration is recorded and the part goes on;
+- the trace stage calls trace_capture.py with its interface, or records it as
+  not present; co-location modes colocation.py lacks (or MPS) are skipped with
+  a reason.
+"""
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PROVE = os.path.join(HERE, "prove")
+BIN = os.path.join(ROOT, "target", "debug")
+sys.dont_write_bytecode = True
+
+
+def load_prove():
+    loader = importlib.machinery.SourceFileLoader("prove", PROVE)
+    spec = importlib.util.spec_from_loader("prove", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+pv = load_prove()
+READY = (all(os.path.exists(os.path.join(BIN, n)) for n in ("libtandem.so", "tandemd", "libcuda.so"))
+         and shutil.which("cc") is not None)
+SKIP = "needs target/debug/{libtandem.so,tandemd,libcuda.so} and cc"
+
+
+def run_prove(args, env_extra=None, timeout=300):
+    env = dict(os.environ)
+    for k in ("TANDEM_GPU_FAKE_HANG", pv.INJECT_ENV, "OUT"):
+        env.pop(k, None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, PROVE, "--dry-run", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def summary(out, part):
+    with open(os.path.join(out, f"prove-part{part}.json")) as f:
+        return json.load(f)
+
+
+def stages(doc):
+    return {s["name"]: s for s in doc["stages"]}
+
+
+def bundle_names(out, part):
+    with tarfile.open(os.path.join(out, f"prove-part{part}.tar.gz")) as t:
+        return t.getnames()
+
+
+def bundle_json(out, part, suffix):
+    with tarfile.open(os.path.join(out, f"prove-part{part}.tar.gz")) as t:
+        for m in t.getmembers():
+            if m.name.endswith(suffix):
+                return json.load(t.extractfile(m))
+    return None
+
+
+def marked(prefix, cmd_has=""):
+    """Processes whose marker starts with prefix (a prove pid), and whose
+    command line holds cmd_has."""
+    import benchlib as bl
+
+    return [pid for pid, env, cmd in bl.proc_entries()
+            if env.get(pv.MARKER_ENV, "").startswith(prefix) and cmd_has in cmd]
+
+
+class Plan(unittest.TestCase):
+    def test_parts_fit_a_device_command_and_keep_the_issue_order(self):
+        self.assertLessEqual(pv.PART_BUDGET_S, 9 * 60)
+        seen = set()
+        order = [s.name for s in pv.STAGES]
+        for part, names in pv.PARTS.items():
+            self.assertEqual(names[0], "smoke", part)
+            self.assertEqual(names, sorted(names, key=order.index), part)
+            total = sum(pv.BY_NAME[n].budget for n in names)
+            self.assertLessEqual(total, pv.PART_BUDGET_S - pv.RESERVE_S, part)
+            seen.update(names)
+        self.assertEqual(seen, set(order))
+        ids = [s.sid for s in pv.STAGES]
+        self.assertEqual(ids, ["1", "2", "3", "4", "5", "6a", "6b", "7", "8"])
+
+    def test_colocation_modes_it_cannot_run_are_skipped_with_the_reason(self):
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
+        import colocation as co
+
+        with mock.patch.object(pv.shutil, "which", lambda _: None):
+            run, skipped = pv.colocation_modes(None)
+        self.assertEqual(run, ["alone", "plain", "tandem"])
+        self.assertIn("not found", skipped["mps_lowprio"])
+        self.assertIn("not found", skipped["tandem_mps"])
+        with mock.patch.object(co, "MODES", [m for m in co.MODES if m != "tandem"]), \
+                mock.patch.object(pv.shutil, "which", lambda _: "/usr/bin/x"):
+            run, skipped = pv.colocation_modes(None)
+        self.assertNotIn("tandem", run)
+        self.assertIn("does not support", skipped["tandem"])
+        self.assertIn("tandem_mps", run)
+
+
+class FakeStage:
+    """What a stage function sees of its StageRun: a folder, a result, and
+    sub() that writes what the step would have written (the GPU-side judges
+    cannot run here otherwise)."""
+
+    def __init__(self, d, outputs, rc=0):
+        self.dir, self.result, self.outputs, self.rc, self.timeout = d, {}, outputs, rc, 100
+        self.calls = []
+
+    def sub(self, label, argv, env_extra=None):
+        self.calls.append((label, argv, env_extra or {}))
+        for name, doc in self.outputs.get(label, {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                json.dump(doc, f)
+        return self.rc
+
+
+class GpuJudges(unittest.TestCase):
+    """The verdicts of the GPU-only paths, on the files those steps write."""
+
+    CTX = mock.Mock(dry=False, shim="/carry/libtandem.so", bin="/carry")
+
+    def smoke(self, plain, shim):
+        with tempfile.TemporaryDirectory() as d:
+            st = FakeStage(d, {"torch-plain": {"torch-plain.json": plain},
+                               "torch-shim": {"torch-shim.json": shim}})
+            problems = pv.smoke_shim_torch(self.CTX, st)
+            self.assertEqual(st.calls[1][2]["LD_PRELOAD"], "/carry/libtandem.so")
+            self.assertNotIn("LD_PRELOAD", st.calls[0][2])
+            return problems
+
+    def test_smoke_needs_the_shim_loaded_counting_and_the_same_output(self):
+        ok = {"digest": "a", "shim_kernels": None}
+        self.assertEqual(self.smoke(ok, {"digest": "a", "shim_kernels": 12}), [])
+        self.assertIn("not loaded", self.smoke(ok, {"digest": "a", "shim_kernels": None})[0])
+        self.assertIn("no kernel", self.smoke(ok, {"digest": "a", "shim_kernels": 0})[0])
+        self.assertIn("differs", self.smoke(ok, {"digest": "b", "shim_kernels": 3})[0])
+        self.assertIn("under the shim failed: boom",
+                      self.smoke(ok, {"error": "boom"})[0])
+
+    def overhead(self, loop, train):
+        doc = {"complete": True, "overhead": [
+            {"benchmark": "launch_loop", "errors": [], "shim_slowdown": loop,
+             "shim_tandemd_slowdown": 0.5},
+            {"benchmark": "train_step", "errors": [], "shim_slowdown": train}]}
+        with tempfile.TemporaryDirectory() as d:
+            st = FakeStage(d, {"overhead": {"interposition.json": doc}})
+            return pv.stage_overhead(self.CTX, st), st.result
+
+    def test_overhead_holds_the_shim_to_one_percent(self):
+        status, res = self.overhead(0.004, 0.009)
+        self.assertEqual(status, "pass")
+        self.assertTrue(res["target_met"])
+        status, res = self.overhead(0.004, 0.03)
+        self.assertEqual(status, "fail")
+        self.assertEqual(res["problems"], ["target missed: train_step +3.00%"])
+        status, res = self.overhead(None, 0.0)
+        self.assertEqual(status, "fail")
+        self.assertIn("launch_loop not measured", res["problems"][0])
+
+    def test_dedup_and_follow_run_without_expandable_segments(self):
+        args = mock.Mock(dry_run=False, bin="/carry", trace_script="x", pairs=None, refresh=1,
+                         out=tempfile.mkdtemp(), work=tempfile.mkdtemp(), budget=540)
+        try:
+            with mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF":
+                                              "expandable_segments:True,max_split_size_mb:64"}), \
+                    mock.patch.object(pv, "machine_info", lambda dry: {"device": "d", "driver": "v"}):
+                ctx = pv.Context(args, 2)
+                self.assertEqual(ctx.alloc_env(), {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
+                self.assertIn("expandable_segments", ctx.summary["env_changes"]
+                              ["PYTORCH_CUDA_ALLOC_CONF"]["was"])
+        finally:
+            shutil.rmtree(args.out)
+            shutil.rmtree(args.work)
+
+
+@unittest.skipUnless(READY, SKIP)
+class DryRun(unittest.TestCase):
+    def test_every_stage_of_every_part_runs_under_its_budget(self):
+        with tempfile.TemporaryDirectory() as out:
+            p = run_prove(["--out", out, "--trace-script", os.path.join(out, "absent.py")])
+            self.assertIn(p.returncode, (0,), p.stdout + p.stderr)
+            for part, names in pv.PARTS.items():
+                doc = summary(out, part)
+                self.assertTrue(doc["dry_run"])
+                self.assertEqual([s["name"] for s in doc["stages"]], names)
+                self.assertIsNotNone(doc["commit"]["commit"])
+                self.assertLessEqual(doc["wall_s"], doc["budget_s"])
+                got = stages(doc)
+                for name in names:
+                    s, stage = got[name], pv.BY_NAME[name]
+                    if name == "trace":
+                        self.assertEqual(s["status"], "skipped")
+                        self.assertIn("not present", s["reason"])
+                        continue
+                    want = {"colocation": ("pass", "partial")}.get(name, ("pass",))
+                    self.assertIn(s["status"], want, (part, name, s))
+                    self.assertLessEqual(s["timeout_s"], stage.dry_budget)
+                    self.assertLessEqual(s["wall_s"], s["timeout_s"] + 1)
+                    self.assertTrue(any(n.startswith(f"prove-part{part}/stages/{stage.sid}-{name}/")
+                                        for n in bundle_names(out, part)), name)
+            # what the stages measured reached the summary
+            p1, p2, p3 = (stages(summary(out, k)) for k in (1, 2, 3))
+            self.assertTrue(all(w["counts_equal"] for w in
+                                p1["interposition"]["result"]["workloads"].values()))
+            self.assertEqual(len(p1["interposition"]["result"]["workloads"]), 6)
+            self.assertTrue(p1["coordinator"]["result"]["metrics_parsed"])
+            self.assertEqual(p1["smoke"]["result"]["launch_loop"]["shim"]["shim_kernels"], 1000)
+            loop = p2["overhead"]["result"]["launch_loop"]
+            self.assertEqual(loop["errors"], [])
+            self.assertIn("shim_tandemd", loop)
+            self.assertTrue(p2["dedup_replicas"]["result"]["cells"]
+                            ["dedup-resnet50-safetensors-r2"]["outputs_identical"])
+            self.assertTrue(p2["follow"]["result"]["checks"]["outputs_track_training"])
+            adv = p3["dedup_adversarial"]["result"]["cells"]
+            self.assertEqual(len(adv), 2)
+            self.assertTrue(all(c["writer_as_expected"] for c in adv.values()))
+            col = p3["colocation"]["result"]
+            self.assertIn("alone", col["modes"])
+            self.assertGreater(col["pairs"]["resnet50_b4:resnet50_train"]["cells_done"], 0)
+            # at most 8 files per part come back: here 3 each
+            self.assertEqual(sorted(os.listdir(out)), sorted(
+                f"prove-part{k}.{e}" for k in (1, 2, 3) for e in ("json", "tar.gz", "log")))
+
+    def test_a_stage_past_its_timeout_is_stopped_and_keeps_what_it_wrote(self):
+        with tempfile.TemporaryDirectory() as out:
+            p = run_prove(["--part", "1", "--out", out, "--budget", "30",
+                           "--stage-timeout", "interposition=6"],
+                          {"TANDEM_GPU_FAKE_HANG": "cublas"})
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            s = stages(summary(out, 1))
+            self.assertEqual(s["smoke"]["status"], "pass")
+            ip = s["interposition"]
+            self.assertEqual(ip["status"], "timeout")
+            self.assertLessEqual(ip["wall_s"], 6 + 2 + 10 + 2)  # budget, grace, wait
+            self.assertEqual(ip["partial"]["interposition.json"],
+                             {"parsed": True, "complete": False})
+            kept = bundle_json(out, 1, "2-interposition/interposition.json")
+            self.assertEqual([r["workload"] for r in kept["rows"]], ["eager"])
+            # the part's budget (30 s) no longer holds the coordinator stage
+            self.assertEqual(s["coordinator"]["status"], "skipped")
+            self.assertIn("budget", s["coordinator"]["reason"])
+            self.assertIn("TIMEOUT", p.stdout)
+            self.assertEqual(marked(ip["marker"].split("=", 1)[1]), [])
+            time.sleep(0.3)
+            pid = ip["steps"][0]["pid"]
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), "the stage's process survived")
+
+    def test_a_killed_command_keeps_the_finished_stages(self):
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, TANDEM_GPU_FAKE_HANG="cublas")
+            env.pop(pv.INJECT_ENV, None)
+            p = subprocess.Popen([sys.executable, PROVE, "--dry-run", "--part", "1", "--out", out,
+                                  "--refresh", "0.3"], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            step_pid = None
+            try:
+                deadline = time.time() + 60
+                while time.time() < deadline:
+                    time.sleep(0.2)
+                    try:
+                        doc = summary(out, 1)
+                        kept = bundle_json(out, 1, "2-interposition/interposition.json")
+                    except (OSError, ValueError, tarfile.TarError, EOFError):
+                        continue
+                    ip = stages(doc)["interposition"]
+                    if ip["status"] == "running" and kept and kept["rows"]:
+                        step_pid = ip["steps"][0]["pid"]
+                        break
+                self.assertIsNotNone(step_pid, "interposition never showed a row while running")
+            finally:
+                p.kill()  # the device tool's kill: no cleanup runs
+                p.wait(timeout=10)
+                for pid in marked(f"{p.pid}-"):
+                    os.kill(pid, signal.SIGKILL)
+            doc = summary(out, 1)
+            shutil.rmtree(doc["work"], ignore_errors=True)  # a killed prove cannot remove it
+            s = stages(doc)
+            self.assertEqual(doc["verdict"], "running")
+            self.assertEqual(s["smoke"]["status"], "pass")
+            self.assertEqual(s["interposition"]["status"], "running")
+            self.assertEqual(s["coordinator"]["status"], "pending")
+            names = bundle_names(out, 1)
+            self.assertIn("prove-part1/stages/1-smoke/env.json", names)
+            kept = bundle_json(out, 1, "2-interposition/interposition.json")
+            self.assertFalse(kept["complete"])
+            self.assertEqual(kept["rows"][0]["workload"], "eager")
+
+    def test_sigterm_stops_the_running_stage_and_writes_the_record(self):
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, TANDEM_GPU_FAKE_HANG="cublas")
+            env.pop(pv.INJECT_ENV, None)
+            p = subprocess.Popen([sys.executable, PROVE, "--dry-run", "--part", "1", "--out", out],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+            deadline = time.time() + 60
+            hung = []
+            while time.time() < deadline and not hung:
+                time.sleep(0.2)
+                hung = marked(f"{p.pid}-interposition", "--child cublas")
+            self.assertTrue(hung, "the interposition stage never reached its hanging child")
+            p.send_signal(signal.SIGTERM)
+            log, _ = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 130, log)
+            doc = summary(out, 1)
+            s = stages(doc)
+            self.assertEqual(doc["verdict"], "interrupted")
+            self.assertEqual(s["interposition"]["status"], "interrupted")
+            self.assertEqual(s["coordinator"]["status"], "skipped")
+            self.assertIn("interposition.json", s["interposition"]["partial"])
+            self.assertEqual(marked(f"{p.pid}-"), [])
+            self.assertIn("INTERRUPTED", log)
+
+    def test_a_failed_smoke_test_stops_the_part_with_a_clear_report(self):
+        with tempfile.TemporaryDirectory() as d:
+            broken = os.path.join(d, "bin")
+            os.makedirs(broken)
+            open(os.path.join(broken, "libtandem.so"), "w").close()  # not a library
+            shutil.copy(os.path.join(BIN, "tandemd"), broken)
+            out = os.path.join(d, "out")
+            p = run_prove(["--part", "1", "--bin", broken, "--fake-lib", BIN, "--out", out])
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            s = stages(summary(out, 1))
+            self.assertEqual(s["smoke"]["status"], "fail")
+            self.assertIn("not loaded", " ".join(s["smoke"]["result"]["problems"]))
+            for name in ("interposition", "coordinator"):
+                self.assertEqual(s[name]["status"], "skipped")
+                self.assertIn("smoke test", s[name]["reason"])
+                self.assertNotIn("steps", s[name])
+            self.assertIn("SMOKE TEST FAILED: the shim is not loaded", p.stdout)
+            self.assertEqual(summary(out, 1)["verdict"], "smoke test failed")
+
+    def test_missing_builds_say_how_to_make_them(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = run_prove(["--part", "2", "--bin", d, "--fake-lib", BIN, "--out", d])
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            problems = stages(summary(d, 2))["smoke"]["result"]["problems"]
+            self.assertTrue(any("cargo build --release" in x for x in problems), problems)
+
+    def test_an_orchestration_error_is_recorded_and_the_part_goes_on(self):
+        with tempfile.TemporaryDirectory() as out:
+            p = run_prove(["--part", "1", "--out", out], {pv.INJECT_ENV: "raise:interposition"})
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            s = stages(summary(out, 1))
+            self.assertEqual(s["interposition"]["status"], "error")
+            self.assertIn("InjectedFault", s["interposition"]["traceback"])
+            self.assertEqual(s["coordinator"]["status"], "pass")
+
+    def test_the_trace_stage_calls_trace_capture_with_its_interface(self):
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "trace_capture.py")
+            with open(script, "w") as f:
+                f.write("import json, os, sys\n"
+                        "a = sys.argv[1:]\nout = a[a.index('--out') + 1]\n"
+                        "os.makedirs(os.path.join(out, 'traces'))\n"
+                        "open(os.path.join(out, 'traces', 'resnet50_b4.jsonl'), 'w').write('{}\\n')\n"
+                        "json.dump({'argv': a}, open(os.path.join(out, 'timeslice.json'), 'w'))\n")
+            out = os.path.join(d, "out")
+            p = run_prove(["--part", "3", "--only", "smoke,trace", "--out", out,
+                           "--trace-script", script])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            t = stages(summary(out, 3))["trace"]
+            self.assertEqual(t["status"], "pass")
+            self.assertEqual(t["result"]["traces"], ["resnet50_b4.jsonl"])
+            argv = bundle_json(out, 3, "7-trace/timeslice.json")["argv"]
+            self.assertEqual(argv[0], "--out")
+            self.assertTrue(argv[1].endswith("stages/7-trace"))
+            self.assertEqual(argv[2], "--budget")
+            self.assertLessEqual(int(argv[3]), pv.BY_NAME["trace"].dry_budget)
+            self.assertEqual(argv[4:], ["--device", "cpu"])
+
+
+if __name__ == "__main__":
+    unittest.main()
