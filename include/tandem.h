@@ -8,6 +8,7 @@
  *   at 0                      struct tandem_ring_header   (TANDEM_RING_HEADER_SIZE bytes)
  *   at TANDEM_CONTROL_OFFSET  struct tandem_control_block (TANDEM_CONTROL_BLOCK_SIZE bytes)
  *   at TANDEM_RECORDS_OFFSET  capacity x struct tandem_record
+ *   then                      the estimate table (TANDEM_ESTIMATES_LEN bytes)
  *   total                     TANDEM_REGION_SIZE(capacity)
  *
  * head/tail are free-running counts; slot = position & (capacity - 1).
@@ -32,7 +33,7 @@ extern "C" {
 /* ---- versions and geometry ---- */
 #define TANDEM_PROTOCOL_VERSION 1u
 #define TANDEM_RING_MAGIC 0x47524d45444e4154ull /* "TANDEMRG" little-endian */
-#define TANDEM_RING_LAYOUT_VERSION 3u
+#define TANDEM_RING_LAYOUT_VERSION 4u
 #define TANDEM_RECORD_SIZE 64u
 #define TANDEM_RING_HEADER_SIZE 384u
 #define TANDEM_CONTROL_BLOCK_SIZE 256u
@@ -41,7 +42,8 @@ extern "C" {
 #define TANDEM_MIN_CAPACITY 16u
 #define TANDEM_MAX_CAPACITY 4194304u
 #define TANDEM_DEFAULT_CAPACITY 32768u
-#define TANDEM_REGION_SIZE(capacity) ((size_t)TANDEM_RECORDS_OFFSET + (size_t)(capacity) * TANDEM_RECORD_SIZE)
+#define TANDEM_ESTIMATES_LEN 8192u /* the estimate table, after the records */
+#define TANDEM_REGION_SIZE(capacity) ((size_t)TANDEM_RECORDS_OFFSET + (size_t)(capacity) * TANDEM_RECORD_SIZE + TANDEM_ESTIMATES_LEN)
 
 /* ---- event kinds (struct tandem_record.kind); 0 is never valid ---- */
 #define TANDEM_EVENT_LAUNCH 1u
@@ -157,12 +159,16 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_ring_header, pad2) == 264, "tandem_r
 /* ---- control block: coordinator line, then shim line ---- */
 struct tandem_control_block {
     uint32_t gate;                   /* @0   bit 0: TANDEM_GATE_CLOSED; bits 1-31: limit sequence; futex word */
-    uint32_t reserved0;              /* @4   */
+    uint32_t granted_class;          /* @4   class granted: 0 none yet, 1 inference, 2 training */
     uint64_t heartbeat;              /* @8   coordinator liveness counter */
     uint64_t client_id;              /* @16  */
     uint64_t launch_limit;           /* @24  launch n (1-based) starts only while n <= this; 0 = unlimited */
     uint64_t mark_every_ns;          /* @32  0: no completion marks; else at most one per this many ns */
-    uint64_t pad0[11];               /* @40  */
+    uint64_t budget_idle_ns;         /* @40  local in-flight bound, no inference active; 0 = none */
+    uint64_t budget_active_ns;       /* @48  local in-flight bound, inference active; 0 = none */
+    uint64_t default_est_ns;         /* @56  charge of a launch with no published estimate */
+    uint64_t hold_ns;                /* @64  GPU counts as inference-active this long after a board bump */
+    uint64_t pad0[7];                /* @72  */
     uint64_t gate_waits;             /* @128 shim: waits on a closed gate */
     uint64_t gate_timeouts;          /* @136 shim: waits that hit their bound */
     uint64_t stale_opens;            /* @144 shim: fail-opens on a stale coordinator */
@@ -170,16 +176,26 @@ struct tandem_control_block {
     uint64_t launches;               /* @160 shim: gated launches started (graph launch = 1) */
     uint64_t marks_placed;           /* @168 shim: completion marks recorded */
     uint64_t marks_done;             /* @176 shim: completion marks seen complete */
-    uint64_t pad1[9];                /* @184 */
+    uint64_t charged_ns;             /* @184 shim: estimated ns of every launch charged */
+    uint64_t done_ns;                /* @192 shim: the part of charged_ns seen complete */
+    uint64_t local_waits;            /* @200 shim: launches that waited at the local bound */
+    uint64_t local_wait_ns;          /* @208 shim: ns they waited */
+    uint64_t requests_open;          /* @216 shim: explicit requests open */
+    uint64_t board_slot;             /* @224 shim: board slot in use + 1; 0 = none */
+    uint64_t pad1[3];                /* @232 */
 };
 TANDEM_STATIC_ASSERT(sizeof(struct tandem_control_block) == 256, "struct tandem_control_block must be 256 bytes");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate) == 0, "tandem_control_block.gate offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, reserved0) == 4, "tandem_control_block.reserved0 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, granted_class) == 4, "tandem_control_block.granted_class offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, heartbeat) == 8, "tandem_control_block.heartbeat offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, client_id) == 16, "tandem_control_block.client_id offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, launch_limit) == 24, "tandem_control_block.launch_limit offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, mark_every_ns) == 32, "tandem_control_block.mark_every_ns offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 40, "tandem_control_block.pad0 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, budget_idle_ns) == 40, "tandem_control_block.budget_idle_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, budget_active_ns) == 48, "tandem_control_block.budget_active_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, default_est_ns) == 56, "tandem_control_block.default_est_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, hold_ns) == 64, "tandem_control_block.hold_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 72, "tandem_control_block.pad0 offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_waits) == 128, "tandem_control_block.gate_waits offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_timeouts) == 136, "tandem_control_block.gate_timeouts offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, stale_opens) == 144, "tandem_control_block.stale_opens offset");
@@ -187,7 +203,13 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_wait_ns) == 152,
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, launches) == 160, "tandem_control_block.launches offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, marks_placed) == 168, "tandem_control_block.marks_placed offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, marks_done) == 176, "tandem_control_block.marks_done offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 184, "tandem_control_block.pad1 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, charged_ns) == 184, "tandem_control_block.charged_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, done_ns) == 192, "tandem_control_block.done_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, local_waits) == 200, "tandem_control_block.local_waits offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, local_wait_ns) == 208, "tandem_control_block.local_wait_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, requests_open) == 216, "tandem_control_block.requests_open offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, board_slot) == 224, "tandem_control_block.board_slot offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 232, "tandem_control_block.pad1 offset");
 
 /* ---- explicit API (exported by libtandem.so) ----
  * When a program may run without libtandem.so loaded, declare the functions

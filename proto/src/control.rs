@@ -9,12 +9,16 @@
 //! | offset | field | written by | meaning |
 //! | ---: | --- | --- | --- |
 //! | 0 | `gate: u32` | coordinator | bit 0: closed ([`GATE_CLOSED`]); bits 1-31: a sequence advanced on every raise of `launch_limit`; the futex word |
-//! | 4 | `reserved0: u32` | - | 0 |
+//! | 4 | `class: u32` | coordinator | the class granted: 0 none yet, 1 inference, 2 training ([`crate::inflight`]) |
 //! | 8 | `heartbeat: u64` | coordinator | liveness counter |
 //! | 16 | `client_id: u64` | coordinator | the client's id |
 //! | 24 | `launch_limit: u64` | coordinator | 0: unlimited; else the shim starts launch n (1-based) only while n <= launch_limit |
 //! | 32 | `mark_every_ns: u64` | coordinator | 0: place no completion marks; else the shim records a driver event after a launch at most this often (see [`MARK`](crate::EventKind::MARK)) |
-//! | 40 | `pad0` | - | to 128 |
+//! | 40 | `budget_idle_ns: u64` | coordinator | local in-flight bound while no inference is active on the GPU; 0: none ([`crate::inflight`]) |
+//! | 48 | `budget_active_ns: u64` | coordinator | the same while inference is active |
+//! | 56 | `default_est_ns: u64` | coordinator | what a launch whose key has no published estimate is charged |
+//! | 64 | `hold_ns: u64` | coordinator | how long after an inference bump the GPU counts as active ([`crate::board`]) |
+//! | 72 | `pad0` | - | to 128 |
 //! | 128 | `gate_waits: u64` | shim | launches that waited |
 //! | 136 | `gate_timeouts: u64` | shim | waits that hit their bound |
 //! | 144 | `stale_opens: u64` | shim | waits abandoned (coordinator looked dead) |
@@ -22,7 +26,13 @@
 //! | 160 | `launches: u64` | shim | gated launches started on this session |
 //! | 168 | `marks_placed: u64` | shim | completion marks recorded on this session |
 //! | 176 | `marks_done: u64` | shim | marks the shim saw complete |
-//! | 184 | `pad1` | - | to 256 |
+//! | 184 | `charged_ns: u64` | shim | estimated ns of every launch charged on this session |
+//! | 192 | `done_ns: u64` | shim | the part of `charged_ns` seen complete (marks, syncs) |
+//! | 200 | `local_waits: u64` | shim | launches that waited at the local in-flight bound |
+//! | 208 | `local_wait_ns: u64` | shim | ns they waited |
+//! | 216 | `requests_open: u64` | shim | explicit requests open (tandemd repairs the board with it) |
+//! | 224 | `board_slot: u64` | shim | board slot in use, plus one; 0: none |
+//! | 232 | `pad1` | - | to 256 |
 //!
 //! # Gate protocol
 //!
@@ -88,12 +98,16 @@ pub const CONTROL_BLOCK_SIZE: usize = 256;
 pub struct ControlBlock {
     // ---- line 0: coordinator writes, shim reads ----
     pub(crate) gate: AtomicU32,
-    pub(crate) reserved0: AtomicU32,
+    pub(crate) class: AtomicU32,
     pub(crate) heartbeat: AtomicU64,
     pub(crate) client_id: AtomicU64,
     pub(crate) launch_limit: AtomicU64,
     pub(crate) mark_every_ns: AtomicU64,
-    pub(crate) pad0: [AtomicU64; 11],
+    pub(crate) budget_idle_ns: AtomicU64,
+    pub(crate) budget_active_ns: AtomicU64,
+    pub(crate) default_est_ns: AtomicU64,
+    pub(crate) hold_ns: AtomicU64,
+    pub(crate) pad0: [AtomicU64; 7],
     // ---- line 1: shim writes, coordinator reads (untrusted statistics) ----
     pub(crate) gate_waits: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
@@ -102,19 +116,29 @@ pub struct ControlBlock {
     pub(crate) launches: AtomicU64,
     pub(crate) marks_placed: AtomicU64,
     pub(crate) marks_done: AtomicU64,
-    pub(crate) pad1: [AtomicU64; 9],
+    pub(crate) charged_ns: AtomicU64,
+    pub(crate) done_ns: AtomicU64,
+    pub(crate) local_waits: AtomicU64,
+    pub(crate) local_wait_ns: AtomicU64,
+    pub(crate) requests_open: AtomicU64,
+    pub(crate) board_slot: AtomicU64,
+    pub(crate) pad1: [AtomicU64; 3],
 }
 
 const _: () = {
     assert!(size_of::<ControlBlock>() == CONTROL_BLOCK_SIZE);
     assert!(align_of::<ControlBlock>() == 128);
     assert!(offset_of!(ControlBlock, gate) == 0);
-    assert!(offset_of!(ControlBlock, reserved0) == 4);
+    assert!(offset_of!(ControlBlock, class) == 4);
     assert!(offset_of!(ControlBlock, heartbeat) == 8);
     assert!(offset_of!(ControlBlock, client_id) == 16);
     assert!(offset_of!(ControlBlock, launch_limit) == 24);
     assert!(offset_of!(ControlBlock, mark_every_ns) == 32);
-    assert!(offset_of!(ControlBlock, pad0) == 40);
+    assert!(offset_of!(ControlBlock, budget_idle_ns) == 40);
+    assert!(offset_of!(ControlBlock, budget_active_ns) == 48);
+    assert!(offset_of!(ControlBlock, default_est_ns) == 56);
+    assert!(offset_of!(ControlBlock, hold_ns) == 64);
+    assert!(offset_of!(ControlBlock, pad0) == 72);
     assert!(offset_of!(ControlBlock, gate_waits) == 128);
     assert!(offset_of!(ControlBlock, gate_timeouts) == 136);
     assert!(offset_of!(ControlBlock, stale_opens) == 144);
@@ -122,7 +146,13 @@ const _: () = {
     assert!(offset_of!(ControlBlock, launches) == 160);
     assert!(offset_of!(ControlBlock, marks_placed) == 168);
     assert!(offset_of!(ControlBlock, marks_done) == 176);
-    assert!(offset_of!(ControlBlock, pad1) == 184);
+    assert!(offset_of!(ControlBlock, charged_ns) == 184);
+    assert!(offset_of!(ControlBlock, done_ns) == 192);
+    assert!(offset_of!(ControlBlock, local_waits) == 200);
+    assert!(offset_of!(ControlBlock, local_wait_ns) == 208);
+    assert!(offset_of!(ControlBlock, requests_open) == 216);
+    assert!(offset_of!(ControlBlock, board_slot) == 224);
+    assert!(offset_of!(ControlBlock, pad1) == 232);
 };
 
 /// Why [`ControlBlock::wait_open`] returned. In every case the caller proceeds.
@@ -155,13 +185,34 @@ pub struct ClientCounters {
     pub marks_placed: u64,
     /// Marks the shim saw complete.
     pub marks_done: u64,
+    /// Estimated ns of work launched and not yet seen complete (the local
+    /// in-flight bound's measure; see [`crate::inflight`]).
+    pub inflight_ns: u64,
+    /// Launches that waited at the local in-flight bound.
+    pub local_waits: u64,
+    /// Nanoseconds they waited, all together.
+    pub local_wait_ns: u64,
+    /// Explicit requests the shim says are open.
+    pub requests_open: u64,
+    /// The board slot the shim uses, plus one (0: none).
+    pub board_slot: u64,
 }
 
 impl ControlBlock {
     /// Reset every field (coordinator, at region initialisation).
     pub(crate) fn init(&self, client_id: u64) {
         self.gate.store(GATE_OPEN, Ordering::Relaxed);
-        self.reserved0.store(0, Ordering::Relaxed);
+        self.class.store(0, Ordering::Relaxed);
+        self.budget_idle_ns.store(0, Ordering::Relaxed);
+        self.budget_active_ns.store(0, Ordering::Relaxed);
+        self.default_est_ns.store(0, Ordering::Relaxed);
+        self.hold_ns.store(0, Ordering::Relaxed);
+        self.charged_ns.store(0, Ordering::Relaxed);
+        self.done_ns.store(0, Ordering::Relaxed);
+        self.local_waits.store(0, Ordering::Relaxed);
+        self.local_wait_ns.store(0, Ordering::Relaxed);
+        self.requests_open.store(0, Ordering::Relaxed);
+        self.board_slot.store(0, Ordering::Relaxed);
         self.heartbeat.store(0, Ordering::Relaxed);
         self.client_id.store(client_id, Ordering::Relaxed);
         self.launch_limit.store(LAUNCH_UNLIMITED, Ordering::Relaxed);
@@ -395,6 +446,14 @@ impl ControlBlock {
             launches: self.launches.load(Ordering::Relaxed),
             marks_placed: self.marks_placed.load(Ordering::Relaxed),
             marks_done: self.marks_done.load(Ordering::Relaxed),
+            inflight_ns: self
+                .charged_ns
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.done_ns.load(Ordering::Relaxed)),
+            local_waits: self.local_waits.load(Ordering::Relaxed),
+            local_wait_ns: self.local_wait_ns.load(Ordering::Relaxed),
+            requests_open: self.requests_open.load(Ordering::Relaxed),
+            board_slot: self.board_slot.load(Ordering::Relaxed),
         }
     }
 }

@@ -63,6 +63,14 @@ pub enum Error {
         /// The value found.
         found: u64,
     },
+    /// The GPU board ([`crate::board`]) has a foreign magic or another
+    /// layout version.
+    BoardHeader {
+        /// The magic found.
+        magic: u64,
+        /// The version found.
+        version: u32,
+    },
     /// The ring header was written by a different layout version.
     LayoutVersion {
         /// The layout version this build uses.
@@ -232,6 +240,12 @@ impl fmt::Display for Error {
                 f,
                 "ring header magic is {found:#018x}, expected {:#018x}: not a tandem ring or the header was overwritten",
                 crate::ring::RING_MAGIC
+            ),
+            Error::BoardHeader { magic, version } => write!(
+                f,
+                "the GPU board has magic {magic:#018x} and version {version}, expected {:#018x} and {}: not a tandem board, or libtandem.so and tandemd come from different tandem releases (install both from one)",
+                crate::board::BOARD_MAGIC,
+                crate::board::BOARD_VERSION
             ),
             Error::LayoutVersion { ours, theirs } => write!(
                 f,

@@ -18,6 +18,7 @@ use core::mem::{offset_of, size_of};
 use crate::control::{
     ControlBlock, CONTROL_BLOCK_SIZE, GATE_CLOSED, GATE_OPEN, GATE_SEQ_STEP, LAUNCH_UNLIMITED,
 };
+use crate::estimates::ESTIMATES_LEN;
 use crate::record::{EventKind, Record, FLAGS, RECORD_SIZE};
 use crate::ring::{
     RingHeader, CONTROL_OFFSET, DEFAULT_CAPACITY, MAX_CAPACITY, MIN_CAPACITY, RECORDS_OFFSET,
@@ -353,7 +354,14 @@ pub(crate) fn control_fields() -> Vec<CField> {
             4,
             "bit 0: TANDEM_GATE_CLOSED; bits 1-31: limit sequence; futex word"
         ),
-        field!(ControlBlock, reserved0, "uint32_t", "reserved0", 4, ""),
+        field!(
+            ControlBlock,
+            class,
+            "uint32_t",
+            "granted_class",
+            4,
+            "class granted: 0 none yet, 1 inference, 2 training"
+        ),
         field!(
             ControlBlock,
             heartbeat,
@@ -379,7 +387,39 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "0: no completion marks; else at most one per this many ns"
         ),
-        field!(ControlBlock, pad0, "uint64_t", "pad0[11]", 88, ""),
+        field!(
+            ControlBlock,
+            budget_idle_ns,
+            "uint64_t",
+            "budget_idle_ns",
+            8,
+            "local in-flight bound, no inference active; 0 = none"
+        ),
+        field!(
+            ControlBlock,
+            budget_active_ns,
+            "uint64_t",
+            "budget_active_ns",
+            8,
+            "local in-flight bound, inference active; 0 = none"
+        ),
+        field!(
+            ControlBlock,
+            default_est_ns,
+            "uint64_t",
+            "default_est_ns",
+            8,
+            "charge of a launch with no published estimate"
+        ),
+        field!(
+            ControlBlock,
+            hold_ns,
+            "uint64_t",
+            "hold_ns",
+            8,
+            "GPU counts as inference-active this long after a board bump"
+        ),
+        field!(ControlBlock, pad0, "uint64_t", "pad0[7]", 56, ""),
         field!(
             ControlBlock,
             gate_waits,
@@ -436,7 +476,55 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "shim: completion marks seen complete"
         ),
-        field!(ControlBlock, pad1, "uint64_t", "pad1[9]", 72, ""),
+        field!(
+            ControlBlock,
+            charged_ns,
+            "uint64_t",
+            "charged_ns",
+            8,
+            "shim: estimated ns of every launch charged"
+        ),
+        field!(
+            ControlBlock,
+            done_ns,
+            "uint64_t",
+            "done_ns",
+            8,
+            "shim: the part of charged_ns seen complete"
+        ),
+        field!(
+            ControlBlock,
+            local_waits,
+            "uint64_t",
+            "local_waits",
+            8,
+            "shim: launches that waited at the local bound"
+        ),
+        field!(
+            ControlBlock,
+            local_wait_ns,
+            "uint64_t",
+            "local_wait_ns",
+            8,
+            "shim: ns they waited"
+        ),
+        field!(
+            ControlBlock,
+            requests_open,
+            "uint64_t",
+            "requests_open",
+            8,
+            "shim: explicit requests open"
+        ),
+        field!(
+            ControlBlock,
+            board_slot,
+            "uint64_t",
+            "board_slot",
+            8,
+            "shim: board slot in use + 1; 0 = none"
+        ),
+        field!(ControlBlock, pad1, "uint64_t", "pad1[3]", 24, ""),
     ]
 }
 
@@ -487,6 +575,7 @@ pub fn c_header() -> String {
  *   at 0                      struct tandem_ring_header   (TANDEM_RING_HEADER_SIZE bytes)
  *   at TANDEM_CONTROL_OFFSET  struct tandem_control_block (TANDEM_CONTROL_BLOCK_SIZE bytes)
  *   at TANDEM_RECORDS_OFFSET  capacity x struct tandem_record
+ *   then                      the estimate table (TANDEM_ESTIMATES_LEN bytes)
  *   total                     TANDEM_REGION_SIZE(capacity)
  *
  * head/tail are free-running counts; slot = position & (capacity - 1).
@@ -531,7 +620,11 @@ extern \"C\" {
     let _ = writeln!(o, "#define TANDEM_DEFAULT_CAPACITY {DEFAULT_CAPACITY}u");
     let _ = writeln!(
         o,
-        "#define TANDEM_REGION_SIZE(capacity) ((size_t)TANDEM_RECORDS_OFFSET + (size_t)(capacity) * TANDEM_RECORD_SIZE)"
+        "#define TANDEM_ESTIMATES_LEN {ESTIMATES_LEN}u /* the estimate table, after the records */"
+    );
+    let _ = writeln!(
+        o,
+        "#define TANDEM_REGION_SIZE(capacity) ((size_t)TANDEM_RECORDS_OFFSET + (size_t)(capacity) * TANDEM_RECORD_SIZE + TANDEM_ESTIMATES_LEN)"
     );
     o.push('\n');
 

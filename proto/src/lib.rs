@@ -5,7 +5,12 @@
 //! * [`ring`]: the lock-free SPSC ring in a shared region ([`Producer`],
 //!   [`SyncProducer`], [`Consumer`], [`RingLayout`]).
 //! * [`control`]: the per-client [`ControlBlock`] (gate, heartbeat) and the
-//!   bounded futex wrappers.
+//!   bounded futex wrappers; [`inflight`]: the budgets and counters of the
+//!   shim's local in-flight bound in it.
+//! * [`board`]: the per-node GPU board through which inference shims tell
+//!   training shims they are active, with no coordinator in the loop.
+//! * [`estimates`]: the per-client table of kernel duration estimates, keyed
+//!   by function and grid, that the shim charges launches with.
 //! * [`shm`]: sealed memfd regions and the owned [`Mapping`].
 //! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
 //! * [`dedup`]: the weight-deduplication message ([`wire`] type 8).
@@ -35,11 +40,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod board;
 pub mod control;
 pub mod dedup;
 pub mod error;
+pub mod estimates;
 pub mod follow;
 pub mod header;
+pub mod inflight;
 pub mod paths;
 pub mod record;
 pub mod ring;

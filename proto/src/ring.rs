@@ -40,13 +40,14 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::control::ControlBlock;
 use crate::error::{Error, Result};
+use crate::estimates::EstimateTable;
 use crate::record::{Record, RECORD_SIZE, RECORD_WORDS};
 use crate::shm::Mapping;
 
 /// Magic number at offset 0 of every ring region (`"TANDEMRG"` in ASCII, little-endian).
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"TANDEMRG");
 /// Version of the region layout (header, control block, record). Bump on any change.
-pub const RING_LAYOUT_VERSION: u32 = 3;
+pub const RING_LAYOUT_VERSION: u32 = 4;
 /// Smallest allowed capacity, in records.
 pub const MIN_CAPACITY: u32 = 16;
 /// Largest allowed capacity, in records (256 MiB of records).
@@ -149,10 +150,17 @@ impl RingLayout {
         RECORDS_OFFSET
     }
 
+    /// Byte offset of the estimate table ([`crate::estimates`]), right after
+    /// the records (128-aligned: the records take a multiple of 1 KiB).
+    #[must_use]
+    pub const fn estimates_offset(&self) -> usize {
+        RECORDS_OFFSET + self.capacity as usize * RECORD_SIZE
+    }
+
     /// Total region size in bytes (what `ftruncate` sets and `fstat` must report).
     #[must_use]
     pub const fn region_len(&self) -> usize {
-        RECORDS_OFFSET + self.capacity as usize * RECORD_SIZE
+        self.estimates_offset() + crate::estimates::ESTIMATES_LEN
     }
 }
 
@@ -723,6 +731,23 @@ pub fn control_block(region: &Mapping, layout: RingLayout) -> Result<&ControlBlo
     })
 }
 
+/// The estimate table of a region created or received with `layout`
+/// (checked like [`control_block`]).
+pub fn estimates(region: &Mapping, layout: RingLayout) -> Result<&EstimateTable> {
+    let raw = raw_parts(region.as_ptr(), region.len(), &layout)?;
+    // SAFETY: the region holds at least region_len() bytes (checked), which
+    // end with the table; its offset is 128-aligned from an aligned base;
+    // the table is all atomics, so another process writing it is sound; the
+    // reference lives no longer than `region`.
+    Ok(unsafe {
+        &*raw
+            .header
+            .cast::<u8>()
+            .add(layout.estimates_offset())
+            .cast::<EstimateTable>()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -755,8 +780,17 @@ mod tests {
     #[test]
     fn layout_numbers() {
         assert_eq!(RECORDS_OFFSET, 640);
-        assert_eq!(region_size(16).unwrap(), 640 + 16 * 64);
-        assert_eq!(region_size(DEFAULT_CAPACITY).unwrap(), 640 + (1 << 21));
+        let est = crate::estimates::ESTIMATES_LEN;
+        assert_eq!(est, 8192);
+        assert_eq!(region_size(16).unwrap(), 640 + 16 * 64 + est);
+        assert_eq!(
+            region_size(DEFAULT_CAPACITY).unwrap(),
+            640 + (1 << 21) + est
+        );
+        assert_eq!(
+            RingLayout::new(16).unwrap().estimates_offset(),
+            640 + 16 * 64
+        );
         for bad in [0, 1, 8, 15, 17, 1000, MAX_CAPACITY * 2, u32::MAX] {
             assert_eq!(
                 RingLayout::new(bad),

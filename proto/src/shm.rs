@@ -38,6 +38,12 @@ impl Mapping {
         Self::mmap_shared(len, libc::MAP_SHARED, fd.as_raw_fd())
     }
 
+    /// Map `len` bytes of `fd` at offset 0, shared, read-only: a store
+    /// through it faults (an fd opened read-only can be mapped no other way).
+    fn map_fd_read_only(fd: BorrowedFd<'_>, len: usize) -> Result<Mapping> {
+        Self::mmap_prot(len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd())
+    }
+
     /// An anonymous `MAP_SHARED` mapping of `len` zero bytes: shared with
     /// children across `fork`, no fd. For tests, benches, and single-process use.
     pub fn anonymous_shared(len: usize) -> Result<Mapping> {
@@ -47,21 +53,21 @@ impl Mapping {
     /// A fresh read-write mapping of `len` bytes with `flags`, of `fd` at
     /// offset 0 (or -1 with `MAP_ANONYMOUS`).
     fn mmap_shared(len: usize, flags: libc::c_int, fd: libc::c_int) -> Result<Mapping> {
+        Self::mmap_prot(len, libc::PROT_READ | libc::PROT_WRITE, flags, fd)
+    }
+
+    fn mmap_prot(
+        len: usize,
+        prot: libc::c_int,
+        flags: libc::c_int,
+        fd: libc::c_int,
+    ) -> Result<Mapping> {
         if len == 0 {
             return Err(Error::RegionTooSmall { len, needed: 1 });
         }
         // SAFETY: asking the kernel for a fresh mapping; no existing memory is
         // affected. The result is checked for MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, fd, 0) };
         if p == libc::MAP_FAILED {
             return Err(Error::last_os("mmap"));
         }
@@ -154,6 +160,33 @@ fn fd_borrow(fd: &OwnedFd) -> BorrowedFd<'_> {
 /// `expected_len` bytes (`fstat`) and carries [`REQUIRED_SEALS`] (`F_GET_SEALS`;
 /// a non-memfd fails here too).
 pub fn map_received(fd: BorrowedFd<'_>, expected_len: usize) -> Result<Mapping> {
+    check_received(fd, expected_len)?;
+    Mapping::map_fd(fd, expected_len)
+}
+
+/// [`map_received`], mapped read-only (a descriptor opened read-only, as
+/// [`reopen_read_only`] makes, can be mapped no other way).
+pub fn map_received_read_only(fd: BorrowedFd<'_>, expected_len: usize) -> Result<Mapping> {
+    check_received(fd, expected_len)?;
+    Mapping::map_fd_read_only(fd, expected_len)
+}
+
+/// A second descriptor of the same memfd, opened read-only
+/// (`/proc/self/fd/N`, `O_RDONLY`): a process given only this one can read
+/// the memory and never write it.
+pub fn reopen_read_only(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+    // SAFETY: `path` is NUL-terminated; flags are constants.
+    let raw = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(Error::last_os("open(/proc/self/fd, O_RDONLY)"));
+    }
+    // SAFETY: open returned a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The checks of [`map_received`]: seals and size.
+fn check_received(fd: BorrowedFd<'_>, expected_len: usize) -> Result<()> {
     // SAFETY: plain fcntl on a borrowed, open fd.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 {
@@ -179,7 +212,7 @@ pub fn map_received(fd: BorrowedFd<'_>, expected_len: usize) -> Result<Mapping> 
             actual,
         });
     }
-    Mapping::map_fd(fd, expected_len)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -208,6 +241,26 @@ mod tests {
             assert!(libc::ftruncate(fd.as_raw_fd(), 4096) < 0);
             assert!(libc::ftruncate(fd.as_raw_fd(), 16384) < 0);
         }
+    }
+
+    #[test]
+    fn a_read_only_descriptor_maps_read_only_and_sees_the_writers_stores() {
+        let (fd, a) = create(c"tandem-test-ro", 4096).unwrap();
+        let ro = reopen_read_only(fd.as_fd()).unwrap();
+        assert!(
+            map_received(ro.as_fd(), 4096).is_err(),
+            "a read-only fd cannot be mapped writable"
+        );
+        let b = map_received_read_only(ro.as_fd(), 4096).unwrap();
+        let wa = a.as_ptr().cast::<core::sync::atomic::AtomicU64>();
+        let wb = b.as_ptr().cast::<core::sync::atomic::AtomicU64>();
+        // SAFETY: both mappings are live and at least 8 bytes; `b` is only read.
+        unsafe {
+            (*wa).store(0xBEEF, core::sync::atomic::Ordering::Relaxed);
+            assert_eq!((*wb).load(core::sync::atomic::Ordering::Relaxed), 0xBEEF);
+        }
+        // SAFETY: plain syscall on the fd we own: not writable.
+        assert!(unsafe { libc::write(ro.as_raw_fd(), b"x".as_ptr().cast(), 1) } < 0);
     }
 
     #[test]

@@ -98,8 +98,13 @@ pub const HELLO_FLAG_NO_SHARE_WEIGHTS: u8 = 1 << 1;
 /// followers or follow them ([`crate::follow`]). Sent only when set, so a job
 /// that does not use follow mode still registers with an older coordinator.
 pub const HELLO_FLAG_FOLLOW: u8 = 1 << 2;
+/// Hello flag: this shim maps the GPU board ([`crate::board`]): answer with
+/// a [`Message::Board`] after the Welcome. Sent always by shims that know
+/// it; a coordinator that does not drops the bit.
+pub const HELLO_FLAG_BOARD: u8 = 1 << 3;
 /// Every Hello flag this build knows.
-const HELLO_FLAGS: u8 = HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW;
+const HELLO_FLAGS: u8 =
+    HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW | HELLO_FLAG_BOARD;
 /// Welcome flag: weight sharing is enabled for this client. Only a coordinator
 /// that speaks [`Message::Dedup`] sets it, and a shim sends Dedup messages only
 /// after seeing it, so the Dedup message needed no protocol version bump.
@@ -120,6 +125,12 @@ const TYPE_CONTROL: u16 = 6;
 const TYPE_CONTROL_REPLY: u16 = 7;
 const TYPE_DEDUP: u16 = 8;
 const TYPE_FOLLOW: u16 = 9;
+const TYPE_BOARD: u16 = 10;
+
+/// Board body length.
+pub const BOARD_MSG_LEN: usize = 8;
+/// Board flag: the descriptor is writable (the client may claim inference).
+pub const BOARD_FLAG_WRITABLE: u8 = 1 << 0;
 
 /// The type code of [`Message::Dedup`] (see [`message_type`]).
 pub const MESSAGE_TYPE_DEDUP: u16 = TYPE_DEDUP;
@@ -144,6 +155,7 @@ const _: () = {
     assert!(HEADER_LEN + CONTROL_REPLY_FIXED_LEN + MAX_CONTROL_MESSAGE_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + DEDUP_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + FOLLOW_LEN <= MAX_MESSAGE_LEN);
+    assert!(HEADER_LEN + BOARD_MSG_LEN <= MAX_MESSAGE_LEN);
 };
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
@@ -398,6 +410,16 @@ pub enum Message<'a> {
     Dedup(Dedup),
     /// Both ways, between a shim in follow mode and the coordinator.
     Follow(Follow),
+    /// Coordinator -> shim: the GPU board's memfd rides along (SCM_RIGHTS).
+    Board(BoardMsg),
+}
+
+/// Coordinator -> shim, after the Welcome, in answer to
+/// [`HELLO_FLAG_BOARD`]: the GPU board ([`crate::board`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoardMsg {
+    /// `BOARD_FLAG_*` bits.
+    pub flags: u8,
 }
 
 // ---- little-endian cursor helpers (bounds already checked by callers) ----
@@ -483,6 +505,7 @@ impl<'a> Message<'a> {
             Message::ControlReply(_) => "ControlReply",
             Message::Dedup(_) => "Dedup",
             Message::Follow(_) => "Follow",
+            Message::Board(_) => "Board",
         }
     }
 
@@ -540,6 +563,20 @@ impl<'a> Message<'a> {
             TYPE_FOLLOW => {
                 exact("Follow", body_len, body.len())?;
                 Follow::decode(body).map(Message::Follow)
+            }
+            TYPE_BOARD => {
+                exact("Board", body_len, body.len())?;
+                exact("Board", BOARD_MSG_LEN, body.len())?;
+                let len = get_u32(body, 0);
+                if len as usize != crate::board::BOARD_LEN {
+                    return Err(Error::BadValue {
+                        field: "board length",
+                        value: u64::from(len),
+                    });
+                }
+                Ok(Message::Board(BoardMsg {
+                    flags: body[4] & BOARD_FLAG_WRITABLE,
+                }))
             }
             raw => Err(Error::UnknownMessage { raw }),
         }
@@ -700,6 +737,7 @@ impl<'a> Message<'a> {
             Message::ControlReply(r) => CONTROL_REPLY_FIXED_LEN + r.message.len(),
             Message::Dedup(_) => DEDUP_LEN,
             Message::Follow(_) => FOLLOW_LEN,
+            Message::Board(_) => BOARD_MSG_LEN,
         }
     }
 
@@ -771,6 +809,10 @@ impl<'a> Message<'a> {
                 f.validate()?;
                 TYPE_FOLLOW
             }
+            Message::Board(m) => {
+                flags("board flags", m.flags, BOARD_FLAG_WRITABLE)?;
+                TYPE_BOARD
+            }
         };
         let total = self.encoded_len();
         if out.len() < total {
@@ -835,6 +877,11 @@ impl<'a> Message<'a> {
             }
             Message::Dedup(d) => d.encode_body(b)?,
             Message::Follow(f) => f.encode_body(b)?,
+            Message::Board(m) => {
+                b[0..4].copy_from_slice(&(crate::board::BOARD_LEN as u32).to_le_bytes());
+                b[4] = m.flags;
+                b[5..8].fill(0);
+            }
         }
         Ok(total)
     }
@@ -1104,7 +1151,7 @@ mod tests {
         assert_ne!(HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS);
         // A newer shim's unknown request bits: the Hello still decodes, with
         // only the bits this build knows.
-        for unknown in [1u8 << 3, 1 << 7, !HELLO_FLAGS] {
+        for unknown in [1u8 << 4, 1 << 7, !HELLO_FLAGS] {
             let mut b = enc(&Message::Hello(hello()));
             b[HEADER_LEN + 5] = HELLO_FLAG_NO_SHARE_WEIGHTS | unknown;
             assert_eq!(
@@ -1463,6 +1510,40 @@ mod tests {
             message: ""
         }
         .is_ok());
+    }
+
+    #[test]
+    fn board_message_round_trips_and_checks_the_board_length() {
+        for flags in [0, BOARD_FLAG_WRITABLE] {
+            let m = Message::Board(BoardMsg { flags });
+            let b = enc(&m);
+            assert_eq!(get_u16(&b, 6), 10, "pinned type code");
+            assert_eq!(b.len(), HEADER_LEN + BOARD_MSG_LEN);
+            assert_eq!(Message::decode(&b), Ok(m));
+        }
+        let mut b = enc(&Message::Board(BoardMsg {
+            flags: 0xFF & BOARD_FLAG_WRITABLE,
+        }));
+        b[HEADER_LEN] ^= 1;
+        assert!(matches!(
+            Message::decode(&b),
+            Err(Error::BadValue {
+                field: "board length",
+                ..
+            })
+        ));
+        let mut b = enc(&Message::Board(BoardMsg { flags: 0 }));
+        b[HEADER_LEN + 4] = 0xFE;
+        assert_eq!(
+            Message::decode(&b),
+            Ok(Message::Board(BoardMsg { flags: 0 })),
+            "unknown flag bits are dropped on decode"
+        );
+        let mut out = [0u8; 64];
+        assert!(Message::Board(BoardMsg { flags: 2 })
+            .encode(&mut out)
+            .is_err());
+        assert!(Message::decode(&b[..b.len() - 1]).is_err(), "truncated");
     }
 
     #[test]

@@ -1,0 +1,398 @@
+//! The GPU board: how an inference job tells the training jobs on its GPU
+//! that it is active, within microseconds and with no coordinator in the
+//! loop (DESIGN.md contract 8).
+//!
+//! One sealed memfd per node, created by tandemd and passed to every shim
+//! that asks ([`crate::wire::Message::Board`]). It holds one slot per GPU:
+//!
+//! * inference shims write it: a slot's `seq` is bumped at a launch when
+//!   that process's last bump is older than a quarter of the hold period (so
+//!   at its first launch after idle, then a few times per hold while it keeps
+//!   launching), and at every explicit request begin and end; `open` counts
+//!   explicit requests in flight;
+//! * training shims read it on their launch path (one Acquire load of `seq`,
+//!   one Relaxed load of `open`) and hold their in-flight work to the
+//!   *active* budget while the slot says inference is active, to the *idle*
+//!   budget otherwise (see [`crate::control`], "Local in-flight bound").
+//!
+//! No timestamp crosses processes: jobs may live in different time
+//! namespaces. Each reader keeps its own [`Presence`]: when it sees `seq`
+//! move it notes the time on its own clock, and counts the GPU active until
+//! `hold_ns` after that (or while `open > 0`). An inference job that stops
+//! launching is therefore seen idle at most `hold_ns` after the reader last
+//! saw it bump, which errs towards inference.
+//!
+//! Trust: the board is writable only by shims tandemd let claim the
+//! inference class (it sends the others a read-only descriptor, so their
+//! mapping cannot write). A misbehaving inference job can make training
+//! yield more than it should (it could do that by launching anyway) or
+//! clear the word, which only harms other inference jobs. Every value read
+//! is bounded before use: a slot index out of range is no slot, and an
+//! `open` count left behind by a job that died is repaired by tandemd when
+//! that job's client leaves ([`Board::end_requests`]); until then it costs
+//! training throughput, never a hang.
+//!
+//! # Layout
+//!
+//! | offset | size | field |
+//! | ---: | ---: | --- |
+//! | 0 | 8 | `magic` (`TANDEMBD`) |
+//! | 8 | 4 | `version` ([`BOARD_VERSION`]) |
+//! | 12 | 4 | `slots` ([`BOARD_SLOTS`]) |
+//! | 16 | 112 | reserved |
+//! | 128 + 128 i | 8 | slot i: `gpu`, the GPU's key (tandemd's hash of its uuid); 0: free |
+//! | +8 | 8 | `seq`: bumped by inference shims |
+//! | +16 | 8 | `open`: explicit requests in flight |
+//! | +24 | 104 | reserved |
+//!
+//! Slots are claimed with a compare-and-swap of `gpu` from 0, by tandemd when
+//! it learns a client's GPU and by an inference shim that finds none; they
+//! are never released (a node has far fewer GPUs than [`BOARD_SLOTS`]).
+
+use core::mem::{align_of, offset_of, size_of};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+
+/// `TANDEMBD`, little-endian.
+pub const BOARD_MAGIC: u64 = u64::from_le_bytes(*b"TANDEMBD");
+/// Layout version; a mismatch means shim and tandemd were built apart.
+pub const BOARD_VERSION: u32 = 1;
+/// GPU slots on the board.
+pub const BOARD_SLOTS: usize = 64;
+/// Bytes of the board (header line + one 128-byte line per slot).
+pub const BOARD_LEN: usize = 128 * (1 + BOARD_SLOTS);
+
+/// One GPU's line. Every field is atomic: any mapping process may write it.
+#[repr(C, align(128))]
+pub struct Slot {
+    gpu: AtomicU64,
+    seq: AtomicU64,
+    open: AtomicU64,
+    pad: [AtomicU64; 13],
+}
+
+#[repr(C, align(128))]
+struct Header {
+    magic: AtomicU64,
+    version: AtomicU32,
+    slots: AtomicU32,
+    pad: [AtomicU64; 14],
+}
+
+/// The board as mapped: the header line, then [`BOARD_SLOTS`] slots.
+#[repr(C, align(128))]
+pub struct Board {
+    header: Header,
+    slots: [Slot; BOARD_SLOTS],
+}
+
+const _: () = {
+    assert!(size_of::<Board>() == BOARD_LEN);
+    assert!(align_of::<Board>() == 128);
+    assert!(size_of::<Slot>() == 128);
+    assert!(offset_of!(Board, slots) == 128);
+    assert!(offset_of!(Slot, gpu) == 0);
+    assert!(offset_of!(Slot, seq) == 8);
+    assert!(offset_of!(Slot, open) == 16);
+};
+
+impl Board {
+    /// The board in `len` bytes at `base`, whose header is checked.
+    ///
+    /// # Safety
+    /// `base..base+len` is a live mapping for `'a` (read-only is enough for
+    /// the readers; the writers need it writable), only accessed atomically.
+    pub unsafe fn from_raw<'a>(base: *const u8, len: usize) -> Result<&'a Board> {
+        if base.is_null() || !(base as usize).is_multiple_of(128) {
+            return Err(Error::RegionMisaligned {
+                addr: base as usize,
+                align: 128,
+            });
+        }
+        if len < BOARD_LEN {
+            return Err(Error::RegionTooSmall {
+                len,
+                needed: BOARD_LEN,
+            });
+        }
+        // SAFETY: aligned, at least BOARD_LEN bytes, live for 'a (caller);
+        // every field is an atomic, so any bytes are a valid Board.
+        let b = unsafe { &*base.cast::<Board>() };
+        let magic = b.header.magic.load(Ordering::Acquire);
+        let version = b.header.version.load(Ordering::Relaxed);
+        if magic != BOARD_MAGIC || version != BOARD_VERSION {
+            return Err(Error::BoardHeader { magic, version });
+        }
+        Ok(b)
+    }
+
+    /// Initialise a fresh (zeroed) board in `base..base+len` (tandemd).
+    ///
+    /// # Safety
+    /// As [`Board::from_raw`], and the mapping is writable.
+    pub unsafe fn init<'a>(base: *mut u8, len: usize) -> Result<&'a Board> {
+        if base.is_null() || !(base as usize).is_multiple_of(128) || len < BOARD_LEN {
+            return Err(Error::RegionTooSmall {
+                len,
+                needed: BOARD_LEN,
+            });
+        }
+        // SAFETY: as in from_raw (checked above); writable (caller).
+        let b = unsafe { &*base.cast_const().cast::<Board>() };
+        b.header.version.store(BOARD_VERSION, Ordering::Relaxed);
+        b.header.slots.store(BOARD_SLOTS as u32, Ordering::Relaxed);
+        b.header.magic.store(BOARD_MAGIC, Ordering::Release);
+        Ok(b)
+    }
+
+    /// The slot of GPU `gpu` (non-zero), if one is claimed.
+    #[must_use]
+    pub fn find(&self, gpu: u64) -> Option<usize> {
+        if gpu == 0 {
+            return None;
+        }
+        self.slots
+            .iter()
+            .position(|s| s.gpu.load(Ordering::Acquire) == gpu)
+    }
+
+    /// The slot of `gpu`, claiming a free one if none is (a writable
+    /// mapping only). `None` for GPU 0 or a full board.
+    #[must_use]
+    pub fn claim(&self, gpu: u64) -> Option<usize> {
+        if gpu == 0 {
+            return None;
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            match s
+                .gpu
+                .compare_exchange(0, gpu, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(i),
+                Err(g) if g == gpu => return Some(i),
+                Err(_) => {}
+            }
+        }
+        None
+    }
+
+    /// Slot `i`, if in range.
+    #[inline(always)]
+    #[must_use]
+    pub fn slot(&self, i: usize) -> Option<&Slot> {
+        self.slots.get(i)
+    }
+}
+
+impl Slot {
+    /// The GPU key this slot belongs to (0: free).
+    #[must_use]
+    pub fn gpu(&self) -> u64 {
+        self.gpu.load(Ordering::Acquire)
+    }
+
+    /// Inference activity: bump the sequence (a writable mapping only).
+    #[inline]
+    pub fn bump(&self) {
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// The activity sequence (one Acquire load).
+    #[inline(always)]
+    #[must_use]
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    /// Explicit requests in flight on this GPU (one Relaxed load).
+    #[inline(always)]
+    #[must_use]
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// An explicit request began: count it open and bump.
+    pub fn begin_request(&self) {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.bump();
+    }
+
+    /// An explicit request ended (one this process counted): uncount it and
+    /// bump. Never goes below zero.
+    pub fn end_request(&self) {
+        self.end_requests(1);
+        self.bump();
+    }
+
+    /// Uncount `n` requests (tandemd, for a client that left with `n` open;
+    /// never below zero).
+    pub fn end_requests(&self, n: u64) {
+        let _ = self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+}
+
+impl Board {
+    /// [`Slot::end_requests`] on slot `i` (out of range: nothing).
+    pub fn end_requests(&self, i: usize, n: u64) {
+        if let Some(s) = self.slot(i) {
+            s.end_requests(n);
+        }
+    }
+}
+
+/// A training shim's view of one slot: the last `seq` it saw and until when
+/// (its own clock) it counts the GPU active. Process-local; pure logic, so
+/// that the GPU-sharing model runs the very same rule.
+#[derive(Debug, Default)]
+pub struct Presence {
+    seen: AtomicU64,
+    until: AtomicU64,
+}
+
+impl Presence {
+    /// Whether the GPU counts as inference-active at `now_ns` (the caller's
+    /// clock), given the slot's `seq` and `open` as just loaded and the hold
+    /// period. A moved `seq` starts a new hold from `now_ns`.
+    #[inline(always)]
+    pub fn active(&self, seq: u64, open: u64, now_ns: u64, hold_ns: u64) -> bool {
+        if seq != self.seen.load(Ordering::Relaxed) {
+            self.seen.store(seq, Ordering::Relaxed);
+            self.until
+                .store(now_ns.saturating_add(hold_ns), Ordering::Relaxed);
+            return true;
+        }
+        open > 0 || now_ns < self.until.load(Ordering::Relaxed)
+    }
+
+    /// Forget what was seen (a new board or slot).
+    pub fn reset(&self) {
+        self.seen.store(0, Ordering::Relaxed);
+        self.until.store(0, Ordering::Relaxed);
+    }
+}
+
+/// An inference shim's side: when it last bumped (its own clock).
+#[derive(Debug, Default)]
+pub struct Announcer {
+    last: AtomicU64,
+}
+
+impl Announcer {
+    /// Whether a launch at `now_ns` should bump the slot: the last bump is
+    /// older than a quarter of `hold_ns` (or there was none). Notes the bump.
+    #[inline(always)]
+    pub fn due(&self, now_ns: u64, hold_ns: u64) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        if last != 0 && now_ns.saturating_sub(last) < hold_ns / 4 {
+            return false;
+        }
+        self.last.store(now_ns.max(1), Ordering::Relaxed);
+        true
+    }
+
+    /// Forget the last bump (a new board or slot).
+    pub fn reset(&self) {
+        self.last.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::Mapping;
+
+    fn board(m: &Mapping) -> &Board {
+        // SAFETY: a fresh anonymous mapping of BOARD_LEN bytes, page-aligned.
+        unsafe { Board::init(m.as_ptr(), m.len()).unwrap() }
+    }
+
+    #[test]
+    fn slots_are_claimed_once_per_gpu_and_found_again() {
+        let m = Mapping::anonymous_shared(BOARD_LEN).unwrap();
+        let b = board(&m);
+        assert_eq!(b.find(7), None);
+        assert_eq!(b.claim(0), None, "GPU 0 (unknown) has no slot");
+        let a = b.claim(7).unwrap();
+        assert_eq!(b.claim(7), Some(a));
+        let c = b.claim(9).unwrap();
+        assert_ne!(a, c);
+        assert_eq!(b.find(9), Some(c));
+        // SAFETY: as above; the same memory read as a second view.
+        let again = unsafe { Board::from_raw(m.as_ptr(), m.len()).unwrap() };
+        assert_eq!(again.find(7), Some(a));
+        for g in 100..100 + BOARD_SLOTS as u64 - 2 {
+            assert!(b.claim(g).is_some());
+        }
+        assert_eq!(b.claim(5000), None, "a full board claims nothing");
+        assert!(b.slot(BOARD_SLOTS).is_none());
+    }
+
+    #[test]
+    fn a_foreign_or_old_board_is_refused() {
+        let m = Mapping::anonymous_shared(BOARD_LEN).unwrap();
+        // SAFETY: live, aligned mapping of BOARD_LEN bytes.
+        assert!(matches!(
+            unsafe { Board::from_raw(m.as_ptr(), m.len()) },
+            Err(Error::BoardHeader { magic: 0, .. })
+        ));
+        let b = board(&m);
+        b.header.version.store(BOARD_VERSION + 1, Ordering::Relaxed);
+        // SAFETY: as above.
+        assert!(matches!(
+            unsafe { Board::from_raw(m.as_ptr(), m.len()) },
+            Err(Error::BoardHeader { version, .. }) if version == BOARD_VERSION + 1
+        ));
+        // SAFETY: as above; too short a length is refused before any read.
+        assert!(matches!(
+            unsafe { Board::from_raw(m.as_ptr(), 64) },
+            Err(Error::RegionTooSmall { .. })
+        ));
+    }
+
+    #[test]
+    fn presence_holds_after_each_bump_and_while_requests_are_open() {
+        let m = Mapping::anonymous_shared(BOARD_LEN).unwrap();
+        let b = board(&m);
+        let s = b.slot(b.claim(3).unwrap()).unwrap();
+        let p = Presence::default();
+        let hold = 1_000;
+        assert!(!p.active(s.seq(), s.open(), 10_000, hold), "never bumped");
+        s.bump();
+        assert!(p.active(s.seq(), s.open(), 20_000, hold));
+        assert!(p.active(s.seq(), s.open(), 20_999, hold));
+        assert!(!p.active(s.seq(), s.open(), 21_000, hold), "hold over");
+        s.begin_request();
+        assert!(p.active(s.seq(), s.open(), 50_000, hold));
+        assert!(
+            p.active(s.seq(), s.open(), 90_000, hold),
+            "an open request keeps it active past the hold"
+        );
+        s.end_request();
+        assert!(p.active(s.seq(), s.open(), 90_500, hold), "the end bumped");
+        assert!(!p.active(s.seq(), s.open(), 91_500, hold));
+        // A dead client's open requests are repaired, never below zero.
+        s.begin_request();
+        s.begin_request();
+        b.end_requests(b.find(3).unwrap(), 5);
+        assert_eq!(s.open(), 0);
+    }
+
+    #[test]
+    fn announcer_bumps_at_the_first_launch_after_idle_and_a_few_times_per_hold() {
+        let a = Announcer::default();
+        let hold = 1_000_000;
+        assert!(a.due(5, hold), "first launch");
+        assert!(!a.due(100_000, hold));
+        assert!(a.due(250_005, hold), "a quarter hold later");
+        let bumps = (0..1000u64)
+            .filter(|i| a.due(250_005 + i * 10_000, hold))
+            .count();
+        // 10 ms of launches every 10 us: one bump per 250 us.
+        assert!((38..=41).contains(&bumps), "{bumps} bumps");
+    }
+}
