@@ -335,23 +335,23 @@ mod tests {
     #[test]
     fn a_foreign_or_old_board_is_refused() {
         let m = Mapping::anonymous_shared(BOARD_LEN).unwrap();
-        // SAFETY: live, aligned mapping of BOARD_LEN bytes.
+        let read = |len| {
+            // SAFETY: a live, aligned mapping of BOARD_LEN bytes; a shorter
+            // `len` is refused before any read.
+            unsafe { Board::from_raw(m.as_ptr(), len) }.map(|_| ())
+        };
         assert!(matches!(
-            unsafe { Board::from_raw(m.as_ptr(), m.len()) },
+            read(BOARD_LEN),
             Err(Error::BoardHeader { magic: 0, .. })
         ));
         let b = board(&m);
+        assert!(read(BOARD_LEN).is_ok());
         b.header.version.store(BOARD_VERSION + 1, Ordering::Relaxed);
-        // SAFETY: as above.
         assert!(matches!(
-            unsafe { Board::from_raw(m.as_ptr(), m.len()) },
+            read(BOARD_LEN),
             Err(Error::BoardHeader { version, .. }) if version == BOARD_VERSION + 1
         ));
-        // SAFETY: as above; too short a length is refused before any read.
-        assert!(matches!(
-            unsafe { Board::from_raw(m.as_ptr(), 64) },
-            Err(Error::RegionTooSmall { .. })
-        ));
+        assert!(matches!(read(64), Err(Error::RegionTooSmall { .. })));
     }
 
     #[test]
