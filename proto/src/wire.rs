@@ -1522,7 +1522,7 @@ mod tests {
             assert_eq!(Message::decode(&b), Ok(m));
         }
         let mut b = enc(&Message::Board(BoardMsg {
-            flags: 0xFF & BOARD_FLAG_WRITABLE,
+            flags: BOARD_FLAG_WRITABLE,
         }));
         b[HEADER_LEN] ^= 1;
         assert!(matches!(
