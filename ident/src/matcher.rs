@@ -76,7 +76,9 @@ impl Matcher<'_> {
     /// Whether it names a pod criterion (namespaces, labels, annotations).
     #[must_use]
     pub fn names_pod(&self) -> bool {
-        !self.namespaces.is_empty() || !self.pod_labels.is_empty() || !self.pod_annotations.is_empty()
+        !self.namespaces.is_empty()
+            || !self.pod_labels.is_empty()
+            || !self.pod_annotations.is_empty()
     }
 
     /// Whether a job of `uid`, running `exe`, in `cgroup`, in no known pod,
@@ -144,11 +146,7 @@ macro_rules! rule {
                 #[serde(default)]
                 pub pod_annotations: ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
             }
-            matcher {
-                namespaces: &self.namespaces,
-                pod_labels: &self.pod_labels,
-                pod_annotations: &self.pod_annotations,
-            }
+            matcher { namespaces, pod_labels, pod_annotations }
         }
     };
     (
@@ -156,7 +154,7 @@ macro_rules! rule {
         $vis:vis struct $name:ident {
             $($body:tt)*
         }
-        $(matcher { $($pod:tt)* })?
+        $(matcher { $($pod:ident),* })?
     ) => {
         $(#[$meta])*
         $vis struct $name {
@@ -175,13 +173,15 @@ macro_rules! rule {
         impl $name {
             /// This rule's criteria as a `tandem_ident::Matcher`.
             #[must_use]
+            // With `pods;` every field is named and the update is moot.
+            #[allow(clippy::needless_update)]
             pub fn matcher(&self) -> $crate::Matcher<'_> {
                 $crate::Matcher {
                     uids: &self.uids,
                     user_uids: &[],
                     executables: &self.executables,
                     cgroups: &self.cgroups,
-                    $($($pod)*)?
+                    $($($pod: &self.$pod,)*)?
                     ..$crate::Matcher::default()
                 }
             }

@@ -63,7 +63,9 @@ impl Placement {
     /// The container id's first 12 characters (what `crictl ps` shows).
     #[must_use]
     pub fn short_id(&self) -> Option<&str> {
-        self.container_id.as_deref().map(|id| &id[..id.len().min(12)])
+        self.container_id
+            .as_deref()
+            .map(|id| &id[..id.len().min(12)])
     }
 }
 
@@ -141,19 +143,16 @@ pub fn parse_cgroup_path(path: &str) -> Option<Placement> {
     // container's own sub-cgroups follow it); outside a pod, the first one at
     // all, but a bare id counts only under `docker` (`/docker/<id>`) or as the
     // last component, so that random hex in a service path is not taken.
-    let container = comps[search_from..]
-        .iter()
-        .enumerate()
-        .find_map(|(k, c)| {
-            let (id, rt) = container_component(c)?;
-            let i = search_from + k;
-            let plain_ok = pod_uid.is_some() || i + 1 == comps.len();
-            match rt {
-                Runtime::Unknown if i > 0 && comps[i - 1] == "docker" => Some((id, Runtime::Docker)),
-                Runtime::Unknown if !plain_ok => None,
-                _ => Some((id, rt)),
-            }
-        });
+    let container = comps[search_from..].iter().enumerate().find_map(|(k, c)| {
+        let (id, rt) = container_component(c)?;
+        let i = search_from + k;
+        let plain_ok = pod_uid.is_some() || i + 1 == comps.len();
+        match rt {
+            Runtime::Unknown if i > 0 && comps[i - 1] == "docker" => Some((id, Runtime::Docker)),
+            Runtime::Unknown if !plain_ok => None,
+            _ => Some((id, rt)),
+        }
+    });
     if pod_uid.is_none() && container.is_none() {
         return None;
     }
@@ -221,20 +220,47 @@ mod tests {
     fn cgroupfs_driver_paths_v1_and_v2() {
         // The kubelet's cgroupfs driver: the same path in every v1 hierarchy
         // and in the v2 one (containerd, docker: bare id; CRI-O: crio-<id>).
-        check(&format!("/kubepods/besteffort/pod{UID}/{ID}"), "besteffort", Runtime::Unknown);
-        check(&format!("/kubepods/burstable/pod{UID}/{ID}"), "burstable", Runtime::Unknown);
-        check(&format!("/kubepods/pod{UID}/{ID}"), "guaranteed", Runtime::Unknown);
-        check(&format!("/kubepods/burstable/pod{UID}/crio-{ID}"), "burstable", Runtime::CriO);
+        check(
+            &format!("/kubepods/besteffort/pod{UID}/{ID}"),
+            "besteffort",
+            Runtime::Unknown,
+        );
+        check(
+            &format!("/kubepods/burstable/pod{UID}/{ID}"),
+            "burstable",
+            Runtime::Unknown,
+        );
+        check(
+            &format!("/kubepods/pod{UID}/{ID}"),
+            "guaranteed",
+            Runtime::Unknown,
+        );
+        check(
+            &format!("/kubepods/burstable/pod{UID}/crio-{ID}"),
+            "burstable",
+            Runtime::CriO,
+        );
     }
 
     #[test]
     fn systemd_driver_paths_per_runtime() {
-        let pod = format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice"
+        let pod =
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice");
+        check(
+            &format!("{pod}/cri-containerd-{ID}.scope"),
+            "burstable",
+            Runtime::Containerd,
         );
-        check(&format!("{pod}/cri-containerd-{ID}.scope"), "burstable", Runtime::Containerd);
-        check(&format!("{pod}/crio-{ID}.scope"), "burstable", Runtime::CriO);
-        check(&format!("{pod}/docker-{ID}.scope"), "burstable", Runtime::Docker);
+        check(
+            &format!("{pod}/crio-{ID}.scope"),
+            "burstable",
+            Runtime::CriO,
+        );
+        check(
+            &format!("{pod}/docker-{ID}.scope"),
+            "burstable",
+            Runtime::Docker,
+        );
         // Guaranteed pods sit directly under kubepods.slice.
         check(
             &format!("/kubepods.slice/kubepods-pod{UID_}.slice/crio-{ID}.scope"),
@@ -281,7 +307,10 @@ mod tests {
         assert_eq!(p.pod_uid.as_deref(), Some(UID));
         assert_eq!(p.container_id, None);
         // Docker outside Kubernetes, both drivers.
-        for path in [format!("/system.slice/docker-{ID}.scope"), format!("/docker/{ID}")] {
+        for path in [
+            format!("/system.slice/docker-{ID}.scope"),
+            format!("/docker/{ID}"),
+        ] {
             let p = at(&path);
             assert_eq!(p.pod_uid, None, "{path}");
             assert_eq!(p.container_id.as_deref(), Some(ID), "{path}");
@@ -290,7 +319,10 @@ mod tests {
         assert_eq!(at(&format!("/docker/{ID}")).short_id(), Some(&ID[..12]));
         // Static pods' UIDs are 32 hex digits.
         let st = "6d1b0c4a8d5b6a0e9f3c2b1a09876543";
-        assert_eq!(at(&format!("/kubepods/pod{st}/{ID}")).pod_uid.as_deref(), Some(st));
+        assert_eq!(
+            at(&format!("/kubepods/pod{st}/{ID}")).pod_uid.as_deref(),
+            Some(st)
+        );
     }
 
     #[test]
@@ -315,10 +347,7 @@ mod tests {
     fn proc_cgroup_prefers_the_line_that_names_a_container() {
         // cgroup v2 only.
         let v2 = format!("0::/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{ID}.scope\n");
-        assert_eq!(
-            cgroup_of_proc(&v2).as_deref(),
-            Some(&v2[3..v2.len() - 1])
-        );
+        assert_eq!(cgroup_of_proc(&v2).as_deref(), Some(&v2[3..v2.len() - 1]));
         // Hybrid (v1 controllers + an empty v2 line), as on this kind of host.
         let hybrid = format!(
             "12:memory:/kubepods/burstable/pod{UID}/{ID}\n1:name=systemd:/kubepods/burstable/pod{UID}/{ID}\n0::/\n"
