@@ -124,37 +124,43 @@ fn pidns_of(pid: &str) -> Option<u64> {
     s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
-/// tandemd's own pid namespace and pod (read once).
-fn own() -> &'static (Option<u64>, Option<String>) {
-    static OWN: OnceLock<(Option<u64>, Option<String>)> = OnceLock::new();
+/// tandemd's own pid namespace and placement (read once).
+fn own() -> &'static (Option<u64>, Option<Placement>) {
+    static OWN: OnceLock<(Option<u64>, Option<Placement>)> = OnceLock::new();
     OWN.get_or_init(|| {
-        let pod = std::fs::read_to_string("/proc/self/cgroup")
+        let placement = std::fs::read_to_string("/proc/self/cgroup")
             .ok()
             .and_then(|t| tandem_ident::cgroup_of_proc(&t))
-            .and_then(|c| tandem_ident::parse_cgroup_path(&c))
-            .and_then(|p| p.pod_uid);
-        (pidns_of("self"), pod)
+            .and_then(|c| tandem_ident::parse_cgroup_path(&c));
+        (pidns_of("self"), placement)
     })
 }
 
+/// Whether `p` is in tandemd's own pod (or, outside pods, its own container).
+fn same_place(p: &Placement, own: Option<&Placement>) -> bool {
+    let Some(own) = own else { return false };
+    match (&p.pod_uid, &own.pod_uid) {
+        (Some(a), Some(b)) => a == b,
+        (None, None) => p.container_id == own.container_id,
+        _ => false,
+    }
+}
+
 /// Whether a peer in pid namespace `peer_ns`, placed at `placement`, runs in
-/// a container as tandemd sees it (`own_ns`, `own_pod`: tandemd's own): a
-/// pid namespace other than tandemd's, or a pod or container cgroup other
-/// than tandemd's own pod (an operator's `kubectl exec` into tandemd's pod is
-/// the node's operator). Unknown namespaces count as the same.
+/// a container as tandemd sees it (`own_ns`, `own`: tandemd's own): a pid
+/// namespace other than tandemd's, or a pod or container cgroup other than
+/// tandemd's own (an operator's `kubectl exec` into tandemd's pod is the
+/// node's operator). Unknown namespaces count as the same.
 #[must_use]
 pub fn contained(
     peer_ns: Option<u64>,
     placement: Option<&Placement>,
     own_ns: Option<u64>,
-    own_pod: Option<&str>,
+    own: Option<&Placement>,
 ) -> bool {
     let other_ns = matches!((peer_ns, own_ns), (Some(a), Some(b)) if a != b);
-    let other_pod = placement.is_some_and(|p| match (p.pod_uid.as_deref(), own_pod) {
-        (Some(a), Some(b)) => a != b,
-        _ => true,
-    });
-    other_ns || other_pod
+    let other_place = placement.is_some_and(|p| !same_place(p, own));
+    other_ns || other_place
 }
 
 /// The container view of `pid`, whose cgroup path is `cgroup`, with pod
@@ -163,8 +169,8 @@ pub fn contained(
 pub fn view(pid: u32, cgroup: Option<&str>, pod_info_dir: &str, euid: u32) -> ContainerView {
     let placement = cgroup.and_then(tandem_ident::parse_cgroup_path);
     let pidns = pidns_of(&pid.to_string());
-    let (own_ns, own_pod) = own();
-    let contained = contained(pidns, placement.as_ref(), *own_ns, own_pod.as_deref());
+    let (own_ns, own_place) = own();
+    let contained = contained(pidns, placement.as_ref(), *own_ns, own_place.as_ref());
     let info = placement
         .as_ref()
         .and_then(|p| p.pod_uid.as_deref())
@@ -249,20 +255,28 @@ mod tests {
         // A pod's cgroup, even sharing the host pid namespace (hostPID pods).
         assert!(contained(Some(1), Some(&placed(Some("a"))), Some(1), None));
         // tandemd's own pod (kubectl exec into it): the operator.
+        let own = placed(Some("a"));
         assert!(!contained(
             Some(1),
             Some(&placed(Some("a"))),
             Some(1),
-            Some("a")
+            Some(&own)
         ));
         assert!(contained(
             Some(1),
             Some(&placed(Some("b"))),
             Some(1),
-            Some("a")
+            Some(&own)
         ));
-        // A container with no pod (docker).
+        // A container with no pod (docker), and tandemd's own container.
         assert!(contained(Some(1), Some(&placed(None)), Some(1), None));
+        assert!(!contained(
+            Some(1),
+            Some(&placed(None)),
+            Some(1),
+            Some(&placed(None))
+        ));
+        assert!(contained(Some(1), Some(&placed(None)), Some(1), Some(&own)));
     }
 
     #[test]
