@@ -226,8 +226,17 @@ def check_dashboard():
         f"({', '.join(tandem)}); external: {sorted(wanted & EXTERNAL_METRICS)}")
 
 
+def check_unit():
+    """The systemd unit must not hide MPS's pipe directory (/tmp/nvidia-mps)."""
+    unit = (ROOT / "scripts" / "tandemd.service").read_text()
+    bad = [l for l in unit.splitlines() if re.match(r"\s*(PrivateTmp|TemporaryFileSystem)\s*=\s*(yes|true|1|/tmp)", l)]
+    if bad:
+        sys.exit(f"deploy-check: scripts/tandemd.service hides /tmp (MPS's pipe directory): {bad}")
+
+
 def main():
     update = "--update" in sys.argv[1:]
+    check_unit()
     check_dashboard()
     t = tools()
     if t is None:
