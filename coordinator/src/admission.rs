@@ -1,12 +1,18 @@
 //! Admission: who gets which class. Operator overrides first, then the
 //! claim checked against `[policy.inference]`. Identity comes from the kernel
-//! (SO_PEERCRED, /proc), never from what the client says about itself.
+//! (SO_PEERCRED, /proc) and, for a job in a pod, from the container runtime
+//! through the injector's record ([`crate::containers`]), never from what
+//! the client says about itself. Root in a container is not root: only the
+//! rules that name it (`anyone`, uids, cgroups, namespaces, labels) let a
+//! contained job claim inference.
 
 use tandem_proto::wire::ClientClass;
 
 use crate::config::{AutoClass, Config, GrantClass};
+use crate::containers::ContainerView;
 use crate::sock::PeerCred;
 pub use tandem_ident::{cgroup_under, exe_and_cgroup_match};
+use tandem_ident::{selector_holds, Job};
 
 /// What the kernel says about a peer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,24 +27,27 @@ pub struct Who {
     pub groups: Vec<u32>,
     /// `/proc/PID/exe`, if readable.
     pub exe: Option<String>,
-    /// The cgroup v2 path (`0::` line of /proc/PID/cgroup), if readable.
+    /// The cgroup path (/proc/PID/cgroup: the v2 line, or on a cgroup v1
+    /// host the line that names the pod and container), if readable.
     pub cgroup: Option<String>,
+    /// The container it runs in, if any (pod, container, pod metadata).
+    pub container: ContainerView,
 }
 
 impl Who {
-    /// Read what /proc says about `cred.pid`; unreadable parts stay `None`.
+    /// Read what /proc says about `cred.pid`, and the injector's record of
+    /// its pod under `pod_info_dir` ("" = none), for a daemon running as
+    /// `euid`; unreadable parts stay `None`.
     #[must_use]
-    pub fn from_proc(cred: PeerCred) -> Who {
+    pub fn from_proc(cred: PeerCred, pod_info_dir: &str, euid: u32) -> Who {
         let base = format!("/proc/{}", cred.pid);
         let exe = std::fs::read_link(format!("{base}/exe"))
             .ok()
             .map(|p| p.to_string_lossy().into_owned());
         let cgroup = std::fs::read_to_string(format!("{base}/cgroup"))
             .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("0::").map(str::to_string))
-            });
+            .and_then(|s| tandem_ident::cgroup_of_proc(&s));
+        let container = crate::containers::view(cred.pid, cgroup.as_deref(), pod_info_dir, euid);
         let groups = std::fs::read_to_string(format!("{base}/status"))
             .ok()
             .and_then(|s| {
@@ -58,6 +67,34 @@ impl Who {
             groups,
             exe,
             cgroup,
+            container,
+        }
+    }
+
+    /// What rules match against.
+    #[must_use]
+    pub fn job(&self) -> Job<'_> {
+        Job {
+            uid: self.uid,
+            exe: self.exe.as_deref(),
+            cgroup: self.cgroup.as_deref(),
+            pod: self.container.pod.as_ref(),
+        }
+    }
+
+    /// Runs in a container: its uid 0 is not the host's root.
+    #[must_use]
+    pub fn contained(&self) -> bool {
+        self.container.contained
+    }
+
+    /// `uid N`, or `uid N in pod NS/NAME` / `uid N in a container`.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match (&self.container.pod, self.contained()) {
+            (Some(p), _) => format!("uid {} in pod {}/{}", self.uid, p.namespace, p.name),
+            (None, true) => format!("uid {} in a container", self.uid),
+            (None, false) => format!("uid {}", self.uid),
         }
     }
 }
@@ -93,12 +130,14 @@ pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -
         // A validated override names exactly one criterion; one naming
         // none matches no one.
         let m = o.matcher();
-        let hit = !m.is_empty() && m.matches(who.uid, who.exe.as_deref(), who.cgroup.as_deref());
+        let hit = !m.is_empty() && m.matches_job(&who.job());
         if hit {
             let what = if let Some(e) = &o.exe {
                 format!("exe {e}")
             } else if let Some(u) = o.uid {
                 format!("uid {u}")
+            } else if let Some(n) = &o.namespace {
+                format!("namespace {n}")
             } else {
                 format!("cgroup {}", o.cgroup.as_deref().unwrap_or(""))
             };
@@ -127,8 +166,8 @@ pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -
                 None => Decision::fixed(
                     ClientClass::Training,
                     format!(
-                        "auto: uid {} may not claim inference (see [policy.inference]): training",
-                        who.uid
+                        "auto: {} may not claim inference (see [policy.inference]): training",
+                        who.describe()
                     ),
                 ),
             },
@@ -141,8 +180,8 @@ pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -
             None => Decision::fixed(
                 GrantClass::Training.into(),
                 format!(
-                    "claimed inference, not allowed for uid {} (see [policy.inference] in tandemd.toml): granted training",
-                    who.uid
+                    "claimed inference, not allowed for {} (see [policy.inference] in tandemd.toml): granted training",
+                    who.describe()
                 ),
             ),
         },
@@ -151,11 +190,20 @@ pub fn decide(cfg: &Config, daemon_euid: u32, who: &Who, claimed: ClientClass) -
 
 fn inference_allowed(cfg: &Config, daemon_euid: u32, who: &Who) -> Option<String> {
     let a = &cfg.policy.inference;
-    if who.uid == 0 {
+    // Privilege is the host's: root in a container is not root.
+    if who.uid == 0 && !who.contained() {
         return Some("root".into());
     }
-    if who.uid == daemon_euid {
+    if who.uid == daemon_euid && !who.contained() {
         return Some("same user as tandemd".into());
+    }
+    if let Some(p) = &who.container.pod {
+        if a.namespaces.contains(&p.namespace) {
+            return Some(format!("namespace {} listed", p.namespace));
+        }
+        if !a.pod_labels.is_empty() && selector_holds(&a.pod_labels, &p.labels) {
+            return Some("pod labels match policy.inference.pod_labels".into());
+        }
     }
     if a.anyone {
         return Some("policy.inference.anyone".into());
@@ -195,7 +243,54 @@ mod tests {
             groups: vec![100, 44],
             exe: Some("/usr/bin/python3".into()),
             cgroup: Some("/serving.slice/a.service".into()),
+            container: ContainerView::default(),
         }
+    }
+
+    fn in_pod(uid: u32, namespace: &str) -> Who {
+        let mut w = who(uid);
+        w.container.contained = true;
+        w.container.pod = Some(tandem_ident::PodMeta {
+            namespace: namespace.into(),
+            name: "p".into(),
+            labels: [("app".to_string(), "llm".to_string())].into(),
+            ..Default::default()
+        });
+        w
+    }
+
+    #[test]
+    fn root_in_a_container_is_not_root() {
+        let mut cfg = Config::default();
+        let d = decide(&cfg, 0, &in_pod(0, "batch"), ClientClass::Inference);
+        assert_eq!(d.class, ClientClass::Training, "{}", d.reason);
+        assert!(d.reason.contains("uid 0 in pod batch/p"), "{}", d.reason);
+        // tandemd's own uid inside a container is not tandemd's user either.
+        assert_eq!(
+            decide(&cfg, 1000, &in_pod(1000, "batch"), ClientClass::Inference).class,
+            ClientClass::Training
+        );
+        // The operator names namespaces or labels that may claim it.
+        cfg.policy.inference.namespaces = vec!["serving".into()];
+        assert_eq!(
+            decide(&cfg, 0, &in_pod(0, "serving"), ClientClass::Inference).class,
+            ClientClass::Inference
+        );
+        assert_eq!(
+            decide(&cfg, 0, &in_pod(0, "batch"), ClientClass::Inference).class,
+            ClientClass::Training
+        );
+        cfg.policy.inference.pod_labels = [("app".to_string(), "llm".to_string())].into();
+        let d = decide(&cfg, 0, &in_pod(0, "batch"), ClientClass::Inference);
+        assert_eq!(d.class, ClientClass::Inference, "{}", d.reason);
+        // Overrides may name a namespace.
+        cfg.policy.overrides.push(Override {
+            namespace: Some("batch".into()),
+            ..Override::default()
+        });
+        let d = decide(&cfg, 0, &in_pod(0, "batch"), ClientClass::Inference);
+        assert_eq!(d.class, ClientClass::Training, "{}", d.reason);
+        assert!(d.reason.contains("namespace batch"), "{}", d.reason);
     }
 
     #[test]
@@ -239,9 +334,8 @@ mod tests {
         );
         cfg.policy.overrides.push(Override {
             exe: Some("/usr/bin/python3".into()),
-            uid: None,
-            cgroup: None,
             class: GrantClass::Inference,
+            ..Override::default()
         });
         let d = decide(&cfg, 0, &who(5), ClientClass::Training);
         assert_eq!(d.class, ClientClass::Inference);

@@ -46,13 +46,26 @@ handshake_timeout_ms = 1000
 max_clients = 1024
 
 # Users (numeric uids) who may run control operations (reload, set-class)
-# besides root and the user tandemd runs as.
+# besides root and the user tandemd runs as. A process in a container (its
+# own pid namespace, or a pod's cgroup) never may, whatever its uid.
 admins = []
 
 [stats]
-# Also serve GET /stats and GET /metrics over TCP, e.g. "127.0.0.1:9464".
+# Also serve GET /metrics over TCP, e.g. "0.0.0.0:9464" for Prometheus.
 # Empty: only the unix socket stats.sock beside the main socket.
 tcp_listen = ""
+# Also serve GET /stats (executables, uids, cgroups, pods, kernel names) on
+# tcp_listen. The TCP port has no authentication: keep this off unless the
+# address is reachable only by those who may see that.
+tcp_serves_stats = false
+
+# Kubernetes: where the injector (tandem-nri) records each pod's namespace,
+# name, labels and annotations, as the container runtime reports them, for
+# the rules below that name namespaces, pod_labels or pod_annotations. Empty:
+# no records; such rules then match no job. A job's pod UID and container id
+# come from its cgroup path either way.
+[kubernetes]
+pod_info_dir = ""
 
 [policy]
 # The class a client that claims "auto" (TANDEM_CLASS unset) is granted:
@@ -64,19 +77,24 @@ tcp_listen = ""
 auto_class = "detect"
 
 # Who may claim the inference class. root and the user tandemd runs as always
-# may; anyone else needs to match one of these (uid, gid including supplementary
-# groups, cgroup path prefix, or exact executable path, as the kernel reports
-# them, never as the client says). A disallowed claim is granted "training"
-# and the reason is shown in the stats.
+# may, outside containers; anyone else (root in a container included) needs
+# to match one of these (uid, gid including supplementary groups, cgroup path
+# prefix, exact executable path, the pod's namespace, or all of pod_labels,
+# e.g. { "tandem.io/class" = "inference" }), as the kernel and the container
+# runtime report them, never as the client says. A disallowed claim is
+# granted "training" and the reason is shown in the stats.
 [policy.inference]
 anyone = false
 uids = []
 gids = []
 cgroups = []
 exes = []
+namespaces = []
+pod_labels = {}
 
 # Operator overrides, first match wins, whatever the job claims. Each entry
-# names exactly one of exe (exact path), uid, or cgroup (path prefix), and a class:
+# names exactly one of exe (exact path), uid, cgroup (path prefix) or
+# namespace (of the job's pod), and a class:
 #
 # [[policy.override]]
 # exe = "/opt/serving/bin/server"
@@ -84,6 +102,10 @@ exes = []
 #
 # [[policy.override]]
 # cgroup = "/system.slice/batch.slice"
+# class = "training"
+#
+# [[policy.override]]
+# namespace = "batch"
 # class = "training"
 
 # When training may launch on a GPU shared with inference (the gates). Times in
@@ -154,17 +176,25 @@ timeout_ms = 5000
 max_candidates_per_client = 262144
 
 # Trust groups: only processes in one group ever share memory. A process
-# matching no group is in the group of its own user id ("uid:<uid>"):
-# processes of one user can already read each other. A group matches when
-# every criterion it lists matches (users and uids together are one
-# criterion); the first matching group wins. Identity is what the kernel
-# reports (uid, /proc/PID/exe, /proc/PID/cgroup), never what the job claims.
+# matching no group is in the group of its own pod ("pod:<pod uid>"), of its
+# container outside Kubernetes ("container:<id>"), or, on the host, of its
+# user id ("uid:<uid>": processes of one user can already read each other);
+# never "all uid 0". A group matches when every criterion it lists matches
+# (users and uids together are one criterion); the first matching group
+# wins. Identity is what the kernel reports (uid, /proc/PID/exe,
+# /proc/PID/cgroup) and, for pods, what the container runtime recorded
+# (namespaces, pod_labels, pod_annotations), never what the job claims.
 #
 # [[dedup.group]]
 # name = "models"
 # users = ["alice"]          # and/or uids = [1000]
 # executables = ["/usr/bin/python3"]
-# cgroups = ["/kubepods/inference"]   # cgroup path prefix
+# cgroups = ["/system.slice/serving.slice"]   # cgroup path prefix
+#
+# [[dedup.group]]
+# name = "llm-replicas"
+# namespaces = ["serving"]
+# pod_labels = { app = "llm" }
 
 # Follow mode: a job shares a named region of its device memory (e.g. a
 # training job's live weights, through tandem_follow_offer), and jobs of the
@@ -180,12 +210,13 @@ max_regions_per_client = 16
 "#;
 
 /// A class the operator may grant ("auto" is a claim, not a grant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GrantClass {
     /// Latency-sensitive.
     Inference,
     /// Throughput.
+    #[default]
     Training,
 }
 
@@ -216,6 +247,8 @@ pub struct Config {
     pub admins: Vec<u32>,
     /// Stats serving.
     pub stats: StatsConfig,
+    /// `[kubernetes]`: the injector's pod records.
+    pub kubernetes: crate::containers::KubernetesConfig,
     /// Class policy.
     pub policy: PolicyConfig,
     /// `[scheduler]`: the gate policy's parameters.
@@ -232,6 +265,8 @@ pub struct Config {
 pub struct StatsConfig {
     /// Optional TCP address for the stats HTTP server ("" = off).
     pub tcp_listen: String,
+    /// Serve `/stats` on the TCP address too (else only `/metrics`).
+    pub tcp_serves_stats: bool,
 }
 
 /// What a client claiming "auto" gets (`[policy] auto_class`).
@@ -283,10 +318,14 @@ pub struct InferenceAllow {
     pub cgroups: Vec<String>,
     /// These executables may.
     pub exes: Vec<String>,
+    /// Jobs in pods of these namespaces may.
+    pub namespaces: Vec<String>,
+    /// Jobs in pods carrying all these labels may (empty: no criterion).
+    pub pod_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// `[[policy.override]]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Override {
     /// Exact executable path.
@@ -298,12 +337,15 @@ pub struct Override {
     /// cgroup path prefix.
     #[serde(default)]
     pub cgroup: Option<String>,
+    /// Namespace of the job's pod.
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// The class to grant.
     pub class: GrantClass,
 }
 
 impl Override {
-    /// Its criterion as a [`Matcher`]: the one of `exe`, `uid`, `cgroup` it
+    /// Its criterion as a [`Matcher`]: the one of `exe`, `uid`, `cgroup`, `namespace` it
     /// names (validation allows exactly one).
     #[must_use]
     pub fn matcher(&self) -> Matcher<'_> {
@@ -312,6 +354,8 @@ impl Override {
             user_uids: &[],
             executables: self.exe.as_slice(),
             cgroups: self.cgroup.as_slice(),
+            namespaces: self.namespace.as_slice(),
+            ..Matcher::default()
         }
     }
 }
@@ -326,6 +370,7 @@ impl Default for Config {
             max_clients: 1024,
             admins: Vec::new(),
             stats: StatsConfig::default(),
+            kubernetes: Default::default(),
             policy: PolicyConfig::default(),
             scheduler: SchedConfig::default(),
             dedup: DedupConfig::default(),
@@ -474,11 +519,12 @@ impl Config {
         for (i, o) in self.policy.overrides.iter().enumerate() {
             let n = usize::from(o.exe.is_some())
                 + usize::from(o.uid.is_some())
-                + usize::from(o.cgroup.is_some());
+                + usize::from(o.cgroup.is_some())
+                + usize::from(o.namespace.is_some());
             if n != 1 {
                 return Err((
                     format!("policy.override[{i}]"),
-                    format!("names {n} of exe, uid, cgroup; an override must name exactly one"),
+                    format!("names {n} of exe, uid, cgroup, namespace; an override must name exactly one"),
                 ));
             }
         }
@@ -511,51 +557,8 @@ pub fn parse_level(s: &str) -> Option<tracing::Level> {
     }
 }
 
-fn line_col(text: &str, at: usize) -> (usize, usize) {
-    let at = at.min(text.len());
-    let before = &text.as_bytes()[..at];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let col = at
-        - before
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1)
-        + 1;
-    (line, col)
-}
-
-/// The dotted key whose line holds byte `at`: `[table]` headers above it plus
-/// the bare key before `=` on its line (a heuristic good for this file's shape).
-fn key_at(text: &str, at: usize) -> Option<String> {
-    let at = at.min(text.len());
-    let start = text[..at].rfind('\n').map_or(0, |p| p + 1);
-    let line = text[start..].lines().next().unwrap_or("").trim();
-    let mut table = String::new();
-    for l in text[..start].lines() {
-        let l = l.trim();
-        if let Some(h) = l.strip_prefix("[[").and_then(|h| h.strip_suffix("]]")) {
-            table = h.trim().to_string();
-        } else if let Some(h) = l.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-            table = h.trim().to_string();
-        }
-    }
-    let key = if line.starts_with('[') {
-        line.trim_matches(|c| c == '[' || c == ']')
-            .trim()
-            .to_string()
-    } else {
-        let k = line.split('=').next().unwrap_or("").trim();
-        if k.is_empty() {
-            return if table.is_empty() { None } else { Some(table) };
-        }
-        if table.is_empty() {
-            k.to_string()
-        } else {
-            format!("{table}.{k}")
-        }
-    };
-    Some(key)
-}
+mod locate;
+use locate::{key_at, line_col};
 
 #[cfg(test)]
 mod tests;

@@ -25,6 +25,7 @@
 //! * [`state`] — per-client and per-GPU statistics; the stats snapshot's shape.
 //! * [`stats_http`] and [`metrics`] — `GET /stats` (JSON) and `GET /metrics` (Prometheus).
 //! * [`control`] — who may run control operations.
+//! * [`containers`] — identity in containers: pod, container, contained root.
 //! * [`client`] — the client side of both sockets (tandemctl, tests).
 //! * [`notify`] — `sd_notify`.
 //! * [`sock`] — unix sockets and epoll over libc.
@@ -36,6 +37,7 @@ pub mod autoclass;
 pub mod client;
 pub mod clients;
 pub mod config;
+pub mod containers;
 pub mod control;
 pub mod ctl;
 pub mod daemon;

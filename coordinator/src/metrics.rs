@@ -1,4 +1,11 @@
 //! Prometheus text exposition (format 0.0.4) of a [`Snapshot`].
+//!
+//! Per-client series carry `client`, `pid`, `class`, `exe`, and where known
+//! the `namespace`, `pod` and `container` of the job and the `UUID` of its
+//! GPU, named as the DCGM exporter names them so that the two join
+//! (`on (UUID)`, `on (namespace, pod)`).
+
+mod fleet;
 
 use std::fmt::Write;
 
@@ -21,13 +28,35 @@ pub fn escape_label(v: &str) -> String {
 }
 
 fn labels(c: &ClientSnapshot) -> String {
-    format!(
+    let mut l = format!(
         "client=\"{}\",pid=\"{}\",class=\"{}\",exe=\"{}\"",
         c.id,
         c.pid,
         escape_label(&c.class),
         escape_label(&c.exe)
-    )
+    );
+    let pod = c.pod.as_ref();
+    let container = pod.and_then(|p| {
+        p.container.clone().or_else(|| {
+            p.container_id
+                .as_ref()
+                .map(|id| id[..id.len().min(12)].to_string())
+        })
+    });
+    for (name, value) in [
+        ("namespace", pod.and_then(|p| p.namespace.clone())),
+        (
+            "pod",
+            pod.and_then(|p| p.name.clone().or_else(|| p.uid.clone())),
+        ),
+        ("container", container),
+        ("UUID", c.gpu.clone()),
+    ] {
+        if let Some(v) = value {
+            let _ = write!(l, ",{name}=\"{}\"", escape_label(&v));
+        }
+    }
+    l
 }
 
 fn header(out: &mut String, name: &str, ty: &str, help: &str) {
@@ -165,6 +194,7 @@ pub fn render(s: &Snapshot) -> String {
     }
     dedup(&mut out, s);
     follow(&mut out, s);
+    fleet::render(&mut out, s);
     header(
         &mut out,
         "tandem_gpu_training_share",

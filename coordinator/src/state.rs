@@ -261,6 +261,10 @@ pub struct GpuSnapshot {
     /// (the scheduler's view; null while it tracks no client there).
     #[serde(default)]
     pub training_share: Option<f64>,
+    /// Whether an inference request is active on it now (the scheduler's
+    /// view; null while it tracks no client there).
+    #[serde(default)]
+    pub inference_active: Option<bool>,
     /// Weight deduplication on it (`dedup_*` fields).
     #[serde(flatten)]
     pub dedup: GpuDedupStats,
@@ -354,6 +358,9 @@ pub struct ClientSnapshot {
     /// Follow mode.
     #[serde(default)]
     pub follow: ClientFollow,
+    /// The pod and container it runs in (null: a host process).
+    #[serde(default)]
+    pub pod: Option<crate::containers::PodSnapshot>,
 }
 
 /// The scheduler's view of one client (`"sched"` in `GET /stats`).
@@ -385,6 +392,13 @@ pub struct SchedStats {
     /// training clients only).
     #[serde(default)]
     pub mark_every_ns: u64,
+    /// Completed requests since registration, cumulative per latency bound
+    /// (`tandem_sched::LATENCY_BUCKETS_NS`, then +Inf).
+    #[serde(default)]
+    pub latency_buckets: Vec<u64>,
+    /// Sum of those requests' latencies, ns.
+    #[serde(default)]
+    pub latency_sum_ns: u64,
 }
 
 /// Daemon-wide counters.
@@ -412,6 +426,10 @@ pub struct Totals {
     pub reloads: u64,
     /// Configuration reloads that failed (old configuration kept).
     pub reload_failures: u64,
+    /// Connections refused for a protocol version other than tandemd's, by
+    /// the peer's version (a shim from another release: rolling upgrades).
+    #[serde(default)]
+    pub version_mismatches: std::collections::BTreeMap<String, u64>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! A tiny HTTP/1.1 server for stats: `GET /stats` (JSON), `GET /metrics`
 //! (Prometheus text 0.0.4), anything else 404 with a help text. One request
 //! per connection (`Connection: close`), requests limited to 8 KiB and 2 s.
+//! The optional TCP listener has no authentication, so it serves only
+//! `/metrics` unless `[stats] tcp_serves_stats` says otherwise: `/stats`
+//! names executables, uids, cgroups, pods and kernels.
 
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
@@ -81,8 +84,11 @@ fn respond<S: Write>(s: &mut S, code: u16, reason: &str, ctype: &str, body: &str
     let _ = s.flush();
 }
 
-/// Read the head of one request (bounded), answer it.
-pub fn handle<S: Read + Write>(s: &mut S, shared: &Shared) {
+const TCP_NO_STATS: &str = "GET /stats is not served over TCP (it names executables, uids, pods and kernels, and TCP has no authentication): use stats.sock, or set [stats] tcp_serves_stats = true\n";
+
+/// Read the head of one request (bounded), answer it; `tcp`: it came over
+/// the TCP listener.
+pub fn handle<S: Read + Write>(s: &mut S, shared: &Shared, tcp: bool) {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let head_end = loop {
@@ -126,6 +132,9 @@ pub fn handle<S: Read + Write>(s: &mut S, shared: &Shared) {
     let head = &buf[..head_end];
     let head_only = head.starts_with(b"HEAD ");
     match route(head) {
+        Route::Stats if tcp && !shared.config().stats.tcp_serves_stats => {
+            respond(s, 404, "Not Found", "text/plain", TCP_NO_STATS, head_only);
+        }
         Route::Stats => {
             let body = serde_json::to_string_pretty(&shared.snapshot()).unwrap_or_default() + "\n";
             respond(s, 200, "OK", "application/json", &body, head_only);
@@ -195,7 +204,7 @@ pub fn serve(shared: Arc<Shared>, unix: UnixListener, tcp: Option<TcpListener>, 
             return;
         }
         while let Ok((s, _)) = unix.accept() {
-            spawn(&shared, &active, s, |s| {
+            spawn(&shared, &active, s, false, |s| {
                 s.set_nonblocking(false)?;
                 s.set_read_timeout(Some(IO_TIMEOUT))?;
                 s.set_write_timeout(Some(IO_TIMEOUT))
@@ -203,7 +212,7 @@ pub fn serve(shared: Arc<Shared>, unix: UnixListener, tcp: Option<TcpListener>, 
         }
         if let Some(t) = &tcp {
             while let Ok((s, _)) = t.accept() {
-                spawn(&shared, &active, s, |s| {
+                spawn(&shared, &active, s, true, |s| {
                     s.set_nonblocking(false)?;
                     s.set_read_timeout(Some(IO_TIMEOUT))?;
                     s.set_write_timeout(Some(IO_TIMEOUT))
@@ -213,7 +222,7 @@ pub fn serve(shared: Arc<Shared>, unix: UnixListener, tcp: Option<TcpListener>, 
     }
 }
 
-fn spawn<S, F>(shared: &Arc<Shared>, active: &Arc<AtomicUsize>, mut s: S, setup: F)
+fn spawn<S, F>(shared: &Arc<Shared>, active: &Arc<AtomicUsize>, mut s: S, tcp: bool, setup: F)
 where
     S: Read + Write + Send + 'static,
     F: FnOnce(&S) -> io::Result<()>,
@@ -238,7 +247,7 @@ where
     let r = std::thread::Builder::new()
         .name("tandemd-http".into())
         .spawn(move || {
-            handle(&mut s, &shared);
+            handle(&mut s, &shared, tcp);
             active2.fetch_sub(1, Ordering::AcqRel);
         });
     if let Err(e) = r {

@@ -7,8 +7,50 @@
 //! [`rule!`]). Nothing here does I/O.
 
 mod matcher;
+mod placement;
 
 pub use matcher::Matcher;
+pub use placement::{cgroup_of_proc, parse_cgroup_path, Placement, Runtime};
+
+use std::collections::BTreeMap;
+
+/// A pod's metadata as the node's injector recorded it from the container
+/// runtime (never from the pod itself): what rules on namespaces, labels and
+/// annotations match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What a rule is matched against: a job as the kernel (and, for its pod,
+/// the runtime) describes it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Job<'a> {
+    /// uid (SO_PEERCRED).
+    pub uid: u32,
+    /// `/proc/PID/exe`, if readable.
+    pub exe: Option<&'a str>,
+    /// The cgroup path, if readable.
+    pub cgroup: Option<&'a str>,
+    /// The pod's metadata, when the job runs in a pod the injector recorded.
+    pub pod: Option<&'a PodMeta>,
+}
+
+/// Whether every `key = value` of `selector` is in `map` (an empty selector
+/// holds for every map).
+#[must_use]
+pub fn selector_holds(selector: &BTreeMap<String, String>, map: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| map.get(k) == Some(v))
+}
 
 /// `prefix` is `path` or a parent of it (path components, not bytes).
 #[must_use]

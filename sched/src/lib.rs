@@ -276,6 +276,7 @@
 
 mod config;
 mod estimate;
+mod histogram;
 mod scheduler;
 
 #[cfg(test)]
@@ -293,6 +294,7 @@ pub use estimate::{
     GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MAX_SEALED_ITEMS,
     MAX_SEALED_SEGMENTS, MIN_KERNEL_NS,
 };
+pub use histogram::{LatencyHistogram, LATENCY_BUCKETS_NS};
 pub use scheduler::{
     allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
     UNKNOWN_GPU_GRACE_NS,
@@ -508,6 +510,8 @@ pub struct ClientSnapshot {
     /// The mark interval asked of the client, ns, as last emitted
     /// ([`Output::Marks`]; 0: none).
     pub mark_every_ns: u64,
+    /// Its completed requests' latencies since it registered.
+    pub latency_histogram: LatencyHistogram,
 }
 
 /// One GPU in a [`SchedSnapshot`].

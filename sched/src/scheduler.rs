@@ -96,6 +96,7 @@ struct Client {
     sync_outstanding: bool,
     hold_until: u64,
     latencies: LatencyWindow,
+    histogram: crate::LatencyHistogram,
     requests_done: u64,
     since_eval: usize,
     verdict: Verdict,
@@ -124,6 +125,7 @@ impl Client {
             sync_outstanding: false,
             hold_until: 0,
             latencies: LatencyWindow::default(),
+            histogram: crate::LatencyHistogram::default(),
             requests_done: 0,
             since_eval: 0,
             verdict: Verdict::None,
@@ -477,6 +479,7 @@ impl Scheduler {
                 measured: c.kernels.measured(),
                 marks_measured: c.marks_measured,
                 mark_every_ns: c.mark_every_ns,
+                latency_histogram: c.histogram.clone(),
             });
         }
         let gpus = self
@@ -674,6 +677,7 @@ impl Scheduler {
             return;
         };
         c.latencies.push(lat);
+        c.histogram.record(lat);
         c.requests_done += 1;
         c.hold_until = c.hold_until.max(end.saturating_add(hold));
         let Some(target) = c.slo_p99_ns else { return };

@@ -75,6 +75,8 @@ impl Registry {
             client = id,
             pid = who.pid,
             uid = who.uid,
+            contained = who.contained(),
+            pod = who.container.placement.as_ref().and_then(|p| p.pod_uid.as_deref()).unwrap_or("-"),
             exe = %exe,
             class = decision.class.name(),
             reason = %decision.reason,

@@ -41,6 +41,11 @@ impl Registry {
                         .iter()
                         .find(|s| s.gpu == gpu_key(uuid))
                         .map(|s| s.training_share),
+                    inference_active: sched
+                        .gpus
+                        .iter()
+                        .find(|s| s.gpu == gpu_key(uuid))
+                        .map(|s| s.inference_active),
                     dedup: Default::default(),
                 }
             })
@@ -71,6 +76,8 @@ pub(super) fn sched_stats(s: &sched::SchedSnapshot, id: u64) -> Option<SchedStat
         },
         marks_measured: c.marks_measured,
         mark_every_ns: c.mark_every_ns,
+        latency_buckets: c.latency_histogram.cumulative().to_vec(),
+        latency_sum_ns: c.latency_histogram.sum_ns,
     })
 }
 
@@ -121,5 +128,6 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
             shared_bytes: 0,
             mapped_bytes: 0,
         },
+        pod: c.who.container.snapshot(),
     }
 }

@@ -180,8 +180,8 @@ impl Daemon {
         let buf = std::mem::take(&mut self.buf);
         match Message::decode(&buf[..got.len]) {
             Ok(Message::Hello(h)) => {
-                let who = Who::from_proc(cred);
                 let cfg = self.shared.config();
+                let who = Who::from_proc(cred, &cfg.kubernetes.pod_info_dir, self.shared.euid);
                 let result = self
                     .shared
                     .registry()
@@ -233,8 +233,23 @@ impl Daemon {
                     &format!("the first message must be Hello or Control, not {t}"),
                 );
             }
-            Err(e @ ProtoError::VersionMismatch { .. }) => {
-                warn!(pid, "peer pid {pid}: {e}; refusing it");
+            Err(e @ ProtoError::VersionMismatch { theirs, .. }) => {
+                // A rolling upgrade: the job's libtandem.so and this tandemd
+                // are from different releases. The job runs on unscheduled
+                // (the shim fails open) until it restarts with the library
+                // installed beside this tandemd.
+                warn!(
+                    pid,
+                    peer_protocol = theirs,
+                    "peer pid {pid} speaks tandem protocol v{theirs}, this tandemd v{PROTOCOL_VERSION}: the job runs without tandem until it restarts with the libtandem.so of this release (restart it, or finish the rollout); {e}"
+                );
+                *self
+                    .shared
+                    .registry()
+                    .totals
+                    .version_mismatches
+                    .entry(theirs.to_string())
+                    .or_default() += 1;
                 self.refuse(token, RejectReason::VERSION_MISMATCH, &e.to_string());
             }
             Err(e) => {
@@ -336,23 +351,39 @@ impl Daemon {
     fn control(&mut self, token: u64, cred: PeerCred, ctl: Control) {
         let cfg = self.shared.config();
         let pid = cred.pid;
-        let (status, message) = if !crate::control::permitted(&cfg, self.shared.euid, cred.uid) {
+        let who = Who::from_proc(cred, &cfg.kubernetes.pod_info_dir, self.shared.euid);
+        let contained = who.contained();
+        let (status, message) = if !crate::control::permitted(
+            &cfg,
+            self.shared.euid,
+            cred.uid,
+            contained,
+        ) {
+            let whom = who.describe();
             warn!(
                 pid,
                 uid = cred.uid,
-                "control request {} from uid {} refused: not root, not tandemd's user, not in admins",
+                contained,
+                "control request {} from pid {pid} ({whom}) refused: {}",
                 ctl.op.name(),
-                cred.uid
+                if contained {
+                    "it runs in a container"
+                } else {
+                    "not root, not tandemd's user, not in admins"
+                }
             );
             self.shared.registry().totals.control_denied += 1;
+            let remedy = if contained {
+                "processes in containers never may (a container's root is not the node's); run tandemctl on the node, or in tandemd's own pod (kubectl exec)".to_string()
+            } else {
+                format!(
+                    "run it as root or as tandemd's user, or add the uid to `admins` in {}",
+                    self.shared.config_path.display()
+                )
+            };
             (
                 RejectReason::NOT_PERMITTED.0,
-                format!(
-                    "uid {} may not {}: run it as root or as tandemd's user, or add the uid to `admins` in {}",
-                    cred.uid,
-                    ctl.op.name(),
-                    self.shared.config_path.display()
-                ),
+                format!("{whom} may not {}: {remedy}", ctl.op.name()),
             )
         } else {
             info!(

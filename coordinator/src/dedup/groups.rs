@@ -4,9 +4,12 @@
 //! A group matches a process when every non-empty criterion matches (a
 //! criterion matches when any of its entries does): the user (`users` and
 //! `uids` together: the uid is one of them), the executable (`executables`,
-//! exact path) and the cgroup (`cgroups`, path prefix). The first matching
-//! group wins; a process matching none is in `uid:<uid>` (one user's
-//! processes can already read each other's memory).
+//! exact path), the cgroup (`cgroups`, path prefix) and, for jobs in pods,
+//! the pod (`namespaces`, `pod_labels`, `pod_annotations`). The first
+//! matching group wins; a process matching none is in its pod's group
+//! (`pod:<uid>`), its container's (`container:<id>`) or, on the host, its
+//! user's (`uid:<uid>`: one user's processes can already read each other's
+//! memory). Two pods that both run as root never share by default.
 //!
 //! Identity is what the kernel reports (SO_PEERCRED, `/proc/PID/exe`,
 //! `/proc/PID/cgroup`), never what the Hello claims: a trust group decides
@@ -22,6 +25,9 @@ use tandem_proto::wire::{
 };
 
 use crate::admission::Who;
+
+/// Prefixes of the default groups' names, which configured groups may not use.
+pub const RESERVED_PREFIXES: [&str; 4] = ["uid:", "pod:", "container:", "pidns:"];
 
 /// Default `[dedup] timeout_ms`.
 pub const DEFAULT_TIMEOUT_MS: u32 = 5000;
@@ -65,6 +71,7 @@ impl Default for DedupConfig {
 }
 
 tandem_ident::rule! {
+    pods;
     /// `[[dedup.group]]`: a name and the criteria (`users`, and the rule's
     /// `uids`, `executables`, `cgroups`).
     #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -90,7 +97,7 @@ impl TrustGroup {
             user_uids: &self.user_uids,
             ..self.matcher()
         }
-        .matches(who.uid, who.exe.as_deref(), who.cgroup.as_deref())
+        .matches_job(&who.job())
     }
 
     fn has_criteria(&self) -> bool {
@@ -129,11 +136,11 @@ impl DedupConfig {
                     "has no name; every trust group needs a unique `name`".into(),
                 ));
             }
-            if g.name.starts_with("uid:") {
+            if let Some(p) = RESERVED_PREFIXES.iter().find(|p| g.name.starts_with(**p)) {
                 return Err((
                     key,
                     format!(
-                        "group {:?}: names starting with \"uid:\" are reserved for the per-user default groups",
+                        "group {:?}: names starting with {p:?} are reserved for the default groups (per user, pod, container)",
                         g.name
                     ),
                 ));
@@ -184,13 +191,17 @@ impl DedupConfig {
     }
 
     /// The trust group of `who`: the first configured group it matches, else
-    /// `uid:<uid>`.
+    /// its default: its pod's, its container's, or on the host `uid:<uid>`.
     #[must_use]
     pub fn group_of(&self, who: &Who) -> String {
-        self.groups
-            .iter()
-            .find(|g| g.matches(who))
-            .map_or_else(|| format!("uid:{}", who.uid), |g| g.name.clone())
+        self.groups.iter().find(|g| g.matches(who)).map_or_else(
+            || {
+                who.container
+                    .default_group()
+                    .unwrap_or_else(|| format!("uid:{}", who.uid))
+            },
+            |g| g.name.clone(),
+        )
     }
 
     /// Whether a client with Hello `hello_flags`, granted `class`, may share.
@@ -266,6 +277,7 @@ mod tests {
             groups: Vec::new(),
             exe: exe.map(str::to_string),
             cgroup: cgroup.map(str::to_string),
+            container: Default::default(),
         }
     }
 
@@ -316,6 +328,52 @@ mod tests {
             let msg = e.to_string();
             assert_eq!(e.key.as_deref(), Some(key), "{text}: {msg}");
             assert!(msg.contains(needle), "{text}: {msg}");
+        }
+    }
+
+    fn root_in_pod(pod_uid: &str, namespace: &str) -> Who {
+        let mut w = who(0, Some("/usr/bin/python3"), None);
+        w.container.contained = true;
+        w.container.placement = Some(tandem_ident::Placement {
+            pod_uid: Some(pod_uid.into()),
+            qos: None,
+            container_id: None,
+            runtime: None,
+        });
+        w.container.pod = Some(tandem_ident::PodMeta {
+            namespace: namespace.into(),
+            labels: [("app".to_string(), "llm".to_string())].into(),
+            ..Default::default()
+        });
+        w
+    }
+
+    #[test]
+    fn root_pods_are_apart_by_default_and_together_by_rule() {
+        let mut d = crate::config::Config::default().dedup;
+        let (a, b) = (
+            root_in_pod("aaaa-1", "serving"),
+            root_in_pod("bbbb-2", "serving"),
+        );
+        assert_eq!(d.group_of(&a), "pod:aaaa-1");
+        assert_eq!(d.group_of(&b), "pod:bbbb-2");
+        // A host root process keeps the per-user group.
+        assert_eq!(d.group_of(&who(0, None, None)), "uid:0");
+        let c = parse(
+            "[[dedup.group]]\nname = \"llm\"\nnamespaces = [\"serving\"]\npod_labels = { app = \"llm\" }\n",
+        )
+        .unwrap();
+        d = c.dedup;
+        assert_eq!(
+            (d.group_of(&a), d.group_of(&b)),
+            ("llm".into(), "llm".into())
+        );
+        assert_eq!(d.group_of(&root_in_pod("cccc-3", "batch")), "pod:cccc-3");
+        // The default groups' prefixes are reserved.
+        for name in ["pod:x", "container:x", "pidns:1", "uid:0"] {
+            let e =
+                parse(&format!("[[dedup.group]]\nname = \"{name}\"\nuids = [1]\n")).unwrap_err();
+            assert!(e.problem.contains("reserved"), "{name}: {e}");
         }
     }
 

@@ -1,0 +1,71 @@
+//! `tandem-nri`: see the library docs and `tandem-nri --help`.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tandem_inject::plugin::Plugin;
+use tandem_inject::policy::Paths;
+
+const USAGE: &str = "usage: tandem-nri [--socket PATH] [--records DIR] [--host-lib-dir DIR] [--host-socket-dir DIR] [--idx NN]
+
+  --socket PATH          the runtime's NRI socket (default /var/run/nri/nri.sock)
+  --records DIR          where pod records go, tandemd's [kubernetes] pod_info_dir
+                         (default /run/tandem-pods)
+  --host-lib-dir DIR     host directory holding libtandem.so (default /var/lib/tandem/lib)
+  --host-socket-dir DIR  host directory holding tandemd.sock (default /run/tandem)
+  --idx NN               plugin index, two digits (default 50)
+Reconnects every 5 s while the runtime is unreachable.";
+
+fn main() -> ExitCode {
+    let mut socket = PathBuf::from("/var/run/nri/nri.sock");
+    let mut records = PathBuf::from("/run/tandem-pods");
+    let mut paths = Paths::default();
+    let mut idx = "50".to_string();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = |what: &str| args.next().ok_or_else(|| format!("{a} needs {what}"));
+        let r = match a.as_str() {
+            "--socket" => val("a PATH").map(|v| socket = v.into()),
+            "--records" => val("a DIR").map(|v| records = v.into()),
+            "--host-lib-dir" => val("a DIR").map(|v| paths.host_lib_dir = v),
+            "--host-socket-dir" => val("a DIR").map(|v| paths.host_socket_dir = v),
+            "--idx" => val("two digits").map(|v| idx = v),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            _ => Err(format!("unknown argument {a:?}")),
+        };
+        if let Err(e) = r {
+            eprintln!("tandem-nri: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
+        eprintln!("tandem-nri: --idx must be two digits, not {idx:?}");
+        return ExitCode::from(2);
+    }
+    let log = Box::new(|m: &str| eprintln!("tandem-nri: {m}"));
+    let mut plugin = match Plugin::new(paths, &records, log) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("tandem-nri: cannot use {}: {e}", records.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    loop {
+        match UnixStream::connect(&socket) {
+            Ok(s) => match plugin.serve(s, "tandem", &idx) {
+                Ok(()) => eprintln!("tandem-nri: the runtime closed the connection; reconnecting"),
+                Err(e) => eprintln!("tandem-nri: {e}; reconnecting"),
+            },
+            Err(e) => eprintln!(
+                "tandem-nri: cannot reach {} ({e}): is NRI enabled in the runtime? retrying in 5 s",
+                socket.display()
+            ),
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
