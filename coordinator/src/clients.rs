@@ -15,12 +15,14 @@ use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
+use tandem_proto::estimates::EstimateTable;
 use tandem_proto::ring::{self, Consumer, RingLayout, RingStats};
 use tandem_proto::shm::{self, Mapping};
 use tandem_proto::wire::{ClientClass, RejectReason};
 use tandem_proto::{monotonic_ns, ControlBlock, Record};
 
 use crate::admission::{Decision, Who};
+use crate::board::NodeBoard;
 use crate::grant::{self, Limits};
 use crate::sched::{Class, Input, Output, SchedConfig, Scheduler};
 use crate::state::{ClientSnapshot, ClientStats, Totals};
@@ -73,6 +75,11 @@ impl Ring {
     pub fn control(&self) -> Option<&ControlBlock> {
         ring::control_block(&self.map, self.layout).ok()
     }
+
+    /// The estimate table tandemd publishes into.
+    pub fn estimates(&self) -> Option<&EstimateTable> {
+        ring::estimates(&self.map, self.layout).ok()
+    }
 }
 
 /// A registered client.
@@ -118,6 +125,8 @@ pub struct Client {
     pub marks_placed: u64,
     /// Completion marks the shim saw complete (control block).
     pub marks_done: u64,
+    /// The shim's local-bound counters as last read (control block).
+    pub local: tandem_proto::control::ClientCounters,
     /// Its trust group, when it was given the share flag (decided once, at
     /// registration).
     pub trust_group: Option<String>,
@@ -159,6 +168,9 @@ pub struct Registry {
     pub(crate) sched_out: Vec<Output>,
     /// The scheduler's launch allowances as stored launch limits.
     pub(crate) limits: Limits,
+    /// The node's GPU board (`None`: it could not be created; shims then
+    /// have only the gates and limits).
+    pub(crate) board: Option<NodeBoard>,
 }
 
 impl Default for Registry {
@@ -173,14 +185,9 @@ pub const MAX_DEPARTED: usize = 64;
 /// Why a registration failed: the Reject to send.
 pub type Refusal = (RejectReason, String);
 
-/// The scheduler's GPU group of a device uuid (never 0, which means unknown).
-#[must_use]
-pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
-    let (a, b) = uuid.split_at(8);
-    let a = u64::from_le_bytes(a.try_into().unwrap_or_default());
-    let b = u64::from_le_bytes(b.try_into().unwrap_or_default());
-    (a ^ b.rotate_left(29)).max(1)
-}
+/// The scheduler's GPU group of a device uuid (never 0, which means unknown):
+/// the board's key too, one function for shim and tandemd.
+pub use tandem_proto::board::gpu_key;
 
 /// The scheduler's class of a granted class.
 fn sched_class(c: ClientClass) -> Class {
@@ -206,11 +213,35 @@ impl Registry {
             sched_cfg,
             sched_out: Vec::new(),
             limits: Limits::default(),
+            board: match NodeBoard::create() {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot create the GPU board: {e}; training jobs will yield to inference only through tandemd's gates (slower)"
+                    );
+                    None
+                }
+            },
         }
     }
 
     /// Feed one input to the scheduler now and apply its gate changes.
     pub(crate) fn sched_event(&mut self, input: Input) {
+        // The shim learns its class from its control block (scheduler v2:
+        // inference announces itself on the board, training bounds itself).
+        if let Input::Register { client, class, .. } | Input::SetClass { client, class } = input {
+            if let Some(cb) = self
+                .clients
+                .get(&client)
+                .and_then(|c| c.ring.as_ref())
+                .and_then(Ring::control)
+            {
+                cb.set_class(match class {
+                    Class::Inference => tandem_proto::inflight::CLASS_INFERENCE,
+                    Class::Training => tandem_proto::inflight::CLASS_TRAINING,
+                });
+            }
+        }
         self.sched
             .handle(monotonic_ns(), input, &mut self.sched_out);
         // A gate opened here is looked at again at the reader's next pass.
@@ -221,13 +252,13 @@ impl Registry {
     /// ([`grant::apply`]). Returns how many gates it opened.
     pub(crate) fn apply_gates(&mut self) -> usize {
         let clients = &self.clients;
-        let control = |id: u64| {
-            clients
-                .get(&id)
-                .and_then(|c| c.ring.as_ref())
-                .and_then(Ring::control)
-        };
-        grant::apply(&mut self.sched_out, &mut self.limits, control)
+        let ring = |id: u64| clients.get(&id).and_then(|c| c.ring.as_ref());
+        grant::apply(
+            &mut self.sched_out,
+            &mut self.limits,
+            |id| ring(id).and_then(Ring::control),
+            |id| ring(id).and_then(Ring::estimates),
+        )
     }
 
     /// The scheduler's view (for tests and the stats).

@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use tandem_proto::estimates::kernel_key;
 use tandem_proto::{monotonic_ns, EventKind, Record};
 use tracing::warn;
 
@@ -32,9 +33,13 @@ pub struct Poll {
 /// timestamp as the caller bounded it.
 fn sched_input(client: u64, r: &Record, ts_ns: u64) -> Option<Input> {
     Some(match r.kind().ok()? {
+        // Estimates are per kernel *and grid*: the key the shim charges with.
         EventKind::LAUNCH | EventKind::LAUNCH_EX => Input::Launch {
             client,
-            func_id: r.func_id,
+            func_id: u64::from(kernel_key(
+                r.func_id,
+                [r.grid_x, u32::from(r.grid_y), u32::from(r.grid_z)],
+            )),
             ts_ns,
         },
         EventKind::GRAPH_LAUNCH => Input::GraphLaunch {
@@ -141,6 +146,7 @@ pub(crate) fn drain_client(
                 c.gate_wait_ns = k.gate_wait_ns;
                 c.marks_placed = k.marks_placed;
                 c.marks_done = k.marks_done;
+                c.local = k;
             }
             n
         }

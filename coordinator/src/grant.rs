@@ -1,7 +1,11 @@
 //! The grant: the scheduler's outputs written into the clients' control
-//! blocks, the only place tandemd changes what a shim may do. Mark intervals
-//! and launch limits are stored first (so a gate that opens finds its limit
-//! in place), then gate changes ([`apply`]).
+//! blocks and estimate tables, the only place tandemd changes what a shim may
+//! do. Estimates, local in-flight budgets ([`tandem_proto::inflight`]), mark
+//! intervals and launch limits are stored first (so a gate that opens finds
+//! its limit in place), then gate changes ([`apply`]). The local budgets and
+//! the estimates are what a training shim bounds its own queued work with,
+//! reacting to the GPU board without tandemd; the gates and launch limits
+//! are tandemd's own, slower, line behind it.
 //!
 //! ## Launch limits
 //!
@@ -38,7 +42,21 @@ use tandem_proto::control::LAUNCH_UNLIMITED;
 use tandem_proto::ControlBlock;
 use tracing::debug;
 
-use crate::sched::{Allowance, Output};
+use tandem_proto::estimates::EstimateTable;
+use tandem_proto::inflight::Budgets;
+
+use crate::sched::{Allowance, LocalBudget, Output};
+
+/// The control block's form of a local bound (`None`: zeros, no bound).
+#[must_use]
+pub fn budgets_of(b: Option<LocalBudget>) -> Budgets {
+    b.map_or(Budgets::default(), |b| Budgets {
+        idle_ns: b.idle_ns,
+        active_ns: b.active_ns,
+        default_est_ns: b.default_est_ns,
+        hold_ns: b.hold_ns,
+    })
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
@@ -124,13 +142,15 @@ impl Limits {
 }
 
 /// Apply the scheduler's outputs in `out` (drained) to the clients' control
-/// blocks (`control` finds one; `None`: the client has no ring, skip): mark
-/// intervals and launch limits first (so a gate that opens finds its limit
-/// in place), then gate changes. Returns how many gates it opened.
+/// blocks (`control` finds one; `None`: the client has no ring, skip) and
+/// estimate tables (`estimates`): estimates, local budgets, mark intervals
+/// and launch limits first (so a gate that opens finds its limit in place),
+/// then gate changes. Returns how many gates it opened.
 pub fn apply<'a>(
     out: &mut Vec<Output>,
     limits: &mut Limits,
     control: impl Fn(u64) -> Option<&'a ControlBlock>,
+    estimates: impl Fn(u64) -> Option<&'a EstimateTable>,
 ) -> usize {
     for o in out.iter() {
         match *o {
@@ -138,6 +158,17 @@ pub fn apply<'a>(
             Output::Marks { client, every_ns } => {
                 if let Some(cb) = control(client) {
                     cb.set_mark_every_ns(every_ns);
+                }
+            }
+            Output::Budget { client, budget } => {
+                if let Some(cb) = control(client) {
+                    cb.set_budgets(budgets_of(budget));
+                }
+            }
+            Output::Estimate { client, key, ns } => {
+                if let (Some(t), Ok(key)) = (estimates(client), u32::try_from(key)) {
+                    // A full probe window leaves the key to the default charge.
+                    let _ = t.publish(key, ns);
                 }
             }
             Output::Gate { .. } => {}

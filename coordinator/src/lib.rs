@@ -10,7 +10,10 @@
 //! * [`sched`] — when training may launch: the pure scheduling policy
 //!   (the `tandem-sched` crate).
 //! * [`grant`] — the scheduler's outputs written into the control blocks
-//!   (gates, launch limits, mark intervals).
+//!   (gates, launch limits, mark intervals, local in-flight budgets) and the
+//!   estimate tables.
+//! * [`board`] — the node's GPU board, through which inference shims tell
+//!   training shims they are active (tandemd creates it and hands it out).
 //!
 //! Around it:
 //!
@@ -34,6 +37,7 @@
 
 pub mod admission;
 pub mod autoclass;
+pub mod board;
 pub mod client;
 pub mod clients;
 pub mod config;

@@ -347,6 +347,16 @@ pub struct ClientSnapshot {
     /// Completion marks seen complete (client's count).
     #[serde(default)]
     pub marks_done: u64,
+    /// Estimated ns of work the client launched and has not seen complete
+    /// (its local in-flight bound's measure; client's count).
+    #[serde(default)]
+    pub inflight_ns: u64,
+    /// Launches that waited at the local in-flight bound (client's count).
+    #[serde(default)]
+    pub local_waits: u64,
+    /// Nanoseconds they waited (client's count).
+    #[serde(default)]
+    pub local_wait_ns: u64,
     /// Most launched kernels.
     pub top_kernels: Vec<KernelSnapshot>,
     /// The scheduler's view of the client (absent when it does not track it).
@@ -392,6 +402,13 @@ pub struct SchedStats {
     /// training clients only).
     #[serde(default)]
     pub mark_every_ns: u64,
+    /// The local in-flight bound tandemd set, ns, while no inference is
+    /// active on the GPU (null: no bound).
+    #[serde(default)]
+    pub local_idle_ns: Option<u64>,
+    /// The same while inference is active.
+    #[serde(default)]
+    pub local_active_ns: Option<u64>,
     /// Completed requests since registration, cumulative per latency bound
     /// (`tandem_sched::LATENCY_BUCKETS_NS`, then +Inf).
     #[serde(default)]

@@ -97,6 +97,17 @@ const _: () = {
     assert!(offset_of!(Slot, open) == 16);
 };
 
+/// The GPU key of a device uuid: the scheduler's GPU group and the board
+/// slot's `gpu` (never 0, which means unknown). Shim and tandemd both use
+/// this one function.
+#[must_use]
+pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
+    let (a, b) = uuid.split_at(8);
+    let a = u64::from_le_bytes(a.try_into().unwrap_or_default());
+    let b = u64::from_le_bytes(b.try_into().unwrap_or_default());
+    (a ^ b.rotate_left(29)).max(1)
+}
+
 impl Board {
     /// The board in `len` bytes at `base`, whose header is checked.
     ///

@@ -43,6 +43,8 @@ struct Entry {
     /// Launches of this kernel in the measurement being taken (0 between
     /// measurements).
     draining: u32,
+    /// The estimate last reported as changed (0: never).
+    published: u64,
 }
 
 /// Launches sealed by a completion mark, waiting for the mark to complete.
@@ -100,6 +102,9 @@ pub(crate) struct KernelTable {
     scratch: Vec<u64>,
     /// A drain point has measured launches of this client.
     measured: bool,
+    /// Kernels whose estimate a measurement set or moved by an eighth or
+    /// more since they were last taken ([`KernelTable::take_changed`]).
+    changed: Vec<(u64, u64)>,
 }
 
 impl KernelTable {
@@ -140,6 +145,12 @@ impl KernelTable {
         }
     }
 
+    /// The kernels whose estimates changed enough to publish since the last
+    /// call, with their new estimates (drained into `out`).
+    pub(crate) fn take_changed(&mut self, out: &mut Vec<(u64, u64)>) {
+        out.append(&mut self.changed);
+    }
+
     /// Whether a drain point has measured any of this client's launches
     /// (until then every estimate is the default, a guess).
     pub(crate) fn measured(&self) -> bool {
@@ -174,6 +185,7 @@ impl KernelTable {
                 samples: 0,
                 pending: 0,
                 draining: 0,
+                published: 0,
             })),
             None => None,
         };
@@ -362,6 +374,11 @@ impl KernelTable {
             }
             new_total += u128::from(e.est_ns) * u128::from(e.draining);
             e.draining = 0;
+            let moved = e.est_ns.abs_diff(e.published) >= e.published / 8;
+            if share.is_some() && (e.published == 0 || moved) && f != GRAPH_FUNC {
+                e.published = e.est_ns;
+                self.changed.push((f, e.est_ns));
+            }
         }
         if measured_ns.is_some() {
             if let Some(mean) = new_total.checked_div(u128::from(calls)) {

@@ -296,8 +296,8 @@ pub use estimate::{
 };
 pub use histogram::{LatencyHistogram, LATENCY_BUCKETS_NS};
 pub use scheduler::{
-    allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
-    UNKNOWN_GPU_GRACE_NS,
+    allowance_for, local_budget, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS,
+    SLO_EVAL_EVERY, UNKNOWN_GPU_GRACE_NS,
 };
 
 use serde::{Deserialize, Serialize};
@@ -419,6 +419,21 @@ pub enum Allowance {
     Launches(u64),
 }
 
+/// A training client's local in-flight bound (the control block's
+/// budgets; see "Local bound" in the [module docs](self)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LocalBudget {
+    /// Estimated ns the client may have in flight while no inference is
+    /// active on its GPU.
+    pub idle_ns: u64,
+    /// The same while inference is active.
+    pub active_ns: u64,
+    /// What a launch whose kernel has no published estimate is charged.
+    pub default_est_ns: u64,
+    /// How long after an inference bump its GPU counts as active.
+    pub hold_ns: u64,
+}
+
 /// What the scheduler asks for. Only changes are emitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -439,6 +454,26 @@ pub enum Output {
         client: ClientId,
         /// How many more.
         beyond: Allowance,
+    },
+    /// `client`'s local in-flight bound: store it in its control block
+    /// (`None`: no bound, zeros). Emitted when it changes (the default
+    /// estimate only when it moves by an eighth or more).
+    Budget {
+        /// Whose.
+        client: ClientId,
+        /// The bound; `None`: none.
+        budget: Option<LocalBudget>,
+    },
+    /// Publish `ns` as the estimate of one launch of kernel `key` into
+    /// `client`'s estimate table. Emitted when a measurement first sets it
+    /// or moves it by an eighth or more.
+    Estimate {
+        /// Whose.
+        client: ClientId,
+        /// The kernel's key (what [`Input::Launch`] carried as `func_id`).
+        key: u64,
+        /// Estimated ns of one launch.
+        ns: u64,
     },
     /// Ask `client` for completion marks at most every `every_ns` (0: none):
     /// store it as the control block's `mark_every_ns`. Emitted when the
@@ -510,6 +545,9 @@ pub struct ClientSnapshot {
     /// The mark interval asked of the client, ns, as last emitted
     /// ([`Output::Marks`]; 0: none).
     pub mark_every_ns: u64,
+    /// Its local in-flight bound as last emitted ([`Output::Budget`]; `None`:
+    /// none).
+    pub budget: Option<LocalBudget>,
     /// Its completed requests' latencies since it registered.
     pub latency_histogram: LatencyHistogram,
 }

@@ -356,6 +356,8 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
                         return Err(format!("(4) repeated mark interval {o:?}"));
                     }
                 }
+                // Local bounds and estimates: their own tests (tests.rs).
+                Output::Budget { .. } | Output::Estimate { .. } => {}
             }
         }
         Ok(std::mem::take(out))
@@ -392,7 +394,10 @@ fn run(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<Trace, String> {
         copy.tick(target, &mut pending);
         for o in &pending {
             let grew = match *o {
-                Output::Gate { .. } | Output::Marks { .. } => false,
+                Output::Gate { .. }
+                | Output::Marks { .. }
+                | Output::Budget { .. }
+                | Output::Estimate { .. } => false,
                 Output::Limit { client, beyond } => {
                     let was = allowances
                         .get(&client)

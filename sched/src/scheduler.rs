@@ -6,7 +6,8 @@ use std::ops::Bound;
 use super::config::{SchedConfig, MAX_PARAM_NS, MIN_MARK_EVERY_NS};
 use super::estimate::{quantile, KernelTable, LatencyWindow, GRAPH_FUNC, LATENCY_WINDOW};
 use super::{
-    Allowance, Class, ClientId, ClientSnapshot, GpuSnapshot, Input, Output, SchedSnapshot,
+    Allowance, Class, ClientId, ClientSnapshot, GpuSnapshot, Input, LocalBudget, Output,
+    SchedSnapshot,
 };
 
 /// Most clients the scheduler tracks. A client registered beyond this is not
@@ -75,6 +76,12 @@ struct Client {
     gate_open: bool,
     /// Launch allowance as last emitted.
     allowance: Allowance,
+    /// Local in-flight bound as last emitted (`None`: none, as a fresh
+    /// control block holds).
+    budget: Option<LocalBudget>,
+    /// Last launch (inference activity: active until `request_hold_ns`
+    /// after it).
+    last_launch: Option<u64>,
     /// Estimated time at which all work launched so far has drained.
     busy_until: u64,
     /// Last timestamp seen from this client (its records are in order).
@@ -113,6 +120,8 @@ impl Client {
             slo_p99_ns,
             gate_open: true,
             allowance: Allowance::Unlimited,
+            budget: None,
+            last_launch: None,
             busy_until: 0,
             last_ts: 0,
             last_activity: None,
@@ -165,11 +174,20 @@ impl Client {
     }
 
     /// An inference client keeps its GPU "active" while a request is open,
-    /// during the hold after one ended, and while its own estimated work is
-    /// queued.
-    fn inference_active(&self, now: u64) -> bool {
+    /// during the hold after one ended or after its last launch, and while
+    /// its own estimated work is queued.
+    fn inference_active(&self, now: u64, cfg: &SchedConfig) -> bool {
         self.class == Class::Inference
-            && (self.req_begin.is_some() || now < self.hold_until || self.busy_until > now)
+            && (self.req_begin.is_some()
+                || now < self.hold_until
+                || now < self.launch_hold_until(cfg)
+                || self.busy_until > now)
+    }
+
+    /// The end of the hold after the last launch (0: no launch yet).
+    fn launch_hold_until(&self, cfg: &SchedConfig) -> u64 {
+        self.last_launch
+            .map_or(0, |t| t.saturating_add(cfg.request_hold_ns))
     }
 
     /// Emit the mark interval this client should have (training clients:
@@ -193,7 +211,9 @@ impl Client {
     /// When [`Client::inference_active`] turns false if nothing happens.
     fn active_until(&self, cfg: &SchedConfig) -> u64 {
         let req = self.expiry_time(cfg).unwrap_or(0);
-        req.max(self.hold_until).max(self.busy_until)
+        req.max(self.hold_until)
+            .max(self.busy_until)
+            .max(self.launch_hold_until(cfg))
     }
 }
 
@@ -479,6 +499,7 @@ impl Scheduler {
                 measured: c.kernels.measured(),
                 marks_measured: c.marks_measured,
                 mark_every_ns: c.mark_every_ns,
+                budget: c.budget,
                 latency_histogram: c.histogram.clone(),
             });
         }
@@ -603,6 +624,7 @@ impl Scheduler {
             }
         }
         c.last_activity = Some(ts);
+        c.last_launch = Some(ts);
         let est = c.kernels.launch(ts, func, count, cfg.default_kernel_ns);
         c.busy_until = c.busy_until.max(ts).saturating_add(est);
         c.work_cur = c.work_cur.saturating_add(est);
@@ -632,6 +654,7 @@ impl Scheduler {
             .map(|first| ts.saturating_sub(first.max(c.last_drain)))
             .filter(|&m| m > 0);
         c.kernels.drain(measured);
+        publish_estimates(id, c, out);
         c.last_drain = ts;
         c.busy_until = c.busy_until.min(ts);
         let ended = if c.class == Class::Inference && !c.explicit {
@@ -662,6 +685,7 @@ impl Scheduler {
             if c.kernels.drain_through(seq, measured) {
                 c.marks_measured += 1;
             }
+            publish_estimates(id, c, out);
             c.last_drain = ts;
             c.busy_until = ts.saturating_add(c.kernels.queued_ns());
         }
@@ -809,7 +833,7 @@ impl Scheduler {
                 Class::Training => n += 1,
                 Class::Inference => {
                     n_inference += 1;
-                    active |= c.inference_active(now);
+                    active |= c.inference_active(now, &self.cfg);
                 }
             }
         }
@@ -828,6 +852,7 @@ impl Scheduler {
         let inference_somewhere =
             gid == 0 && unguarded && self.clients.values().any(|c| c.class == Class::Inference);
         let default_ns = self.cfg.default_kernel_ns;
+        let active_total = g.active_budget_ns;
         for id in &g.members {
             let Some(c) = self.clients.get_mut(id) else {
                 continue;
@@ -849,6 +874,24 @@ impl Scheduler {
             };
             let open = held_open || c.backlog(now) < budget;
             debug_assert_eq!(open, allowance != Allowance::Launches(0));
+            // The shim sees its work complete only through completion marks:
+            // without them no local bound (it could only wait out its bound).
+            let local = (!held_open && self.cfg.mark_every_ns != 0).then(|| {
+                local_budget(
+                    &self.cfg,
+                    active_total,
+                    n.max(1),
+                    c.kernels.measured(),
+                    c.kernels.mean_launch_ns(default_ns),
+                )
+            });
+            if budget_changed(c.budget, local) {
+                c.budget = local;
+                out.push(Output::Budget {
+                    client: *id,
+                    budget: local,
+                });
+            }
             // The limit first: a gate that opens finds its allowance in place.
             if allowance != c.allowance {
                 c.allowance = allowance;
@@ -862,6 +905,60 @@ impl Scheduler {
                 out.push(Output::Gate { client: *id, open });
             }
         }
+    }
+}
+
+/// Emit the estimates `c`'s last measurement set or moved (as
+/// [`Output::Estimate`]s).
+fn publish_estimates(id: ClientId, c: &mut Client, out: &mut Vec<Output>) {
+    let mut changed = Vec::new();
+    c.kernels.take_changed(&mut changed);
+    out.extend(changed.into_iter().map(|(key, ns)| Output::Estimate {
+        client: id,
+        key,
+        ns,
+    }));
+}
+
+/// Whether `new` differs from the bound last emitted enough to emit it:
+/// any budget or hold change, or the default estimate moving by an eighth.
+fn budget_changed(old: Option<LocalBudget>, new: Option<LocalBudget>) -> bool {
+    match (old, new) {
+        (Some(o), Some(n)) => {
+            o.idle_ns != n.idle_ns
+                || o.active_ns != n.active_ns
+                || o.hold_ns != n.hold_ns
+                || o.default_est_ns.abs_diff(n.default_est_ns) >= o.default_est_ns / 8
+        }
+        (o, n) => o != n,
+    }
+}
+
+/// The local in-flight bound of one of `n` training clients on a GPU whose
+/// active budget is `active_total_ns` (the SLO loop's), with launches
+/// estimated at `mean_ns` on average (`measured`: a drain point has measured
+/// some). Each gets its share of the idle and of the active budget (at least
+/// 1 ns: then one launch at a time); until a measurement, one launch at a
+/// time in both (a guess may not grant a burst).
+#[must_use]
+pub fn local_budget(
+    cfg: &SchedConfig,
+    active_total_ns: u64,
+    n: u32,
+    measured: bool,
+    mean_ns: u64,
+) -> LocalBudget {
+    let share = |total: u64| (total / u64::from(n.max(1))).max(1);
+    let (idle_ns, active_ns) = if measured {
+        (share(cfg.idle_budget_ns), share(active_total_ns))
+    } else {
+        (1, 1)
+    };
+    LocalBudget {
+        idle_ns,
+        active_ns,
+        default_est_ns: mean_ns,
+        hold_ns: cfg.request_hold_ns,
     }
 }
 

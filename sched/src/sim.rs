@@ -461,6 +461,8 @@ pub(crate) fn simulate(sc: &Scenario, policy: Option<(SchedConfig, Knobs)>) -> O
                         Output::Marks { client, every_ns } => {
                             (client, &move |t| t.mark_every_ns = every_ns)
                         }
+                        // The FIFO model has no local bound (v1 only).
+                        Output::Budget { .. } | Output::Estimate { .. } => continue,
                     };
                     if client >= 101 {
                         set(&mut trains[(client - 101) as usize]);

@@ -14,6 +14,8 @@ struct H {
     limits: Vec<Output>,
     /// Every `Output::Marks` emitted so far.
     marks: Vec<Output>,
+    /// Every `Output::Budget` and `Output::Estimate` emitted so far.
+    locals: Vec<Output>,
 }
 
 impl H {
@@ -23,6 +25,7 @@ impl H {
             out: Vec::new(),
             limits: Vec::new(),
             marks: Vec::new(),
+            locals: Vec::new(),
         }
     }
     fn default() -> H {
@@ -41,6 +44,7 @@ impl H {
             out: Vec::new(),
             limits: Vec::new(),
             marks: Vec::new(),
+            locals: Vec::new(),
         }
     }
     /// The gate changes since the last call; limit changes go to `limits`,
@@ -52,6 +56,7 @@ impl H {
                 Output::Gate { .. } => gates.push(o),
                 Output::Limit { .. } => self.limits.push(o),
                 Output::Marks { .. } => self.marks.push(o),
+                Output::Budget { .. } | Output::Estimate { .. } => self.locals.push(o),
             }
         }
         gates
@@ -1270,4 +1275,120 @@ fn a_training_client_of_unknown_gpu_is_free_when_no_inference_runs() {
     // It leaves again: nothing to protect, released at once (no launch needed).
     h.input(T0 + 2 * MS, Input::Depart { client: 1 });
     assert_eq!(h.client(2).allowance, Allowance::Unlimited);
+}
+
+// ---- scheduler v2: local bounds, estimates, activity hold ----
+
+fn budgets_of(h: &H, client: ClientId) -> Vec<Option<LocalBudget>> {
+    h.locals
+        .iter()
+        .filter_map(|o| match *o {
+            Output::Budget { client: c, budget } if c == client => Some(budget),
+            _ => None,
+        })
+        .collect()
+}
+
+fn estimates_of(h: &H, client: ClientId) -> Vec<(u64, u64)> {
+    h.locals
+        .iter()
+        .filter_map(|o| match *o {
+            Output::Estimate { client: c, key, ns } if c == client => Some((key, ns)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn training_beside_inference_gets_a_local_bound_shared_among_trainers_and_serial_until_measured() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 7);
+    assert!(
+        budgets_of(&h, 1).is_empty(),
+        "no inference on its GPU: no bound (a fresh block has none)"
+    );
+    h.reg(T0, 2, Class::Inference, 7);
+    let cfg = SchedConfig::default();
+    assert_eq!(
+        budgets_of(&h, 1),
+        vec![Some(LocalBudget {
+            idle_ns: 1,
+            active_ns: 1,
+            default_est_ns: cfg.default_kernel_ns,
+            hold_ns: cfg.request_hold_ns,
+        })],
+        "unmeasured: one launch at a time"
+    );
+    assert!(budgets_of(&h, 2).is_empty(), "inference is never bounded");
+    // A sync measures its launches: the budgets become the GPU's.
+    h.launch(T0 + 10 * US, 1, 5);
+    h.sync(T0 + 20 * US, T0 + 2 * MS, 1);
+    let b = budgets_of(&h, 1).last().copied().flatten().unwrap();
+    assert_eq!(
+        (b.idle_ns, b.active_ns),
+        (cfg.idle_budget_ns, cfg.active_budget_ns)
+    );
+    assert!(b.default_est_ns > cfg.default_kernel_ns, "{b:?}");
+    // A second trainer on the GPU halves each share.
+    h.reg(T0 + 3 * MS, 3, Class::Training, 7);
+    let b = budgets_of(&h, 1).last().copied().flatten().unwrap();
+    assert_eq!(
+        (b.idle_ns, b.active_ns),
+        (cfg.idle_budget_ns / 2, cfg.active_budget_ns / 2)
+    );
+    // The inference job leaves: no bound again.
+    h.input(T0 + 4 * MS, Input::Depart { client: 2 });
+    assert_eq!(budgets_of(&h, 1).last().copied(), Some(None));
+    assert_eq!(budgets_of(&h, 3).last().copied(), Some(None));
+}
+
+#[test]
+fn measurements_publish_estimates_per_kernel_key_once_they_move_by_an_eighth() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 7);
+    // Two keys (one function at two grids, as the drain keys them): 1 ms and
+    // 3 ms of GPU time, learned from separate syncs.
+    let (small, big) = (0xA1, 0xB2);
+    h.launch(T0, 1, small);
+    h.sync(T0 + 1, T0 + MS, 1);
+    h.launch(T0 + 2 * MS, 1, big);
+    h.sync(T0 + 2 * MS + 1, T0 + 5 * MS, 1);
+    let e = estimates_of(&h, 1);
+    assert!(e.contains(&(small, MS)), "{e:?}");
+    assert!(e.contains(&(big, 3 * MS)), "{e:?}");
+    // The same measurement again moves nothing: nothing new is published.
+    let n = e.len();
+    h.launch(T0 + 6 * MS, 1, small);
+    h.sync(T0 + 6 * MS + 1, T0 + 7 * MS, 1);
+    assert_eq!(estimates_of(&h, 1).len(), n);
+    // Twice as long: the EWMA moves by a quarter, published.
+    h.launch(T0 + 8 * MS, 1, small);
+    h.sync(T0 + 8 * MS + 1, T0 + 10 * MS, 1);
+    let last = *estimates_of(&h, 1).last().unwrap();
+    assert_eq!(last, (small, (3 * MS + 2 * MS) / 4));
+}
+
+#[test]
+fn an_inference_job_launching_back_to_back_stays_active_without_an_idle_gap() {
+    // Requests every 1 ms with no idle gap of 2 ms: implicit request
+    // detection never begins a second request, yet every launch keeps the
+    // GPU active for the hold after it.
+    let cfg = SchedConfig {
+        request_hold_ns: 300 * US,
+        ..SchedConfig::default()
+    };
+    let mut h = H::new(cfg);
+    h.reg(T0, 1, Class::Training, 7);
+    h.reg(T0, 2, Class::Inference, 7);
+    let mut t = T0 + 10 * MS;
+    for _ in 0..20 {
+        h.launch(t, 2, 9);
+        h.sync(t + 50 * US, t + 100 * US, 2);
+        t += 250 * US;
+        h.tick(t);
+        assert!(h.gpu(7).inference_active, "at {t}: within the hold");
+    }
+    // Idle for longer than the hold (and the work drained): inactive.
+    h.tick(t + 2 * MS);
+    assert!(!h.gpu(7).inference_active);
 }

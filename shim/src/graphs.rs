@@ -262,7 +262,8 @@ pub unsafe fn launch(
     stream: CUstream,
 ) -> CuResult {
     if let Some(s) = client {
-        s.gate();
+        // A graph launch is keyed by its executable graph, grid 0.
+        s.gate(tandem_proto::estimates::kernel_key(exec as u64, [0; 3]));
     }
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(exec, stream) };

@@ -16,6 +16,7 @@ use crate::client::{emit, Client};
 use crate::table::Hook;
 use crate::types::{CUfunction, CUlaunchConfig, CUstream, CuResult};
 use core::ffi::{c_uint, c_void};
+use tandem_proto::estimates::kernel_key;
 use tandem_proto::record::FLAG_COOPERATIVE;
 use tandem_proto::EventKind;
 
@@ -68,6 +69,21 @@ fn ran(hook: Hook, rc: CuResult, stream: CUstream) -> bool {
     }
 }
 
+/// With a session: the launch's stable function id, after the session's
+/// gate for the kernel's key (function and grid) let it go. Without: 0, and
+/// nothing else.
+#[inline(always)]
+fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> u64 {
+    match client {
+        Some(s) => {
+            let func_id = emit::func_id(s, f);
+            s.gate(kernel_key(func_id, grid));
+            func_id
+        }
+        None => 0,
+    }
+}
+
 /// `cuLaunchKernel` and its `_ptsz` form.
 ///
 /// # Safety
@@ -90,9 +106,7 @@ pub unsafe fn kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    if let Some(s) = client {
-        s.gate();
-    }
+    let func_id = gate(client, f, [gx, gy, gz]);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
     if ran(hook, rc, stream) {
@@ -102,7 +116,7 @@ pub unsafe fn kernel(
                 block: [bx, by, bz],
                 shared_mem,
             };
-            emit::launch(s, hook, EventKind::LAUNCH, 0, f, dims, stream);
+            emit::launch(s, hook, EventKind::LAUNCH, 0, func_id, dims, stream);
         }
     }
     rc
@@ -155,13 +169,12 @@ pub unsafe fn kernel_ex(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    if let Some(s) = client {
-        s.gate();
-    }
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(config, f, params, extra) };
     // SAFETY: non-null config points at the caller's CUlaunchConfig, valid for the call.
     let cfg = unsafe { config.as_ref() };
+    let grid = cfg.map_or([0; 3], |c| [c.gridDimX, c.gridDimY, c.gridDimZ]);
+    let func_id = gate(client, f, grid);
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(config, f, params, extra) };
     let stream = cfg.map_or(core::ptr::null_mut(), |c| c.hStream);
     if ran(hook, rc, stream) {
         if let (Some(s), Some(c)) = (client, cfg) {
@@ -176,7 +189,7 @@ pub unsafe fn kernel_ex(
                 block: [c.blockDimX, c.blockDimY, c.blockDimZ],
                 shared_mem: c.sharedMemBytes,
             };
-            emit::launch(s, hook, EventKind::LAUNCH_EX, flags, f, dims, stream);
+            emit::launch(s, hook, EventKind::LAUNCH_EX, flags, func_id, dims, stream);
         }
     }
     rc
@@ -203,9 +216,7 @@ pub unsafe fn cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CuResult {
-    if let Some(s) = client {
-        s.gate();
-    }
+    let func_id = gate(client, f, [gx, gy, gz]);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params) };
     if ran(hook, rc, stream) {
@@ -220,7 +231,7 @@ pub unsafe fn cooperative(
                 hook,
                 EventKind::LAUNCH,
                 FLAG_COOPERATIVE,
-                f,
+                func_id,
                 dims,
                 stream,
             );

@@ -495,11 +495,18 @@ fn synchronizing(
     stream: u64,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
+    let mut charged = 0;
     if let Some(s) = client {
+        // What was charged before the sync has completed when it returns
+        // (one timeline per client: a stream's sync is taken for all).
+        charged = s.control().charged_ns();
         emit::sync(s, hook, EventKind::SYNC_BEGIN, flags, stream);
     }
     let rc = call();
     if let Some(s) = client {
+        if rc == CuResult::SUCCESS {
+            s.control().complete_through(charged);
+        }
         emit::sync(s, hook, EventKind::SYNC_END, flags, stream);
     }
     rc

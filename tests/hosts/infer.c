@@ -2,6 +2,7 @@
  * infer: an open-loop inference job for the scheduling tests.
  *
  *   infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] [--seed N] [--explicit]
+ *         [--closed] [--probe]
  *
  * Requests arrive as a Poisson process of rate HZ (default 50/s; seeded, so
  * the arrival times are the same in every run) for S seconds (default 3).
@@ -10,9 +11,15 @@
  * return of the sync, so time spent queued behind an earlier request counts.
  * With --explicit each request is bracketed by tandem_request_begin() /
  * tandem_request_end() (when the shim exports them).
+ * With --closed the requests are back to back instead: each arrives the
+ * moment the one before it returned, for S seconds (--rate is ignored).
+ * With --probe, at each arrival the work queued on the fake driver's shared
+ * device (fakecuda_shared_device_backlog_ns: everyone's, and this job's own
+ * earlier requests have all returned) is printed before the request launches.
  *
  * Output (stdout):
  *   READY pid=<pid> shim=<0|1> client_id=<id>
+ *   QUEUED i=<n> t_ns=<arrival, CLOCK_MONOTONIC> us=<x>   with --probe, before REQ i
  *   REQ i=<n> latency_us=<x>                        one per request, in order
  *   RESULT launches=<n> sum=<hex>                   the device buffer's checksum (sched_host.h)
  *   DONE requests=<n> p50_us=<x> p99_us=<x> max_us=<x> mean_us=<x> explicit=<0|1>
@@ -52,7 +59,7 @@ static uint64_t rank(const uint64_t *sorted, size_t n, double p)
 static int usage(void)
 {
     fprintf(stderr, "usage: infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] "
-                    "[--seed N] [--explicit]\n");
+                    "[--seed N] [--explicit] [--closed] [--probe]\n");
     return WL_EXIT_USAGE;
 }
 
@@ -61,12 +68,20 @@ int main(int argc, char **argv)
     double rate = 50, seconds = 3, kernel_us = 200;
     unsigned long kernels = 5;
     unsigned long long seed = 1;
-    int explicit_api = 0;
+    int explicit_api = 0, closed = 0, probe = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--explicit") == 0) {
             explicit_api = 1;
+            continue;
+        }
+        if (strcmp(a, "--closed") == 0) {
+            closed = 1;
+            continue;
+        }
+        if (strcmp(a, "--probe") == 0) {
+            probe = 1;
             continue;
         }
         if (!v)
@@ -97,6 +112,11 @@ int main(int argc, char **argv)
     sh_void_fn end = (sh_void_fn)sh_sym("tandem_request_end");
     if (!explicit_api)
         begin = end = NULL;
+    sh_u64_fn backlog = probe ? (sh_u64_fn)sh_sym("fakecuda_shared_device_backlog_ns") : NULL;
+    if (probe && !backlog) {
+        fprintf(stderr, "infer: --probe needs the fake driver's fakecuda_shared_device_backlog_ns\n");
+        return WL_EXIT_USAGE;
+    }
 
     /* Arrival times, fixed by the seed. */
     size_t cap = (size_t)(rate * seconds * 2.0) + 64, n = 0;
@@ -107,7 +127,20 @@ int main(int argc, char **argv)
         return WL_EXIT_CHECK;
     }
     double t = 0;
-    for (;;) {
+    if (closed) {
+        /* Back to back: up to a request per 10 us of the run, arrivals set as they come. */
+        free(arrival);
+        free(lat);
+        cap = (size_t)(seconds * 1e5) + 64;
+        arrival = malloc(cap * sizeof(uint64_t));
+        lat = malloc(cap * sizeof(uint64_t));
+        if (!arrival || !lat) {
+            fprintf(stderr, "infer: out of memory\n");
+            return WL_EXIT_CHECK;
+        }
+        n = cap;
+    }
+    for (; !closed;) {
         t += -log(uniform01()) / rate;
         if (t >= seconds || n == cap)
             break;
@@ -120,9 +153,19 @@ int main(int argc, char **argv)
 
     uint64_t start = sh_now_ns();
     for (size_t i = 0; i < n; i++) {
+        if (closed) {
+            uint64_t now = sh_now_ns();
+            if (now - start >= (uint64_t)(seconds * 1e9)) {
+                n = i;
+                break;
+            }
+            arrival[i] = now - start;
+        }
         uint64_t at = start + arrival[i];
         if (sh_now_ns() < at)
             sh_sleep_until(at);
+        if (backlog)
+            printf("QUEUED i=%zu t_ns=%" PRIu64 " us=%.1f\n", i, at, (double)backlog() / 1e3);
         if (begin)
             begin();
         for (unsigned long k = 0; k < kernels; k++)

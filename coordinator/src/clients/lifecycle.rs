@@ -108,6 +108,7 @@ impl Registry {
                 gate_wait_ns: 0,
                 marks_placed: 0,
                 marks_done: 0,
+                local: Default::default(),
                 trust_group,
                 follow_group,
                 warned_kind: false,
@@ -128,6 +129,30 @@ impl Registry {
             slo_p99_ns,
         });
         Ok((welcome, fd))
+    }
+
+    /// A descriptor of the GPU board for client `id` and the Board message
+    /// flags: writable only for a client granted the inference class (it
+    /// announces itself there; a training client only reads). `None`: no
+    /// board, or no such client.
+    pub fn board_for(&self, id: u64) -> Option<(OwnedFd, u8)> {
+        let board = self.board.as_ref()?;
+        let c = self.clients.get(&id)?;
+        let writable = c.decision.class == ClientClass::Inference;
+        match board.descriptor(writable) {
+            Ok(fd) => Some((
+                fd,
+                if writable {
+                    tandem_proto::wire::BOARD_FLAG_WRITABLE
+                } else {
+                    0
+                },
+            )),
+            Err(e) => {
+                warn!(client = id, "cannot hand out the GPU board: {e}");
+                None
+            }
+        }
     }
 
     /// A FuncName from client `id`. For a client whose class is being
@@ -178,6 +203,13 @@ impl Registry {
             if g.name.is_empty() || !name.is_empty() {
                 g.name = name;
             }
+            // The GPU's board slot exists from its first client on, so that a
+            // training shim (whose board is read-only) finds it.
+            if let Some(b) = &self.board {
+                if b.claim(gpu_key(&d.uuid)).is_none() {
+                    debug!(client = id, "the GPU board is full; this GPU has no slot");
+                }
+            }
             self.sched_event(Input::Register {
                 client: id,
                 class,
@@ -208,6 +240,11 @@ impl Registry {
         self.departed.push_back(snap);
         self.sched_event(Input::Depart { client: id });
         self.limits.forget(id);
+        // Requests it left open on the board would hold its GPU's training
+        // at the active budget for good.
+        if let (Some(b), Some(cb)) = (&self.board, c.ring.as_ref().and_then(Ring::control)) {
+            b.repair(cb.board_slot(), cb.requests_open());
+        }
         self.retired_launches += c.stats.launches;
         self.retired_dropped += c.dropped;
         if let Some(g) = c.gpu {

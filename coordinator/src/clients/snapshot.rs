@@ -76,6 +76,8 @@ pub(super) fn sched_stats(s: &sched::SchedSnapshot, id: u64) -> Option<SchedStat
         },
         marks_measured: c.marks_measured,
         mark_every_ns: c.mark_every_ns,
+        local_idle_ns: c.budget.map(|b| b.idle_ns),
+        local_active_ns: c.budget.map(|b| b.active_ns),
         latency_buckets: c.latency_histogram.cumulative().to_vec(),
         latency_sum_ns: c.latency_histogram.sum_ns,
     })
@@ -113,6 +115,9 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         gate_timeouts: c.gate_timeouts,
         marks_placed: c.marks_placed,
         marks_done: c.marks_done,
+        inflight_ns: c.local.inflight_ns,
+        local_waits: c.local.local_waits,
+        local_wait_ns: c.local.local_wait_ns,
         top_kernels: c.stats.top_kernels(TOP_KERNELS),
         sched: None,
         dedup: ClientDedup {

@@ -132,6 +132,25 @@ impl Daemon {
         }
     }
 
+    /// Sends client `id` the GPU board (its shim asked in its Hello). A
+    /// failure costs the client only the board: it keeps its registration.
+    fn send_board(&mut self, token: u64, id: u64) {
+        let Some((fd, flags)) = self.shared.registry().board_for(id) else {
+            return;
+        };
+        let sent = Message::Board(wire::BoardMsg { flags })
+            .encode(&mut self.out)
+            .map_err(|e| e.to_string())
+            .and_then(|n| {
+                let c = self.conns.get(&token).ok_or("connection gone")?;
+                wire::send(c.fd.as_fd(), &self.out[..n], Some(fd.as_fd()))
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = sent {
+            debug!(client = id, "could not send the GPU board: {e}");
+        }
+    }
+
     fn first_message(&mut self, token: u64) {
         let Some(c) = self.conns.get(&token) else {
             return;
@@ -203,6 +222,9 @@ impl Daemon {
                                 if let Some(c) = self.conns.get_mut(&token) {
                                     c.state = ConnState::Client { id };
                                     self.client_tokens.insert(id, token);
+                                }
+                                if h.flags & wire::HELLO_FLAG_BOARD != 0 {
+                                    self.send_board(token, id);
                                 }
                                 self.dedup_join(id);
                             }

@@ -190,7 +190,8 @@ fn attempt_inner(cfg: &Config) -> Outcome {
     let hello = Message::Hello(wire::Hello {
         pid,
         class: cfg.class,
-        flags: cfg.flags,
+        // Every shim of this build maps the GPU board.
+        flags: cfg.flags | wire::HELLO_FLAG_BOARD,
         exe: &cfg.exe,
         cgroup: &cfg.cgroup,
     });
@@ -353,6 +354,7 @@ fn open_session(
     let map: &'static tandem_proto::Mapping = Box::leak(Box::new(map));
     let producer = Producer::attach(map, layout)?;
     let control = ring::control_block(map, layout)?;
+    let estimates = ring::estimates(map, layout)?;
     if control.client_id() != w.client_id {
         crate::log!(
             Debug,
@@ -369,6 +371,7 @@ fn open_session(
     let session = Session::new(
         SyncProducer::new(producer),
         control,
+        estimates,
         (map.as_ptr() as usize, map.len()),
         raw,
         w.client_id,

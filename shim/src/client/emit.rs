@@ -71,18 +71,25 @@ fn device_once(s: &Session) {
     }
 }
 
-/// A kernel launch that reached the GPU (LAUNCH or LAUNCH_EX).
+/// The stable id of function `f` (its name's hash once known), for the
+/// gate's kernel key and the LAUNCH record.
+#[inline(always)]
+pub fn func_id(s: &Session, f: CUfunction) -> u64 {
+    super::funcs::id(s, f)
+}
+
+/// A kernel launch that reached the GPU (LAUNCH or LAUNCH_EX) of function
+/// `func_id` ([`func_id`]).
 #[inline(always)]
 pub fn launch(
     s: &Session,
     hook: Hook,
     kind: EventKind,
     flags: u16,
-    f: CUfunction,
+    func_id: u64,
     dims: Dims,
     stream: CUstream,
 ) {
-    let func_id = super::funcs::id(s, f);
     device_once(s);
     let mut r = Record::new(kind, monotonic_ns());
     r.flags = flags | thread_flag(hook);

@@ -213,6 +213,10 @@ pub fn send_device(s: &Session) {
             uuid = [0; 16];
         }
     }
+    if uuid != [0; 16] {
+        s.local
+            .set_gpu(tandem_proto::board::gpu_key(&uuid), s.control());
+    }
     let mut name_buf = [0u8; MAX_DEVICE_NAME_LEN + 1];
     let mut name: &[u8] = &[];
     if let Some(f) = driver::support(Support::DeviceGetName) {

@@ -59,6 +59,11 @@ struct Slot {
     event: AtomicUsize,
     seq: AtomicU64,
     stream: AtomicU64,
+    /// The control block's `charged_ns` when the mark was placed: what its
+    /// completion says is done (the local in-flight bound, `super::local`).
+    charged: AtomicU64,
+    /// The session (`Session::gen`) whose counter `charged` is.
+    gen: AtomicU32,
 }
 
 static POOL: [Slot; SLOTS] = [const {
@@ -67,8 +72,17 @@ static POOL: [Slot; SLOTS] = [const {
         event: AtomicUsize::new(0),
         seq: AtomicU64::new(0),
         stream: AtomicU64::new(0),
+        charged: AtomicU64::new(0),
+        gen: AtomicU32::new(0),
     }
 }; SLOTS];
+/// The stream of the latest launch (`CUstream` value) and whether it was a
+/// per-thread-default-stream form: where an on-demand mark goes.
+static LAST_STREAM: AtomicU64 = AtomicU64::new(0);
+static LAST_PER_THREAD: AtomicU32 = AtomicU32::new(0);
+/// Held by whichever thread polls the marks now (the watcher, or a launch
+/// waiting at the local bound): one poller at a time.
+static POLLING: AtomicU32 = AtomicU32::new(0);
 
 /// Earliest time (monotonic ns) of the next mark.
 static NEXT_NS: AtomicU64 = AtomicU64::new(0);
@@ -90,16 +104,13 @@ pub fn after_launch(s: &Session, hook: Hook, stream: CUstream, now: u64) {
     if every == 0 {
         return;
     }
+    let per_thread = hook.info().per_thread;
+    LAST_STREAM.store(stream as u64, Ordering::Relaxed);
+    LAST_PER_THREAD.store(u32::from(per_thread), Ordering::Relaxed);
     let next = NEXT_NS.load(Ordering::Relaxed);
     if now < next {
         return;
     }
-    place(s, hook.info().per_thread, stream, now, next, every);
-}
-
-#[cold]
-#[inline(never)]
-fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64, next: u64, every: u64) {
     // One thread per interval places the mark.
     if NEXT_NS
         .compare_exchange(
@@ -112,6 +123,40 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64, next: u64, e
     {
         return;
     }
+    place(s, per_thread, stream, now);
+}
+
+/// A launch waits at the local bound with `charged` ns charged: if no mark
+/// covers that much yet, place one now, after the latest launch, whatever
+/// the interval (cold: only from a waiting launch).
+#[cold]
+pub fn cover(s: &Session, charged: u64) {
+    if s.control().mark_every_ns() == 0 || s.local.covered() >= charged {
+        return;
+    }
+    let stream = LAST_STREAM.load(Ordering::Relaxed) as CUstream;
+    let per_thread = LAST_PER_THREAD.load(Ordering::Relaxed) != 0;
+    place(s, per_thread, stream, monotonic_ns());
+}
+
+/// Polls the outstanding marks from a launching thread that waits at the
+/// local bound, when no other thread is polling and this thread's current
+/// context is the marks' (it never switches the program's context).
+#[cold]
+pub fn poll_here(s: &Session) {
+    if OUTSTANDING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let ctx = CTX.load(Ordering::Relaxed) as CUcontext;
+    if ctx.is_null() || calls::ctx_current().ok() != Some(ctx) {
+        return;
+    }
+    poll_locked(s);
+}
+
+#[cold]
+#[inline(never)]
+fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
     let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
     let slot = &POOL[(seq % SLOTS as u64) as usize];
     if slot
@@ -130,8 +175,12 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64, next: u64, e
         slot.state.store(FREE, Ordering::Release);
         return;
     }
+    let charged = s.control().charged_ns();
     slot.seq.store(seq, Ordering::Relaxed);
     slot.stream.store(stream as u64, Ordering::Relaxed);
+    slot.charged.store(charged, Ordering::Relaxed);
+    slot.gen.store(s.gen, Ordering::Relaxed);
+    s.local.cover(charged);
     emit::mark(s, EventKind::MARK, seq, stream as u64, now);
     s.control().count_mark(false);
     let first = OUTSTANDING.fetch_add(1, Ordering::Relaxed) == 0;
@@ -219,6 +268,22 @@ pub fn poll(s: &Session) {
     {
         return;
     }
+    poll_locked(s);
+}
+
+/// The poll itself, by one thread at a time (another poller: skip).
+fn poll_locked(s: &Session) {
+    if POLLING
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    poll_armed(s);
+    POLLING.store(0, Ordering::Release);
+}
+
+fn poll_armed(s: &Session) {
     let mut armed = [(0u64, 0usize); SLOTS];
     let mut n = 0;
     for (i, slot) in POOL.iter().enumerate() {
@@ -235,6 +300,10 @@ pub fn poll(s: &Session) {
             Ok(false) => continue,
             Ok(true) => {
                 let stream = slot.stream.load(Ordering::Relaxed);
+                if slot.gen.load(Ordering::Relaxed) == s.gen {
+                    s.control()
+                        .complete_through(slot.charged.load(Ordering::Relaxed));
+                }
                 emit::mark(s, EventKind::MARK_DONE, seq, stream, monotonic_ns());
                 s.control().count_mark(true);
             }

@@ -25,6 +25,7 @@ pub mod emit;
 mod config;
 mod connect;
 mod funcs;
+mod local;
 mod marks;
 mod session;
 mod watcher;
@@ -196,6 +197,7 @@ pub extern "C" fn tandem_client_id() -> u64 {
 #[no_mangle]
 pub extern "C" fn tandem_request_begin() {
     if let Some(s) = published() {
+        s.request_mark(true);
         emit::request(s, tandem_proto::EventKind::REQUEST_BEGIN);
     }
 }
@@ -205,6 +207,7 @@ pub extern "C" fn tandem_request_begin() {
 #[no_mangle]
 pub extern "C" fn tandem_request_end() {
     if let Some(s) = published() {
+        s.request_mark(false);
         emit::request(s, tandem_proto::EventKind::REQUEST_END);
     }
 }

@@ -26,6 +26,8 @@ pub struct Session {
     // ---- read on every hooked call with a session ----
     producer: SyncProducer<'static>,
     control: &'static ControlBlock,
+    /// The board and the estimates (scheduler v2, [`super::local`]).
+    pub(crate) local: super::local::Local,
     /// Which session this is in this process (never 0); FuncName resend tracking.
     pub(crate) gen: u32,
     /// Whether the Device message went out (or was attempted) on this session.
@@ -57,6 +59,7 @@ impl Session {
     pub(crate) fn new(
         producer: SyncProducer<'static>,
         control: &'static ControlBlock,
+        estimates: &'static tandem_proto::estimates::EstimateTable,
         region: (usize, usize),
         sock: i32,
         client_id: u64,
@@ -67,6 +70,7 @@ impl Session {
         Session {
             producer,
             control,
+            local: super::local::Local::new(estimates),
             gen,
             device_sent: AtomicBool::new(false),
             stale_after: Duration::from_millis(u64::from(heartbeat_ms).saturating_mul(4)),
@@ -81,14 +85,19 @@ impl Session {
         }
     }
 
-    /// Obeys the coordinator's gate and launch limit, then counts the launch:
-    /// when allowed, two Acquire loads (gate, limit), one Relaxed load and one
+    /// Before a launch of kernel `key` (`tandem_proto::estimates::kernel_key`):
+    /// first scheduler v2's local part ([`super::local`]: a training client
+    /// waits, bounded, until the launch fits its in-flight budget; an
+    /// inference client announces itself on the board), then the
+    /// coordinator's gate and launch limit, then the launch is counted: when
+    /// allowed, two Acquire loads (gate, limit), one Relaxed load and one
     /// `fetch_add` of the session's launch counter; when the gate is closed or
     /// the launch is beyond the limit, a bounded wait first (at most 50 ms;
     /// less when the coordinator looks dead). Call once per launch (a graph
     /// launch is one), just before the real call.
     #[inline(always)]
-    pub fn gate(&self) {
+    pub fn gate(&self, key: u32) {
+        self.local_gate(key);
         if !self.control.launch_allowed() {
             self.wait_gate();
         }
@@ -258,9 +267,11 @@ mod tests {
         let consumer = Consumer::init(map, layout, 9).unwrap();
         let producer = Producer::attach(map, layout).unwrap();
         let control = ring::control_block(map, layout).unwrap();
+        let estimates = ring::estimates(map, layout).unwrap();
         let s = Session::new(
             SyncProducer::new(producer),
             control,
+            estimates,
             (map.as_ptr() as usize, map.len()),
             -1,
             9,
@@ -295,7 +306,7 @@ mod tests {
         s.push(&Record::new(EventKind::LAUNCH, 2));
         assert_eq!(s.ring_head(), 0, "a disabled producer writes nothing");
         assert!(s.control.gate_is_open(), "zero memory: an open gate");
-        s.gate();
+        s.gate(1);
         assert_eq!(s.socket(), None);
         assert!(!s.send(b"x"), "no socket: nothing sent, no panic");
     }
@@ -304,7 +315,7 @@ mod tests {
     fn each_gate_pass_counts_one_launch_and_the_limit_holds_the_next() {
         let (s, _consumer) = session();
         for _ in 0..3 {
-            s.gate();
+            s.gate(1);
         }
         assert_eq!(s.control.client_counters().launches, 3);
         assert_eq!(
@@ -315,9 +326,9 @@ mod tests {
         // Allow one more; the fifth launch waits (bounded: the beat never
         // moves, so at most stale_after) and still goes ahead: fail open.
         s.control.set_launch_limit(4).unwrap();
-        s.gate();
+        s.gate(1);
         assert_eq!(s.control.client_counters().gate_waits, 0);
-        s.gate();
+        s.gate(1);
         let k = s.control.client_counters();
         assert_eq!(k.launches, 5, "a launch that waited is counted too");
         assert_eq!(k.gate_waits, 1, "{k:?}");
@@ -332,11 +343,11 @@ mod tests {
         // still for stale_after (400 ms) the gate is passed without waiting.
         let start = std::time::Instant::now();
         while start.elapsed() < Duration::from_millis(600) {
-            s.gate();
+            s.gate(1);
         }
         let waits = s.control.client_counters().gate_waits;
         for _ in 0..100 {
-            s.gate();
+            s.gate(1);
         }
         assert_eq!(
             s.control.client_counters().gate_waits,

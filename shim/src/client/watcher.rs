@@ -21,6 +21,9 @@ use super::session::Session;
 pub const RETRY_EVERY: Duration = Duration::from_millis(200);
 /// How long one `poll` on a live connection lasts before it is simply repeated.
 const POLL_SLICE_MS: u64 = 1000;
+/// How often the board slot of this client's GPU is looked for while none
+/// is found.
+const SLOT_RESCAN: Duration = Duration::from_millis(20);
 
 /// Whether this process has a watcher thread.
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -112,6 +115,14 @@ fn watch(s: &Session) {
         let slice = crate::dedup::poll_slice(s, Duration::from_millis(POLL_SLICE_MS))
             .max(Duration::from_millis(1));
         let slice = super::marks::poll_slice(s, slice);
+        // A read-only board without a slot for our GPU yet: tandemd claims
+        // it when it reads a Device report; look again soon.
+        s.local.resolve_slot(s.control());
+        let slice = if s.local.wants_slot() {
+            slice.min(SLOT_RESCAN)
+        } else {
+            slice
+        };
         let wake = super::marks::wake_fd();
         let mut p = [
             libc::pollfd {
@@ -155,6 +166,14 @@ fn watch(s: &Session) {
                 Ok(got) => match wire::Message::decode(&buf[..got.len]) {
                     Ok(wire::Message::Dedup(d)) => crate::dedup::on_message(s, d, got.fd),
                     Ok(wire::Message::Follow(f)) => crate::follow::on_message(f, got.fd),
+                    Ok(wire::Message::Board(b)) => match got.fd {
+                        Some(fd) => s.local.attach_board(
+                            fd,
+                            b.flags & wire::BOARD_FLAG_WRITABLE != 0,
+                            s.control(),
+                        ),
+                        None => crate::log!(Debug, "a Board message without its descriptor"),
+                    },
                     Ok(m) => crate::log!(
                         Debug,
                         "ignoring a {} message from the coordinator",

@@ -18,6 +18,9 @@
 //! /* Where the last kernel this process ran was placed on the (possibly shared) device, in ns on
 //!  * CLOCK_MONOTONIC; both 0 before the first kernel. Returns 0, or -1 for a NULL pointer. */
 //! int      fakecuda_last_kernel(uint64_t *start_ns, uint64_t *end_ns);
+//! /* With FAKECUDA_SHARED_DEVICE: ns of kernel work queued on the shared device from now
+//!  * (device_ready_at - now, every process's); 0 when it is idle or there is none. */
+//! uint64_t fakecuda_shared_device_backlog_ns(void);
 //! ```
 //!
 //! After `fork()` the child's counts restart at zero (as the shim's do), so that
@@ -68,6 +71,22 @@ pub unsafe extern "C" fn fakecuda_last_kernel(start_ns: *mut u64, end_ns: *mut u
         end_ns.write(e);
     }
     0
+}
+
+/// `fakecuda_shared_device_backlog_ns`: see the module docs.
+#[no_mangle]
+pub extern "C" fn fakecuda_shared_device_backlog_ns() -> u64 {
+    let Some(dev) = crate::shared::device() else {
+        return 0;
+    };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC is the shared device's clock.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    dev.ready_at().load(Ordering::Acquire).saturating_sub(now)
 }
 
 /// Counts `n` more executed kernels.

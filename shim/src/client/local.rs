@@ -1,0 +1,291 @@
+//! Scheduler v2 on the shim's side: the GPU board and the local in-flight
+//! bound (`tandem_proto::board`, `tandem_proto::inflight`).
+//!
+//! * An **inference** client bumps its GPU's board slot at a launch when its
+//!   last bump is older than a quarter of the hold period (one clock read and
+//!   one Relaxed load per launch; the bump itself a few times per hold), and
+//!   at every explicit request begin and end.
+//! * A **training** client charges each launch its estimate (the published
+//!   estimate of its function and grid, else the default) and, before the
+//!   launch, checks `tandem_proto::inflight::admits` against the active
+//!   budget while the board says inference is active on its GPU, the idle
+//!   one otherwise: a few Relaxed loads, one Acquire load of the slot's
+//!   sequence and one clock read. When the launch does not fit, the thread
+//!   waits (bounded, [`MAX_LOCAL_WAIT`]) for its own work to complete: it
+//!   makes sure a completion mark covers its last launch, and polls the
+//!   marks itself every [`WAIT_SLICE`].
+//!
+//! tandemd is not in this loop: the budgets, the hold and the estimates are
+//! what it last wrote, and the board is shared memory between the shims, so
+//! the bound holds while tandemd is stopped. The board is mapped by the
+//! watcher when the Board message arrives, and its slot found (or, by an
+//! inference client, claimed) once the GPU is known: whichever comes second.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+use tandem_proto::board::{Announcer, Board, Presence, Slot, BOARD_LEN};
+use tandem_proto::estimates::EstimateTable;
+use tandem_proto::inflight::{admits, CLASS_INFERENCE, CLASS_TRAINING};
+use tandem_proto::{monotonic_ns, ControlBlock};
+
+use super::session::Session;
+
+/// Longest one launch waits at the local bound (as at a closed gate).
+pub const MAX_LOCAL_WAIT: Duration = Duration::from_millis(50);
+/// How often a waiting launch looks for completed marks.
+pub const WAIT_SLICE: Duration = Duration::from_micros(50);
+
+/// A session's board state and estimate table.
+pub struct Local {
+    estimates: &'static EstimateTable,
+    /// `&'static Board` as an address, or 0 before the Board message.
+    board: AtomicUsize,
+    writable: AtomicBool,
+    /// Slot index + 1; 0: none yet.
+    slot: AtomicUsize,
+    /// This client's GPU key (`tandem_proto::board::gpu_key`); 0: unknown.
+    gpu: AtomicU64,
+    presence: Presence,
+    announcer: Announcer,
+    /// Explicit requests this process has open (it alone decrements them).
+    open: AtomicU64,
+    /// `charged_ns` covered by the latest completion mark placed.
+    covered: AtomicU64,
+}
+
+impl Local {
+    pub(crate) fn new(estimates: &'static EstimateTable) -> Local {
+        Local {
+            estimates,
+            board: AtomicUsize::new(0),
+            writable: AtomicBool::new(false),
+            slot: AtomicUsize::new(0),
+            gpu: AtomicU64::new(0),
+            presence: Presence::default(),
+            announcer: Announcer::default(),
+            open: AtomicU64::new(0),
+            covered: AtomicU64::new(0),
+        }
+    }
+
+    /// A mark was placed covering `charged` ns.
+    pub(crate) fn cover(&self, charged: u64) {
+        self.covered.fetch_max(charged, Ordering::Relaxed);
+    }
+
+    /// What the latest mark covers.
+    pub(crate) fn covered(&self) -> u64 {
+        self.covered.load(Ordering::Relaxed)
+    }
+
+    /// The slot in use, if any (one Relaxed load, then the board's).
+    #[inline(always)]
+    fn slot(&self) -> Option<&'static Slot> {
+        let i = self.slot.load(Ordering::Acquire);
+        if i == 0 {
+            return None;
+        }
+        let b = self.board.load(Ordering::Acquire);
+        if b == 0 {
+            return None;
+        }
+        // SAFETY: a non-zero `board` is the address of a leaked, validated
+        // Board mapping (set once in `attach_board`, never unmapped).
+        let b = unsafe { &*(b as *const Board) };
+        b.slot(i - 1)
+    }
+
+    /// The estimate a launch of `key` is charged.
+    #[inline(always)]
+    fn estimate(&self, key: u32, default_ns: u64) -> u64 {
+        self.estimates.lookup(key).unwrap_or(default_ns)
+    }
+
+    /// Whether inference counts as active on this client's GPU at `now`.
+    #[inline(always)]
+    fn active(&self, now: u64, hold_ns: u64) -> bool {
+        self.slot()
+            .is_some_and(|s| self.presence.active(s.seq(), s.open(), now, hold_ns))
+    }
+
+    /// The GPU became known (first launch's Device report).
+    pub(crate) fn set_gpu(&self, gpu: u64, cb: &ControlBlock) {
+        self.gpu.store(gpu, Ordering::Relaxed);
+        self.resolve_slot(cb);
+    }
+
+    /// Maps the board tandemd sent (watcher thread; once per session).
+    pub(crate) fn attach_board(&self, fd: OwnedFd, writable: bool, cb: &ControlBlock) {
+        if self.board.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let map = if writable {
+            tandem_proto::shm::map_received(fd.as_fd(), BOARD_LEN)
+        } else {
+            tandem_proto::shm::map_received_read_only(fd.as_fd(), BOARD_LEN)
+        };
+        let map = match map {
+            Ok(m) => m,
+            Err(e) => {
+                crate::log!(Debug, "cannot map the GPU board: {e}");
+                return;
+            }
+        };
+        // Leaked: launching threads may hold the board for the rest of the process.
+        let (base, len) = map.leak();
+        // SAFETY: a live shared mapping of `len` bytes that is never unmapped,
+        // accessed only through atomics (and only read when mapped read-only:
+        // the shim writes a slot only when `writable`).
+        match unsafe { Board::from_raw(base, len) } {
+            Ok(b) => {
+                self.writable.store(writable, Ordering::Relaxed);
+                self.board
+                    .store(b as *const Board as usize, Ordering::Release);
+                self.resolve_slot(cb);
+            }
+            Err(e) => crate::log!(Debug, "ignoring the GPU board: {e}"),
+        }
+    }
+
+    /// Finds (or, with a writable board, claims) the slot of this client's
+    /// GPU once both are known. Cheap when done; called again by the watcher
+    /// while a read-only board has no slot for the GPU yet.
+    pub(crate) fn resolve_slot(&self, cb: &ControlBlock) {
+        if self.slot.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let (b, gpu) = (
+            self.board.load(Ordering::Acquire),
+            self.gpu.load(Ordering::Relaxed),
+        );
+        if b == 0 || gpu == 0 {
+            return;
+        }
+        // SAFETY: as in `slot`.
+        let b = unsafe { &*(b as *const Board) };
+        let found = if self.writable.load(Ordering::Relaxed) {
+            b.claim(gpu)
+        } else {
+            b.find(gpu)
+        };
+        if let Some(i) = found {
+            self.presence.reset();
+            self.announcer.reset();
+            self.slot.store(i + 1, Ordering::Release);
+            cb.set_board_slot(Some(i));
+        }
+    }
+
+    /// Whether the watcher should look for the slot again soon.
+    pub(crate) fn wants_slot(&self) -> bool {
+        self.slot.load(Ordering::Relaxed) == 0
+            && self.board.load(Ordering::Relaxed) != 0
+            && self.gpu.load(Ordering::Relaxed) != 0
+    }
+
+    /// An explicit request began (`begin`) or ended in this process.
+    pub(crate) fn request(&self, begin: bool, cb: &ControlBlock) {
+        let open = if begin {
+            self.open.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            match self
+                .open
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
+            {
+                Ok(v) => v - 1,
+                Err(_) => return, // an end without a begin: nothing to uncount
+            }
+        };
+        cb.set_requests_open(open);
+        if !self.writable.load(Ordering::Relaxed) || cb.class() != CLASS_INFERENCE {
+            return;
+        }
+        if let Some(s) = self.slot() {
+            if begin {
+                s.begin_request();
+            } else {
+                s.end_request();
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Scheduler v2 before a launch of `key`: an inference client announces
+    /// itself on the board; a training client waits (bounded) until the
+    /// launch fits its local budget, then charges it. Others: nothing.
+    #[inline(always)]
+    pub(crate) fn local_gate(&self, key: u32) {
+        let cb = self.control();
+        match cb.class() {
+            CLASS_TRAINING => self.admit(cb, key),
+            CLASS_INFERENCE => self.announce(cb),
+            _ => {}
+        }
+    }
+
+    #[inline(always)]
+    fn announce(&self, cb: &ControlBlock) {
+        let l = &self.local;
+        if !l.writable.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(s) = l.slot() {
+            if l.announcer.due(monotonic_ns(), cb.budgets().hold_ns) {
+                s.bump();
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn admit(&self, cb: &ControlBlock, key: u32) {
+        let b = cb.budgets();
+        let est = self.local.estimate(key, b.default_est_ns);
+        // Without completion marks nothing in flight is ever seen to end:
+        // no bound (tandemd sets none then either).
+        if (b.idle_ns != 0 || b.active_ns != 0) && cb.mark_every_ns() != 0 {
+            let budget = if self.local.active(monotonic_ns(), b.hold_ns) {
+                b.active_ns
+            } else {
+                b.idle_ns
+            };
+            if !admits(budget, cb.inflight_ns(), est) {
+                self.wait_local(cb, est);
+            }
+        }
+        cb.charge(est);
+    }
+
+    /// Waits until a launch estimated at `est` fits, or [`MAX_LOCAL_WAIT`].
+    #[cold]
+    #[inline(never)]
+    fn wait_local(&self, cb: &ControlBlock, est: u64) {
+        let start = monotonic_ns();
+        let max = MAX_LOCAL_WAIT.as_nanos() as u64;
+        loop {
+            // Our queued work can only be seen to complete through a mark
+            // placed after it: make sure one is.
+            super::marks::cover(self, cb.charged_ns());
+            super::marks::poll_here(self);
+            let now = monotonic_ns();
+            let b = cb.budgets();
+            let budget = if self.local.active(now, b.hold_ns) {
+                b.active_ns
+            } else {
+                b.idle_ns
+            };
+            if admits(budget, cb.inflight_ns(), est) || now.saturating_sub(start) >= max {
+                cb.count_local_wait(now.saturating_sub(start));
+                return;
+            }
+            std::thread::sleep(WAIT_SLICE);
+        }
+    }
+
+    /// An explicit request began or ended (the board, when inference).
+    pub(crate) fn request_mark(&self, begin: bool) {
+        self.local.request(begin, self.control());
+    }
+}
