@@ -149,6 +149,25 @@
 //! records, and either the gate is still open (a new allowance >= 1 follows
 //! at once) or it closed (and the tick that reopens it grants again).
 //!
+//! **Local bound (scheduler v2).** Gates and launch limits act only once
+//! tandemd's reader has seen the records, and a launch limit counts
+//! launches, not their size. So each training client on a GPU with an
+//! inference client (and completion marks on) also gets a [`LocalBudget`]
+//! ([`Output::Budget`], [`local_budget`]): its share of the idle budget and
+//! of the GPU's (SLO-adapted) active budget, the hold, and a default
+//! estimate (its mean launch). Its shim keeps its own estimated in-flight
+//! work (launches charged at the estimates this scheduler measured,
+//! [`Output::Estimate`], keyed by function *and grid*, minus what its
+//! completion marks saw complete) under the active budget while the node's
+//! GPU board says an inference job launched within the hold, the idle one
+//! otherwise; a launch longer than the budget waits until nothing of the
+//! client is in flight and then runs alone. That reacts within a launch,
+//! with no reader in the loop (`tandem_proto::inflight`,
+//! `tandem_proto::board`). Until a drain point has measured the client,
+//! both budgets are 1 ns: one launch at a time. An inference client also
+//! counts as active for `request_hold_ns` after each of its launches here,
+//! so back-to-back requests with no idle gap keep its GPU active.
+//!
 //! The rule "budget 0 while inference work is queued" is an addition to the
 //! contract's v1 rule; the simulator (`sim.rs`, run its test with
 //! `--nocapture`) compares both and other variants. In two of its three

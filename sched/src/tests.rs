@@ -1392,3 +1392,19 @@ fn an_inference_job_launching_back_to_back_stays_active_without_an_idle_gap() {
     h.tick(t + 2 * MS);
     assert!(!h.gpu(7).inference_active);
 }
+
+#[test]
+fn no_local_bound_without_completion_marks() {
+    // The shim sees its work complete only through marks: a bound it could
+    // never see drain would only make it wait out its 50 ms each launch.
+    let mut h = H::new(SchedConfig {
+        mark_every_ns: 0,
+        ..SchedConfig::default()
+    });
+    h.reg(T0, 1, Class::Training, 7);
+    h.reg(T0, 2, Class::Inference, 7);
+    h.launch(T0 + 10 * US, 1, 5);
+    h.sync(T0 + 20 * US, T0 + 2 * MS, 1);
+    assert!(budgets_of(&h, 1).is_empty(), "{:?}", h.locals);
+    assert_eq!(h.client(1).budget, None);
+}
