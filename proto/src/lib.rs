@@ -10,6 +10,8 @@
 //! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
 //! * [`dedup`]: the weight-deduplication message ([`wire`] type 8).
 //! * [`follow`]: the follow-mode message ([`wire`] type 9).
+//! * [`mps`]: tandem over MPS: the Welcome's MPS tail and the environment
+//!   variables it becomes in the client.
 //! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
 //!
 //! # Connection flow
@@ -40,6 +42,7 @@ pub mod dedup;
 pub mod error;
 pub mod follow;
 pub mod header;
+pub mod mps;
 pub mod paths;
 pub mod record;
 pub mod ring;

@@ -70,6 +70,7 @@ impl Registry {
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             class: decision.class,
             flags,
+            mps: None,
         };
         info!(
             client = id,
