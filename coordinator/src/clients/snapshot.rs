@@ -121,5 +121,6 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
             shared_bytes: 0,
             mapped_bytes: 0,
         },
+        mps_priority: c.mps.map(|m| m.priority),
     }
 }

@@ -182,10 +182,14 @@ impl Daemon {
             Ok(Message::Hello(h)) => {
                 let who = Who::from_proc(cred);
                 let cfg = self.shared.config();
-                let result = self
-                    .shared
-                    .registry()
-                    .register(&cfg, self.shared.euid, who, &h);
+                let offer = self.shared.mps().offer(&cfg.mps);
+                let result = self.shared.registry().register(
+                    &cfg,
+                    self.shared.euid,
+                    who,
+                    &h,
+                    offer.as_ref(),
+                );
                 match result {
                     Ok((welcome, memfd)) => {
                         let id = welcome.client_id;
