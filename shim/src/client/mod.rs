@@ -97,6 +97,8 @@ fn published() -> Client {
 #[cold]
 #[inline(never)]
 fn first_call() -> Client {
+    // Seen by a cuInit on another thread, which waits for the registration.
+    let _pending = mps::Pending::enter();
     // One thread registers; the others (and any re-entry) carry on unscheduled.
     if CURRENT
         .compare_exchange(UNTRIED, IDLE, Ordering::AcqRel, Ordering::Acquire)

@@ -40,7 +40,7 @@
 //! does not join (said at debug). Child processes inherit the variables.
 
 use core::ffi::c_uint;
-use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ use tandem_proto::wire::HELLO_FLAG_MPS;
 use crate::hooks::Hook;
 use crate::types::CuResult;
 
+/// Threads inside `super::first_call` now (the one registering, and any
+/// that are about to find they lost the race to it).
+static PENDING: AtomicU32 = AtomicU32::new(0);
 /// The thread registering now (its tid), or 0.
 static REGISTERING: AtomicI32 = AtomicI32::new(0);
 /// A `cuInit` has been (or is being) forwarded to the driver.
@@ -69,13 +72,32 @@ fn tid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+/// Marks this thread as inside `super::first_call` while it lives. Entered
+/// before the thread tries to become the one that registers, so a thread
+/// that finds the registration taken (its CAS fails, or it loads the state
+/// that CAS stored) also sees this mark.
+pub(super) struct Pending(());
+
+impl Pending {
+    pub(super) fn enter() -> Pending {
+        PENDING.fetch_add(1, Ordering::SeqCst);
+        Pending(())
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        PENDING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Runs the registration `f` with this thread marked as registering.
 /// `f` gets the Hello flag to add: [`HELLO_FLAG_MPS`] while no `cuInit` has
 /// been forwarded, else 0.
 pub(super) fn registering<R>(f: impl FnOnce(u8) -> R) -> R {
     REGISTERING.store(tid(), Ordering::SeqCst);
-    // Paired with `init`: it marks the forward, then looks for a
-    // registration; this marks the registration, then looks for a forward.
+    // A cuInit forwarded before this registration began (a process whose
+    // first hooked call came after it): too late to join.
     let ask = if INIT_FORWARDED.load(Ordering::SeqCst) {
         0
     } else {
@@ -90,6 +112,7 @@ pub(super) fn registering<R>(f: impl FnOnce(u8) -> R) -> R {
 /// the child's).
 pub(super) fn after_fork_in_child() {
     REGISTERING.store(0, Ordering::SeqCst);
+    PENDING.store(0, Ordering::SeqCst);
 }
 
 /// The `cuInit` hook's body: waits (bounded) for another thread's
@@ -103,16 +126,18 @@ pub unsafe fn init(
     real: unsafe extern "C" fn(c_uint) -> CuResult,
     flags: c_uint,
 ) -> CuResult {
-    INIT_FORWARDED.store(true, Ordering::SeqCst);
+    // This hook's `client::current()` has run: either this thread registered
+    // (done by now), or it found the registration taken, and then the
+    // registering thread's `Pending` mark is visible here until it is done.
     let me = tid();
     let until = Instant::now() + INIT_WAIT;
-    loop {
-        let t = REGISTERING.load(Ordering::SeqCst);
-        if t == 0 || t == me || Instant::now() >= until {
-            break;
-        }
+    while PENDING.load(Ordering::SeqCst) > 0
+        && REGISTERING.load(Ordering::SeqCst) != me
+        && Instant::now() < until
+    {
         std::thread::sleep(Duration::from_millis(1));
     }
+    INIT_FORWARDED.store(true, Ordering::SeqCst);
     // SAFETY: forwarding the caller's argument to the driver's own cuInit.
     unsafe { real(flags) }
 }

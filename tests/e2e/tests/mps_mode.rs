@@ -206,6 +206,28 @@ fn tandemd_owns_the_mps_daemon_and_clients_join_it_by_class() {
         assert_eq!(c["mps_priority"], prio, "{c}");
     }
 
+    // Eight threads whose first CUDA call is cuInit, all at once: the ones
+    // not registering wait for the registration, so the driver initialises
+    // with the variables set (without that wait, a cuInit reaches the driver
+    // while the registration is still in flight).
+    let file = dir.path().join("race.initenv");
+    let env = client_env(d.socket())
+        .var("TANDEM_CLASS", "training")
+        .var("FAKECUDA_INIT_ENV_FILE", file.to_str().unwrap())
+        .unset("CUDA_MPS_PIPE_DIRECTORY")
+        .unset("CUDA_MPS_CLIENT_PRIORITY")
+        .unset("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    let mut race = spawn_host("init_race", &["8"], &env);
+    race.close_stdin();
+    assert!(race.wait_exit(EXIT).success(), "{race}");
+    let env = init_env(&race, &file);
+    assert_eq!(
+        env["CUDA_MPS_PIPE_DIRECTORY"],
+        v(pipe.to_str().unwrap()),
+        "{race}"
+    );
+    assert_eq!(env["CUDA_MPS_CLIENT_PRIORITY"], v("1"), "{race}");
+
     // A job with its own pipe directory keeps it (and sets no priority); a
     // job under TANDEM_CLASS=off is left untouched.
     let (own, f) = client(
