@@ -134,6 +134,9 @@ pub struct Client {
     /// or not it shares weights), when it was granted follow mode (decided
     /// once, at registration).
     pub follow_group: Option<String>,
+    /// How it was told to join tandem's MPS daemon (decided once, at
+    /// registration: CUDA reads it when it initialises).
+    pub mps: Option<tandem_proto::mps::MpsJoin>,
     pub(crate) warned_kind: bool,
 }
 

@@ -12,6 +12,7 @@ use tandem_proto::wire::{ClientClass, MAX_HEARTBEAT_INTERVAL_MS};
 
 use crate::dedup::DedupConfig;
 use crate::follow::FollowConfig;
+use crate::mps::config::MpsConfig;
 use crate::sched::SchedConfig;
 
 /// Where tandemd looks for its configuration unless `--config` says otherwise.
@@ -207,6 +208,44 @@ max_candidates_per_client = 262144
 enabled = true
 # Regions one client may share at once (1..=1024).
 max_regions_per_client = 16
+
+# tandem over MPS. Off by default: GPU measurements decide whether it helps.
+# With enabled = true, tandemd starts an NVIDIA MPS control daemon
+# (nvidia-cuda-mps-control -d) for the node's GPUs, or uses the one already
+# running in pipe_dir, and stops the one it started when it stops. A job that
+# registers has CUDA join it (the shim sets the CUDA_MPS_* variables before CUDA
+# initialises): training jobs at training_priority and optionally capped in
+# SMs, inference jobs at normal priority. tandem's gates still hold training
+# back, and training_inflight_ns bounds the training work a GPU has in flight.
+# If the daemon cannot be started, tandemd keeps running in plain time slicing
+# and says why (its log, /stats "sharing", tandemctl status).
+#
+# The trade-off: the jobs under MPS on one GPU share one server context, so a
+# fatal fault in one of them (an illegal memory access, say) reaches every MPS
+# job on that GPU; they lose the isolation of separate contexts. Weight sharing
+# and follow mode are not offered to jobs that join MPS (a stray write into
+# shared memory would fail them all). MPS runs one user's server at a time (a
+# job of another user waits until the first user's MPS jobs have ended), so
+# tandem has the jobs of one uid join at a time and runs the others outside MPS.
+# Stopping tandemd stops the daemon it started, and with it the GPU work of the
+# jobs that joined. enabled, control_binary, pipe_dir and log_dir apply when
+# tandemd restarts; the training_* values to jobs that register after a reload.
+[mps]
+enabled = false
+# A program name looked up on tandemd's PATH, or an absolute path.
+control_binary = "nvidia-cuda-mps-control"
+# CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY (absolute paths). Empty:
+# "mps" and "mps-log" beside tandemd's socket (/run/tandem/mps for the system
+# service; not /tmp, which the service unit makes private to tandemd).
+pipe_dir = ""
+log_dir = ""
+# CUDA_MPS_CLIENT_PRIORITY of training jobs: 0 normal, 1 below normal.
+training_priority = 1
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of training jobs (1..=100); no cap when left out.
+# training_thread_percentage = 50
+# Training work a GPU may have in flight under MPS, in estimated ns
+# (0..=10000000000; 0: no bound beyond [scheduler]).
+training_inflight_ns = 2000000
 "#;
 
 /// A class the operator may grant ("auto" is a claim, not a grant).
@@ -257,6 +296,8 @@ pub struct Config {
     pub dedup: DedupConfig,
     /// `[follow]`: follow mode (shared regions mapped read-only).
     pub follow: FollowConfig,
+    /// `[mps]`: tandem over MPS.
+    pub mps: MpsConfig,
 }
 
 /// `[stats]`.
@@ -375,6 +416,7 @@ impl Default for Config {
             scheduler: SchedConfig::default(),
             dedup: DedupConfig::default(),
             follow: FollowConfig::default(),
+            mps: MpsConfig::default(),
         }
     }
 }
@@ -516,6 +558,7 @@ impl Config {
             .map_err(|e| (format!("scheduler.{}", e.field), e.problem))?;
         self.dedup.validate()?;
         self.follow.validate()?;
+        self.mps.validate()?;
         for (i, o) in self.policy.overrides.iter().enumerate() {
             let n = usize::from(o.exe.is_some())
                 + usize::from(o.uid.is_some())

@@ -174,6 +174,11 @@ impl Daemon {
             })?),
             None => None,
         };
+        // After both sockets are ours: a second tandemd never gets here.
+        let mps = crate::mps::Mps::start(
+            &opts.config.mps,
+            socket.parent().unwrap_or_else(|| Path::new("/")),
+        );
         let socket_ids = [&socket, &stats_socket]
             .iter()
             .filter_map(|p| file_id(p).map(|id| (p.to_path_buf(), id)))
@@ -213,6 +218,7 @@ impl Daemon {
             socket,
             stats_socket,
             euid,
+            mps,
         ));
         let mut threads = Vec::new();
         let s = Arc::clone(&shared);
@@ -348,6 +354,7 @@ impl Daemon {
             self.reclaim(id, "tandemd stopping");
         }
         self.conns.clear();
+        self.shared.mps().stop();
         info!("tandemd stopped");
     }
 
@@ -367,6 +374,11 @@ impl Daemon {
                 let old = self.shared.config();
                 if old.stats.tcp_listen != cfg.stats.tcp_listen {
                     warn!("stats.tcp_listen changed; it takes effect when tandemd restarts");
+                }
+                if old.mps.needs_restart(&cfg.mps) {
+                    warn!(
+                        "[mps] enabled, control_binary, pipe_dir or log_dir changed; they take                          effect when tandemd restarts (the training_* values apply to jobs that                          register from now on)"
+                    );
                 }
                 if let Some(f) = &self.set_log_level {
                     if old.log_level != cfg.log_level && std::env::var_os("TANDEM_LOG").is_none() {

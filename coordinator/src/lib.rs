@@ -21,7 +21,8 @@
 //! * [`daemon`] — sockets, the accept/handshake loop, reload, lifecycle.
 //! * [`shared`] — the state the daemon's threads share; the stats snapshot.
 //! * [`reader`] — the ring-reader thread (adaptive polling, heartbeats).
-//! * [`mps`] — which sharing mode is in force (time slicing, or over MPS).
+//! * [`mps`] — which sharing mode is in force; tandem over MPS (`[mps]`: the
+//!   MPS control daemon tandemd owns, and how clients join it).
 //! * [`dedup`] — weight deduplication: trust groups, the content index, the
 //!   shared copies' fds.
 //! * [`follow`] — follow mode: the registry of shared regions and their fds.

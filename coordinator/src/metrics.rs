@@ -247,7 +247,7 @@ pub fn render(s: &Snapshot) -> String {
             &mut out,
             "tandem_sharing_mode",
             "gauge",
-            "1 for the GPU sharing mode in force (time_slicing, time_slicing_over_mps).",
+            "1 for the GPU sharing mode in force (time_slicing, time_slicing_over_mps, tandem_over_mps).",
         );
         let _ = writeln!(
             out,
@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "# HELP tandem_sharing_mode 1 for the GPU sharing mode in force (time_slicing, time_slicing_over_mps).",
+                "# HELP tandem_sharing_mode 1 for the GPU sharing mode in force (time_slicing, time_slicing_over_mps, tandem_over_mps).",
                 "# TYPE tandem_sharing_mode gauge",
                 "tandem_sharing_mode{mode=\"time_slicing_over_mps\"} 1",
             ],

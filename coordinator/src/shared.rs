@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::dedup::Index;
 use crate::follow::report::Placement;
 use crate::follow::Regions;
+use crate::mps::Mps;
 use crate::state::{format_uuid, Snapshot};
 
 /// State shared by the daemon's threads.
@@ -40,11 +41,14 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// tandemd's effective uid.
     pub euid: u32,
+    /// tandem over MPS, as started (fixed for the daemon's life).
+    mps: Mps,
 }
 
 impl Shared {
     /// Fresh state for a daemon started with `config` (read from
-    /// `config_path`) on `socket` and `stats_socket`, running as `euid`.
+    /// `config_path`) on `socket` and `stats_socket`, running as `euid`,
+    /// with `[mps]` put in force as `mps`.
     #[must_use]
     pub fn new(
         config: Config,
@@ -52,6 +56,7 @@ impl Shared {
         socket: PathBuf,
         stats_socket: PathBuf,
         euid: u32,
+        mps: Mps,
     ) -> Shared {
         Shared {
             registry: Mutex::new(Registry::new(config.scheduler.clone())),
@@ -64,7 +69,13 @@ impl Shared {
             config_path,
             stop: AtomicBool::new(false),
             euid,
+            mps,
         }
+    }
+
+    /// tandem over MPS as started.
+    pub fn mps(&self) -> &Mps {
+        &self.mps
     }
 
     /// Lock the registry (a poisoned lock is still used: the data stays consistent
@@ -136,7 +147,7 @@ impl Shared {
             pid: std::process::id(),
             uptime_s: now.duration_since(self.started).as_secs_f64(),
             // One stat() per snapshot: MPS may start or stop while tandemd runs.
-            sharing: Some(crate::mps::SharingSnapshot::current()),
+            sharing: Some(self.mps.sharing(&cfg.mps)),
             socket: self.socket.display().to_string(),
             config_path: self.config_path.display().to_string(),
             gpus,

@@ -371,6 +371,10 @@ pub struct ClientSnapshot {
     /// The pod and container it runs in (null: a host process).
     #[serde(default)]
     pub pod: Option<crate::containers::PodSnapshot>,
+    /// The `CUDA_MPS_CLIENT_PRIORITY` it was told to join tandem's MPS
+    /// daemon with (0 normal, 1 below normal); null: not told to join.
+    #[serde(default)]
+    pub mps_priority: Option<u8>,
 }
 
 /// The scheduler's view of one client (`"sched"` in `GET /stats`).

@@ -15,6 +15,8 @@
 //! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
 //! * [`dedup`]: the weight-deduplication message ([`wire`] type 8).
 //! * [`follow`]: the follow-mode message ([`wire`] type 9).
+//! * [`mps`]: tandem over MPS: the Welcome's MPS tail and the environment
+//!   variables it becomes in the client.
 //! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
 //!
 //! # Connection flow
@@ -48,6 +50,7 @@ pub mod estimates;
 pub mod follow;
 pub mod header;
 pub mod inflight;
+pub mod mps;
 pub mod paths;
 pub mod record;
 pub mod ring;

@@ -11,6 +11,9 @@
 //!          20 layout_version u32   24 heartbeat_interval_ms u32
 //!          28 class u8   29 flags u8   30 reserved u16 (0)      (tandemd -> shim,
 //!                                                   region memfd attached by SCM_RIGHTS)
+//!          with WELCOME_FLAG_MPS only, an MPS tail (see [`crate::mps`]):
+//!          32 priority u8   33 thread_percentage u8   34 pipe_dir_len u16
+//!          36 pipe_dir[pipe_dir_len]
 //! Reject   0 reason u16   2 message_len u16   4 message[message_len] (UTF-8)
 //! FuncName 0 func_id u64   8 name_len u16   10 name[name_len]     (shim -> tandemd)
 //! Device   0 ordinal u32   4 uuid[16]   20 name_len u16   22 name[name_len]
@@ -49,6 +52,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use crate::dedup::{Dedup, DEDUP_LEN};
 use crate::error::{Error, Result};
 use crate::follow::{Follow, FOLLOW_LEN};
+use crate::mps::MpsJoin;
 use crate::ring::{RingLayout, RING_LAYOUT_VERSION};
 
 /// Wire magic, the first four bytes of every message (`"TNDM"`).
@@ -65,7 +69,7 @@ pub const MAX_CGROUP_LEN: usize = 4096;
 pub const MAX_REJECT_MESSAGE_LEN: usize = 1024;
 /// Fixed part of a Hello body.
 pub const HELLO_FIXED_LEN: usize = 10;
-/// Welcome body length.
+/// Welcome body length (without the MPS tail [`WELCOME_FLAG_MPS`] adds).
 pub const WELCOME_LEN: usize = 32;
 /// Fixed part of a Reject body.
 pub const REJECT_FIXED_LEN: usize = 4;
@@ -102,9 +106,17 @@ pub const HELLO_FLAG_FOLLOW: u8 = 1 << 2;
 /// a [`Message::Board`] after the Welcome. Sent always by shims that know
 /// it; a coordinator that does not drops the bit.
 pub const HELLO_FLAG_BOARD: u8 = 1 << 3;
+/// Hello flag: this shim can join tandem's MPS control daemon: it reads the
+/// Welcome's MPS tail and sets the MPS environment before the driver
+/// initialises ([`crate::mps`]). A shim that can no longer do that (CUDA
+/// already initialised) does not send it.
+pub const HELLO_FLAG_MPS: u8 = 1 << 4;
 /// Every Hello flag this build knows.
-const HELLO_FLAGS: u8 =
-    HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_NO_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW | HELLO_FLAG_BOARD;
+const HELLO_FLAGS: u8 = HELLO_FLAG_SHARE_WEIGHTS
+    | HELLO_FLAG_NO_SHARE_WEIGHTS
+    | HELLO_FLAG_FOLLOW
+    | HELLO_FLAG_BOARD
+    | HELLO_FLAG_MPS;
 /// Welcome flag: weight sharing is enabled for this client. Only a coordinator
 /// that speaks [`Message::Dedup`] sets it, and a shim sends Dedup messages only
 /// after seeing it, so the Dedup message needed no protocol version bump.
@@ -113,8 +125,13 @@ pub const WELCOME_FLAG_SHARE_WEIGHTS: u8 = 1 << 0;
 /// is enabled for this client. Set only in answer to [`HELLO_FLAG_FOLLOW`]
 /// (a shim that did not send it may not know this bit).
 pub const WELCOME_FLAG_FOLLOW: u8 = 1 << 1;
+/// Welcome flag: tandem over MPS is in force and this client is to join it;
+/// the Welcome carries the MPS tail ([`Welcome::mps`]). Set only in answer
+/// to [`HELLO_FLAG_MPS`]: a shim that did not send it decodes only a 32-byte
+/// Welcome.
+pub const WELCOME_FLAG_MPS: u8 = 1 << 2;
 /// Every Welcome flag this build knows.
-const WELCOME_FLAGS: u8 = WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW;
+const WELCOME_FLAGS: u8 = WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW | WELCOME_FLAG_MPS;
 
 const TYPE_HELLO: u16 = 1;
 const TYPE_WELCOME: u16 = 2;
@@ -156,6 +173,10 @@ const _: () = {
     assert!(HEADER_LEN + DEDUP_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + FOLLOW_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + BOARD_MSG_LEN <= MAX_MESSAGE_LEN);
+    assert!(
+        HEADER_LEN + WELCOME_LEN + crate::mps::TAIL_FIXED_LEN + crate::mps::MAX_PIPE_DIR_LEN
+            <= MAX_MESSAGE_LEN
+    );
 };
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
@@ -268,8 +289,11 @@ pub struct Welcome {
     pub heartbeat_interval_ms: u32,
     /// The class granted (may differ from the claim).
     pub class: ClientClass,
-    /// `WELCOME_FLAG_*` bits.
+    /// `WELCOME_FLAG_*` bits. [`WELCOME_FLAG_MPS`] is set exactly when
+    /// [`mps`](Self::mps) is (encoding refuses a mismatch).
     pub flags: u8,
+    /// How to join tandem's MPS control daemon ([`WELCOME_FLAG_MPS`]).
+    pub mps: Option<MpsJoin>,
 }
 
 impl Welcome {
@@ -607,7 +631,7 @@ impl<'a> Message<'a> {
     }
 
     fn decode_welcome(b: &'a [u8]) -> Result<Message<'a>> {
-        exact("Welcome", WELCOME_LEN, b.len())?;
+        need("Welcome", b.len(), WELCOME_LEN)?;
         let client_id = get_u64(b, 0);
         let region_len = get_u64(b, 8);
         let ring_capacity = get_u32(b, 16);
@@ -634,6 +658,12 @@ impl<'a> Message<'a> {
         }
         let class = class("class", b[28])?;
         let flags = b[29] & WELCOME_FLAGS;
+        let mps = if flags & WELCOME_FLAG_MPS != 0 {
+            Some(MpsJoin::decode_tail(&b[WELCOME_LEN..])?)
+        } else {
+            exact("Welcome", WELCOME_LEN, b.len())?;
+            None
+        };
         Ok(Message::Welcome(Welcome {
             client_id,
             region_len,
@@ -641,6 +671,7 @@ impl<'a> Message<'a> {
             heartbeat_interval_ms,
             class,
             flags,
+            mps,
         }))
     }
 
@@ -729,7 +760,7 @@ impl<'a> Message<'a> {
     fn body_len(&self) -> usize {
         match self {
             Message::Hello(h) => HELLO_FIXED_LEN + h.exe.len() + h.cgroup.len(),
-            Message::Welcome(_) => WELCOME_LEN,
+            Message::Welcome(w) => WELCOME_LEN + w.mps.map_or(0, |m| m.tail_len()),
             Message::Reject(r) => REJECT_FIXED_LEN + r.message.len(),
             Message::FuncName(f) => FUNC_NAME_FIXED_LEN + f.name.len(),
             Message::Device(d) => DEVICE_FIXED_LEN + d.name.len(),
@@ -776,6 +807,12 @@ impl<'a> Message<'a> {
                     });
                 }
                 flags("welcome flags", w.flags, WELCOME_FLAGS)?;
+                if (w.flags & WELCOME_FLAG_MPS != 0) != w.mps.is_some() {
+                    return Err(Error::BadValue {
+                        field: "welcome flags (MPS flag without the MPS tail, or the reverse)",
+                        value: u64::from(w.flags),
+                    });
+                }
                 TYPE_WELCOME
             }
             Message::Reject(r) => {
@@ -847,6 +884,9 @@ impl<'a> Message<'a> {
                 b[28] = w.class as u8;
                 b[29] = w.flags;
                 b[30..32].copy_from_slice(&0u16.to_le_bytes());
+                if let Some(m) = &w.mps {
+                    m.encode_tail(&mut b[WELCOME_LEN..]);
+                }
             }
             Message::Reject(r) => {
                 b[0..2].copy_from_slice(&r.reason.0.to_le_bytes());
@@ -1048,6 +1088,7 @@ mod tests {
             heartbeat_interval_ms: 50,
             class: ClientClass::Training,
             flags: 0,
+            mps: None,
         }
     }
 
@@ -1151,7 +1192,7 @@ mod tests {
         assert_ne!(HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS);
         // A newer shim's unknown request bits: the Hello still decodes, with
         // only the bits this build knows.
-        for unknown in [1u8 << 4, 1 << 7, !HELLO_FLAGS] {
+        for unknown in [1u8 << 5, 1 << 7, !HELLO_FLAGS] {
             let mut b = enc(&Message::Hello(hello()));
             b[HEADER_LEN + 5] = HELLO_FLAG_NO_SHARE_WEIGHTS | unknown;
             assert_eq!(
@@ -1176,7 +1217,7 @@ mod tests {
         }
         // The same for the Welcome.
         let mut w = enc(&Message::Welcome(welcome()));
-        w[HEADER_LEN + 29] = WELCOME_FLAG_FOLLOW | 1 << 2;
+        w[HEADER_LEN + 29] = WELCOME_FLAG_FOLLOW | 1 << 3;
         assert_eq!(
             Message::decode(&w),
             Ok(Message::Welcome(Welcome {
@@ -1186,11 +1227,72 @@ mod tests {
         );
         let mut out = [0u8; MAX_MESSAGE_LEN];
         assert!(Message::Welcome(Welcome {
-            flags: 1 << 2,
+            flags: 1 << 3,
             ..welcome()
         })
         .encode(&mut out)
         .is_err());
+    }
+
+    fn mps_welcome() -> Welcome {
+        Welcome {
+            flags: WELCOME_FLAG_FOLLOW | WELCOME_FLAG_MPS,
+            mps: Some(
+                MpsJoin::new(crate::mps::PRIORITY_BELOW_NORMAL, 40, b"/run/tandem/mps").unwrap(),
+            ),
+            ..welcome()
+        }
+    }
+
+    #[test]
+    fn mps_welcome_round_trips_with_its_tail() {
+        let w = Message::Welcome(mps_welcome());
+        let b = enc(&w);
+        assert_eq!(b.len(), HEADER_LEN + WELCOME_LEN + 4 + 15);
+        assert_eq!(&b[HEADER_LEN + 32..HEADER_LEN + 36], &[1, 40, 15, 0]);
+        assert_eq!(&b[HEADER_LEN + 36..], b"/run/tandem/mps");
+        assert_eq!(Message::decode(&b), Ok(w));
+        let h = Message::Hello(Hello {
+            flags: HELLO_FLAG_MPS | HELLO_FLAG_FOLLOW,
+            ..hello()
+        });
+        assert_eq!(Message::decode(&enc(&h)), Ok(h));
+    }
+
+    #[test]
+    fn mps_flag_and_tail_must_agree() {
+        let mut out = [0u8; MAX_MESSAGE_LEN];
+        // The flag without the tail, and the tail without the flag.
+        for w in [
+            Welcome {
+                flags: WELCOME_FLAG_MPS,
+                ..welcome()
+            },
+            Welcome {
+                flags: 0,
+                ..mps_welcome()
+            },
+        ] {
+            assert!(matches!(
+                Message::Welcome(w).encode(&mut out),
+                Err(Error::BadValue { .. })
+            ));
+        }
+        // On the wire: the flag on a 32-byte Welcome, or a tail without the
+        // flag (what a shim that did not ask must never get), fail to decode.
+        let mut b = enc(&Message::Welcome(welcome()));
+        b[HEADER_LEN + 29] |= WELCOME_FLAG_MPS;
+        assert!(matches!(Message::decode(&b), Err(Error::Truncated { .. })));
+        let mut b = enc(&Message::Welcome(mps_welcome()));
+        b[HEADER_LEN + 29] &= !WELCOME_FLAG_MPS;
+        assert!(matches!(
+            Message::decode(&b),
+            Err(Error::LengthMismatch { .. })
+        ));
+        // A bad tail value is refused.
+        let mut b = enc(&Message::Welcome(mps_welcome()));
+        b[HEADER_LEN + 33] = 101;
+        assert!(Message::decode(&b).is_err());
     }
 
     #[test]

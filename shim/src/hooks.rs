@@ -11,7 +11,7 @@ use crate::types::*;
 use core::ffi::{c_char, c_int, c_uint, c_ushort, c_void};
 
 crate::hook_table! {
-    cuInit("cuInit", 2000, legacy) Init fn(flags: c_uint);
+    cuInit("cuInit", 2000, legacy) Init fn(flags: c_uint) => crate::client::mps::init;
 
     cuLaunchKernel("cuLaunchKernel", 4000, legacy) Launch fn(
         f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,

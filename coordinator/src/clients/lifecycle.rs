@@ -6,7 +6,10 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use tandem_proto::monotonic_ns;
-use tandem_proto::wire::{ClientClass, Device, Hello, RejectReason, Welcome};
+use tandem_proto::mps::MpsJoin;
+use tandem_proto::wire::{
+    ClientClass, Device, Hello, RejectReason, Welcome, HELLO_FLAG_MPS, WELCOME_FLAG_MPS,
+};
 use tracing::{debug, info, warn};
 
 use super::snapshot::{client_snapshot, sched_stats};
@@ -14,18 +17,21 @@ use super::{gpu_key, sched_class, slo_of, Client, Refusal, Registry, Ring, MAX_D
 use crate::admission::{decide, Decision, Who};
 use crate::config::Config;
 use crate::drain::drain_client;
+use crate::mps::Offer;
 use crate::sched::Input;
 use crate::state::{format_uuid, ClientStats};
 
 impl Registry {
     /// Register a client: decide its class, create its region, and return the
-    /// Welcome to send with the region fd.
+    /// Welcome to send with the region fd. `mps`: what tandem over MPS offers
+    /// now (`None` when it is not in force).
     pub fn register(
         &mut self,
         cfg: &Config,
         daemon_euid: u32,
         who: Who,
         hello: &Hello<'_>,
+        mps: Option<&Offer>,
     ) -> Result<(Welcome, OwnedFd), Refusal> {
         if self.clients.len() >= cfg.max_clients as usize {
             return Err((
@@ -58,11 +64,22 @@ impl Registry {
             .cgroup
             .clone()
             .unwrap_or_else(|| String::from_utf8_lossy(hello.cgroup).into_owned());
-        let dedup_flags = cfg.dedup.welcome_flags(hello.flags, granted);
+        let mps_join = mps
+            .filter(|_| hello.flags & HELLO_FLAG_MPS != 0)
+            .and_then(|offer| self.mps_join(offer, &who, granted));
+        // Under MPS a stray write into a shared read-only mapping would fail
+        // every MPS job on the GPU, not only the writer (contract 6).
+        let (dedup_flags, follow_flags) = if mps_join.is_some() {
+            (0, 0)
+        } else {
+            (
+                cfg.dedup.welcome_flags(hello.flags, granted),
+                cfg.follow.welcome_flags(hello.flags),
+            )
+        };
         let trust_group = (dedup_flags != 0).then(|| cfg.dedup.group_of(&who));
-        let follow_flags = cfg.follow.welcome_flags(hello.flags);
         let follow_group = (follow_flags != 0).then(|| cfg.dedup.group_of(&who));
-        let flags = dedup_flags | follow_flags;
+        let flags = dedup_flags | follow_flags | mps_join.map_or(0, |_| WELCOME_FLAG_MPS);
         let welcome = Welcome {
             client_id: id,
             region_len: ring.layout.region_len() as u64,
@@ -70,6 +87,7 @@ impl Registry {
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             class: decision.class,
             flags,
+            mps: mps_join,
         };
         info!(
             client = id,
@@ -82,6 +100,7 @@ impl Registry {
             reason = %decision.reason,
             share_weights = trust_group.as_deref().unwrap_or("no"),
             follow = follow_group.as_deref().unwrap_or("no"),
+            mps_priority = ?mps_join.map(|m| m.priority),
             "client registered"
         );
         let now = Instant::now();
@@ -111,6 +130,7 @@ impl Registry {
                 local: Default::default(),
                 trust_group,
                 follow_group,
+                mps: mps_join,
                 warned_kind: false,
                 who,
             },
@@ -153,6 +173,28 @@ impl Registry {
                 None
             }
         }
+    }
+
+    /// How a client of `who`, granted `class`, joins tandem's MPS daemon:
+    /// not at all while jobs of another uid are in it (MPS runs one user's
+    /// server at a time; a client of another uid would wait in `cuInit`
+    /// until they are done), else as `offer` says for its class.
+    fn mps_join(&self, offer: &Offer, who: &Who, class: ClientClass) -> Option<MpsJoin> {
+        if let Some(other) = self
+            .clients
+            .values()
+            .filter(|c| c.mps.is_some())
+            .map(|c| c.who.uid)
+            .find(|&u| u != who.uid)
+        {
+            info!(
+                pid = who.pid,
+                uid = who.uid,
+                "runs outside MPS: MPS serves one user's jobs at a time, and jobs of uid {other} are in it"
+            );
+            return None;
+        }
+        offer.join(class)
     }
 
     /// A FuncName from client `id`. For a client whose class is being
@@ -362,9 +404,112 @@ mod tests {
             exe: b"/x",
             cgroup: b"/",
         };
-        let (w, _fd) = r.register(cfg, 0, who, &hello).unwrap();
+        let (w, _fd) = r.register(cfg, 0, who, &hello, None).unwrap();
         let c = &r.clients[&w.client_id];
         (w.flags, c.trust_group.clone(), c.follow_group.clone())
+    }
+
+    fn offer() -> Offer {
+        Offer {
+            pipe_dir: b"/run/tandem/mps".to_vec(),
+            training_priority: 1,
+            training_thread_percentage: 25,
+        }
+    }
+
+    fn hello(class: ClientClass, flags: u8) -> Hello<'static> {
+        Hello {
+            pid: 42,
+            class,
+            flags,
+            exe: b"/x",
+            cgroup: b"/",
+        }
+    }
+
+    fn who(uid: u32) -> Who {
+        Who {
+            pid: 42,
+            uid,
+            ..Who::default()
+        }
+    }
+
+    #[test]
+    fn mps_is_offered_by_class_only_to_shims_that_ask() {
+        let mut cfg = Config::default();
+        cfg.policy.inference.anyone = true;
+        let mut r = Registry::default();
+        let o = offer();
+        let ask = HELLO_FLAG_MPS | HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW;
+        let (w, _fd) = r
+            .register(
+                &cfg,
+                0,
+                who(7),
+                &hello(ClientClass::Training, ask),
+                Some(&o),
+            )
+            .unwrap();
+        let m = w.mps.expect("training joins");
+        assert_eq!((m.priority, m.thread_percentage), (1, 25));
+        assert_eq!(m.pipe_dir(), b"/run/tandem/mps");
+        // Joining MPS: no weight sharing, no follow mode, the MPS flag only.
+        assert_eq!(w.flags, WELCOME_FLAG_MPS);
+        let c = &r.clients[&w.client_id];
+        assert_eq!(
+            (c.trust_group.as_deref(), c.follow_group.as_deref()),
+            (None, None)
+        );
+        assert_eq!(c.mps, Some(m));
+        let (w, _fd) = r
+            .register(
+                &cfg,
+                0,
+                who(7),
+                &hello(ClientClass::Inference, ask),
+                Some(&o),
+            )
+            .unwrap();
+        let m = w.mps.expect("inference joins");
+        assert_eq!((m.priority, m.thread_percentage), (0, 0));
+        // An older shim (no MPS flag) is not told, and keeps the rest.
+        let old = HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW;
+        let (w, _fd) = r
+            .register(
+                &cfg,
+                0,
+                who(7),
+                &hello(ClientClass::Training, old),
+                Some(&o),
+            )
+            .unwrap();
+        assert_eq!(w.mps, None);
+        assert_eq!(w.flags, WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW);
+        // Not in force: nothing to tell.
+        let (w, _fd) = r
+            .register(&cfg, 0, who(7), &hello(ClientClass::Training, ask), None)
+            .unwrap();
+        assert_eq!(w.mps, None);
+    }
+
+    #[test]
+    fn mps_takes_one_uid_at_a_time() {
+        let cfg = Config::default();
+        let mut r = Registry::default();
+        let o = offer();
+        let t = hello(ClientClass::Training, HELLO_FLAG_MPS);
+        let (a, _fd) = r.register(&cfg, 0, who(1000), &t, Some(&o)).unwrap();
+        assert!(a.mps.is_some());
+        let (b, _fd) = r.register(&cfg, 0, who(2000), &t, Some(&o)).unwrap();
+        assert_eq!(b.mps, None, "another uid's job would wait in cuInit");
+        let (c, _fd) = r.register(&cfg, 0, who(1000), &t, Some(&o)).unwrap();
+        assert!(c.mps.is_some(), "the same uid joins");
+        // Once uid 1000's MPS jobs are gone, another uid may join.
+        r.reclaim(a.client_id, "test");
+        r.reclaim(c.client_id, "test");
+        let (d, _fd) = r.register(&cfg, 0, who(2000), &t, Some(&o)).unwrap();
+        assert!(d.mps.is_some());
     }
 
     #[test]

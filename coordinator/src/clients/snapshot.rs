@@ -134,5 +134,6 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
             mapped_bytes: 0,
         },
         pod: c.who.container.snapshot(),
+        mps_priority: c.mps.map(|m| m.priority),
     }
 }

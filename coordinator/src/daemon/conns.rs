@@ -201,10 +201,14 @@ impl Daemon {
             Ok(Message::Hello(h)) => {
                 let cfg = self.shared.config();
                 let who = Who::from_proc(cred, &cfg.kubernetes.pod_info_dir, self.shared.euid);
-                let result = self
-                    .shared
-                    .registry()
-                    .register(&cfg, self.shared.euid, who, &h);
+                let offer = self.shared.mps().offer(&cfg.mps);
+                let result = self.shared.registry().register(
+                    &cfg,
+                    self.shared.euid,
+                    who,
+                    &h,
+                    offer.as_ref(),
+                );
                 match result {
                     Ok((welcome, memfd)) => {
                         let id = welcome.client_id;

@@ -6,6 +6,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use tandem_proto::mps::MpsJoin;
 use tandem_proto::wire::{self, Message, RejectReason, PROTOCOL_VERSION};
 use tandem_proto::{ring, Error, Producer, SyncProducer};
 
@@ -26,8 +27,9 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// How an attempt ended.
 pub enum Outcome {
-    /// Registered.
-    Welcome(&'static Session),
+    /// Registered; with how to join tandem's MPS daemon when the Hello
+    /// asked and the Welcome says so.
+    Welcome(&'static Session, Option<Box<MpsJoin>>),
     /// No coordinator now (absent, refused, stalled, hung up): worth retrying.
     Unavailable,
     /// The coordinator refused this client, or answered something this shim
@@ -153,7 +155,7 @@ fn connect(cfg: &Config) -> Result<OwnedFd, i32> {
 /// the child's copy).
 pub fn attempt(cfg: &Config) -> Outcome {
     let outcome = attempt_inner(cfg);
-    if !matches!(outcome, Outcome::Welcome(_)) {
+    if !matches!(outcome, Outcome::Welcome(..)) {
         HANDSHAKE_FD.store(-1, Ordering::SeqCst);
     }
     outcome
@@ -292,7 +294,7 @@ fn attempt_inner(cfg: &Config) -> Outcome {
                 welcome.class.name(),
                 cfg.class.name()
             );
-            Outcome::Welcome(s)
+            Outcome::Welcome(s, welcome.mps.map(Box::new))
         }
         Err(e) => {
             refuse(format_args!(

@@ -19,6 +19,9 @@
 //!   ([`marks`]).
 //! - After `fork` the child unpublishes and abandons the parent's session and
 //!   registers as a new client on its own next CUDA call.
+//! - Under tandem over MPS, the first registration also puts the MPS
+//!   variables the Welcome names into the environment, before the driver
+//!   initialises ([`mps`]; a `cuInit` on another thread waits for it).
 
 pub mod emit;
 
@@ -27,6 +30,7 @@ mod connect;
 mod funcs;
 mod local;
 mod marks;
+pub(crate) mod mps;
 mod session;
 mod watcher;
 
@@ -94,6 +98,8 @@ fn published() -> Client {
 #[cold]
 #[inline(never)]
 fn first_call() -> Client {
+    // Seen by a cuInit on another thread, which waits for the registration.
+    let _pending = mps::Pending::enter();
     // One thread registers; the others (and any re-entry) carry on unscheduled.
     if CURRENT
         .compare_exchange(UNTRIED, IDLE, Ordering::AcqRel, Ordering::Acquire)
@@ -101,9 +107,19 @@ fn first_call() -> Client {
     {
         return published();
     }
-    let cfg = config::load()?;
-    match connect::attempt(&cfg) {
-        connect::Outcome::Welcome(s) => {
+    let mut cfg = config::load()?;
+    let outcome = mps::registering(|ask| {
+        cfg.flags |= ask;
+        let o = connect::attempt(&cfg);
+        // Reconnections never ask: CUDA has initialised by then.
+        cfg.flags &= !tandem_proto::wire::HELLO_FLAG_MPS;
+        if let connect::Outcome::Welcome(_, Some(m)) = &o {
+            mps::join(m);
+        }
+        o
+    });
+    match outcome {
+        connect::Outcome::Welcome(s, _) => {
             let ok = publish(s);
             connect::HANDSHAKE_FD.store(-1, Ordering::SeqCst);
             if !ok {
@@ -167,6 +183,7 @@ pub fn after_fork_in_child() {
     }
     watcher::after_fork_in_child();
     marks::after_fork_in_child();
+    mps::after_fork_in_child();
     emit::reset();
 }
 

@@ -86,7 +86,8 @@ fn run(cfg: Config, mut current: Option<&'static Session>) {
         }
         std::thread::sleep(RETRY_EVERY);
         match connect::attempt(&cfg) {
-            Outcome::Welcome(s) => {
+            // Too late for MPS here: this shim's Hello no longer asks.
+            Outcome::Welcome(s, _) => {
                 if super::publish(s) {
                     current = Some(s);
                     crate::follow::session_started(s);

@@ -384,6 +384,7 @@ fn serve(
                         heartbeat_interval_ms: 100,
                         class: h.class,
                         flags: shared.lock().unwrap().welcome_flags,
+                        mps: None,
                     });
                     let n = w.encode(&mut buf).expect("encode welcome");
                     if wire::send(sock.as_fd(), &buf[..n], Some(memfd.as_fd())).is_err() {

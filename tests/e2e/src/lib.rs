@@ -246,6 +246,12 @@ const HOSTS: &[HostSpec] = &[
         rtld_next: false,
     },
     HostSpec {
+        name: "init_race",
+        sources: &["init_race.c", "resolve_linked.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
         name: "infer",
         sources: &["infer.c", "resolve_linked.c"],
         link_cuda: true,

@@ -81,6 +81,10 @@ pub fn init(flags: c_uint) -> CuResult<()> {
     if flags != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    if !state::initialized() {
+        // The real driver reads its environment (MPS included) here, once.
+        crate::introspect::record_init_env();
+    }
     state::set_initialized();
     Ok(())
 }

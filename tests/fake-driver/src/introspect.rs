@@ -25,6 +25,12 @@
 //!
 //! After `fork()` the child's counts restart at zero (as the shim's do), so that
 //! `tandem_hook_count(S) == fakecuda_calls(S)` holds in a child too.
+//!
+//! With `FAKECUDA_INIT_ENV_FILE=<path>`, the first successful `cuInit` of the
+//! process writes there what the real driver would read from its environment
+//! at that moment for MPS ([`INIT_ENV_VARS`]), one `NAME=value` line each
+//! (`NAME` alone when unset), written whole (a rename) so that a reader never
+//! sees half a file.
 
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,6 +93,32 @@ pub extern "C" fn fakecuda_shared_device_backlog_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
     dev.ready_at().load(Ordering::Acquire).saturating_sub(now)
+}
+
+/// The variables [`record_init_env`] records, in its file's order.
+pub const INIT_ENV_VARS: [&str; 3] = [
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_CLIENT_PRIORITY",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+];
+
+/// Writes the MPS environment at `cuInit` to `$FAKECUDA_INIT_ENV_FILE`, if set.
+pub fn record_init_env() {
+    let Some(path) = std::env::var_os("FAKECUDA_INIT_ENV_FILE").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let mut text = String::new();
+    for name in INIT_ENV_VARS {
+        match std::env::var(name) {
+            Ok(v) => text.push_str(&format!("{name}={v}\n")),
+            Err(_) => text.push_str(&format!("{name}\n")),
+        }
+    }
+    let path = std::path::PathBuf::from(path);
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, text).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
 }
 
 /// Counts `n` more executed kernels.

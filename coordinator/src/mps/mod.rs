@@ -1,24 +1,43 @@
-//! Which GPU sharing mode is in force: plain time slicing, or time slicing
-//! over NVIDIA MPS.
+//! Which GPU sharing mode is in force, and tandem over MPS.
 //!
-//! tandemd's policy is time slicing with gates: the coordinator holds
-//! training launches back while inference needs the GPU. It does not use MPS
-//! spatial sharing (active-thread percentages, partitioned SMs): choosing
-//! such shares would need GPU measurements tandem does not have.
+//! Three modes, shown by `GET /stats` (`sharing`), `GET /metrics`
+//! (`tandem_sharing_mode`) and `tandemctl status`:
 //!
-//! When an NVIDIA MPS control daemon runs on the node, every CUDA process
-//! there becomes an MPS client, and kernels of different processes can run
-//! concurrently on one GPU. The gates still hold training launches back, but
-//! what a launch that passes a gate does to inference latency is no longer
-//! the plain time-slicing picture, so the operator must see which situation
-//! the gates run in: `GET /stats` (`sharing`), `GET /metrics`
-//! (`tandem_sharing_mode`) and `tandemctl status` say it.
+//! * **time slicing**: no MPS. Processes take turns on a GPU; tandem's gates
+//!   hold training launches back while inference needs the GPU.
+//! * **time slicing over MPS**: an MPS control daemon that tandem does not
+//!   manage runs on the node (found by one `stat()` of `<pipe dir>/control`
+//!   at every stats snapshot, the pipe directory being
+//!   `CUDA_MPS_PIPE_DIRECTORY` in tandemd's environment, else NVIDIA's
+//!   `/tmp/nvidia-mps`). Kernels of different processes may run at once; the
+//!   gates still hold training back, and tandem sets no MPS priority.
+//! * **tandem over MPS** (`[mps] enabled`, off by default until GPU
+//!   measurements say otherwise): tandemd starts and owns an MPS control
+//!   daemon for the node's GPUs ([`daemon`]), or uses the one already running
+//!   in its pipe directory. Every shim that registers is told, in its Welcome
+//!   ([`tandem_proto::mps`]), to join it before CUDA initialises: training
+//!   jobs at `[mps] training_priority` (below normal by default) and
+//!   optionally capped in SMs, inference jobs at normal priority. The gates
+//!   still hold training back, and `[mps] training_inflight_ns` is the
+//!   shallow bound on a GPU's training work in flight on top.
 //!
-//! Detection is one `stat()` of `<pipe dir>/control`, the control daemon's
-//! pipe, done at every stats snapshot (MPS may be started or stopped while
-//! tandemd runs). The pipe directory is `CUDA_MPS_PIPE_DIRECTORY` in tandemd's
-//! own environment, else NVIDIA's default `/tmp/nvidia-mps`; a job started
-//! with a different `CUDA_MPS_PIPE_DIRECTORY` than tandemd's is not seen.
+//! The trade-off of MPS: the clients on one GPU share one MPS server
+//! context, so a fatal fault in one of them (an illegal memory access, say)
+//! reaches every MPS client on that GPU, and the server takes new clients on
+//! that GPU only after all of them have exited; jobs lose the isolation of
+//! separate contexts. So jobs that join are not offered weight sharing or
+//! follow mode, whose read-only mappings turn a stray write into such a
+//! fault. MPS runs one user's server at a time (a client of another uid waits
+//! until the current server's clients are done), so tandemd has the jobs of
+//! one uid join at a time and runs the others outside MPS. If the daemon
+//! cannot be started, tandemd stays in time slicing and says why
+//! (fail-open).
+
+pub mod config;
+pub mod daemon;
+mod runtime;
+
+pub use runtime::{Mps, MpsSnapshot, Offer};
 
 use std::ffi::OsStr;
 use std::os::unix::fs::FileTypeExt;
@@ -29,8 +48,7 @@ use serde::{Deserialize, Serialize};
 /// NVIDIA's default MPS pipe directory.
 pub const DEFAULT_PIPE_DIR: &str = "/tmp/nvidia-mps";
 
-/// The environment variable that moves the MPS pipe directory.
-pub const PIPE_DIR_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
+pub use tandem_proto::mps::PIPE_DIR_ENV;
 
 /// A running MPS control daemon.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +87,9 @@ pub enum SharingMode {
     /// An MPS control daemon runs: the gates still hold training back, but
     /// kernels of different processes may run concurrently.
     TimeSlicingOverMps,
+    /// tandem over MPS (`[mps] enabled`): tandemd's MPS control daemon runs
+    /// and registering jobs join it at their class's priority.
+    TandemOverMps,
 }
 
 impl SharingMode {
@@ -88,13 +109,22 @@ impl SharingMode {
         match self {
             Self::TimeSlicing => "time_slicing",
             Self::TimeSlicingOverMps => "time_slicing_over_mps",
+            Self::TandemOverMps => "tandem_over_mps",
         }
     }
 
-    /// One line for humans; `mps` names the pipe directory when MPS runs.
+    /// One line for humans; `mps` names the pipe directory when MPS runs
+    /// (tandem over MPS is described by [`Mps::sharing`], which knows more).
     #[must_use]
     pub fn describe(self, mps: Option<&MpsInfo>) -> String {
         match self {
+            Self::TandemOverMps => format!(
+                "tandem over MPS ({})",
+                mps.map_or_else(
+                    || "pipe directory unknown".to_string(),
+                    |m| m.pipe_dir.display().to_string()
+                )
+            ),
             Self::TimeSlicing => "time slicing: tandem's gates hold training launches back".into(),
             Self::TimeSlicingOverMps => format!(
                 "time slicing over MPS: an MPS control daemon runs ({}); tandem's gates still \
@@ -118,6 +148,10 @@ pub struct SharingSnapshot {
     pub mps_pipe_dir: Option<String>,
     /// [`SharingMode::describe`].
     pub describe: String,
+    /// `[mps]` as configured and as it stands; null when `[mps] enabled =
+    /// false` (and from daemons that predate it).
+    #[serde(default)]
+    pub mps: Option<MpsSnapshot>,
 }
 
 impl SharingSnapshot {
@@ -129,6 +163,7 @@ impl SharingSnapshot {
             mode: mode.name().into(),
             mps_pipe_dir: mps.map(|m| m.pipe_dir.display().to_string()),
             describe: mode.describe(mps),
+            mps: None,
         }
     }
 
