@@ -55,6 +55,11 @@ use crate::timeslice::{Action, Slicer};
 /// Nanoseconds.
 pub type Ns = u64;
 
+/// Capacity units per SM: a kernel whose blocks use a share `s` of their
+/// SMs takes `s * UNITS` of each SM it holds; the rest is free for another
+/// kernel's blocks (co-residence, MPS).
+const UNITS: u64 = 1000;
+
 /// The GPU's fixed figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuParams {
@@ -104,6 +109,8 @@ pub enum Work {
         blocks_per_sm: u32,
         /// Duration on an empty GPU, ns.
         duration_ns: Ns,
+        /// Share of an SM's throughput its blocks use (0..=1].
+        sm_share: f64,
     },
     /// A copy.
     Copy {
@@ -136,6 +143,8 @@ struct Running {
     block_ns: f64,
     seq: u64,
     held: u32,
+    /// Capacity units (thousandths of an SM) per SM it holds.
+    units: u64,
     /// Some of its blocks have completed (its later blocks no longer run in
     /// lock-step with its first wave).
     completed_any: bool,
@@ -178,7 +187,7 @@ pub struct Gpu {
     ends: BinaryHeap<Reverse<(Ns, usize, u64)>>,
     copies: BinaryHeap<Reverse<(Ns, usize, usize, u64)>>,
     copy_free: [Ns; 2],
-    free_sms: u32,
+    free_units: u64,
     seq: u64,
     gen: u64,
 }
@@ -195,7 +204,7 @@ impl Gpu {
             Sharing::Mps => None,
         };
         Gpu {
-            free_sms: params.sms,
+            free_units: u64::from(params.sms) * UNITS,
             params,
             slicer,
             clients: clients
@@ -294,8 +303,8 @@ impl Gpu {
             };
             self.cohorts[id] = None;
             self.free_cohorts.push(id);
-            self.free_sms += c.sms;
             let k = self.kernels[c.kernel].as_mut().expect("a cohort's kernel");
+            self.free_units += u64::from(c.sms) * k.units;
             k.outstanding -= c.blocks;
             k.held -= c.sms;
             k.completed_any = true;
@@ -355,6 +364,7 @@ impl Gpu {
                 blocks,
                 blocks_per_sm,
                 duration_ns,
+                sm_share,
             } => {
                 let bps = blocks_per_sm.max(1);
                 let per_wave = u64::from(self.params.sms) * u64::from(bps);
@@ -370,6 +380,7 @@ impl Gpu {
                     block_ns: duration_ns.max(1) as f64 / waves as f64,
                     seq: self.seq,
                     held: 0,
+                    units: ((sm_share.clamp(0.001, 1.0) * UNITS as f64).round() as u64).max(1),
                     completed_any: false,
                 };
                 let kid = match self.free_kernels.pop() {
@@ -435,6 +446,7 @@ impl Gpu {
     fn dispatch(&mut self, now: Ns) {
         let mut ids = Vec::new();
         let mut cands = Vec::new();
+        let mut blocked = Vec::new();
         for (kid, k) in self.kernels.iter().enumerate() {
             let Some(k) = k else { continue };
             if k.pending == 0 || !self.may_run(k.client) {
@@ -442,28 +454,36 @@ impl Gpu {
             }
             let c = &self.clients[k.client];
             let room = c.cfg.sm_cap.saturating_sub(c.held);
-            let want = (k.pending.div_ceil(u64::from(k.bps)).min(u64::from(u32::MAX)) as u32).min(room);
-            if want == 0 {
+            let physical = self.params.sms.saturating_sub(k.held);
+            let sms = (k.pending.div_ceil(u64::from(k.bps)).min(u64::from(physical)) as u32).min(room);
+            // In capacity units: what it could take, what one SM costs it.
+            let want = u64::from(sms) * k.units;
+            if want == 0 || self.free_units < k.units {
+                if want > 0 {
+                    blocked.push(kid);
+                }
                 continue;
             }
-            ids.push(kid);
+            ids.push((kid, k.units));
             cands.push(Candidate {
                 priority: c.cfg.priority,
                 seq: k.seq,
-                want,
+                want: u32::try_from(want).unwrap_or(u32::MAX),
             });
         }
         if cands.is_empty() {
+            if !blocked.is_empty() {
+                self.spread_others(now, &blocked);
+            }
             return;
         }
-        if self.free_sms == 0 {
-            self.spread_others(now, &ids);
-            return;
-        }
-        let got = allocate(self.free_sms, &cands);
+        let free = u32::try_from(self.free_units).unwrap_or(u32::MAX);
+        let got = allocate(free, &cands);
         for (i, &g) in got.iter().enumerate() {
-            if g > 0 {
-                self.start_cohort(now, ids[i], g);
+            let (kid, units) = ids[i];
+            let sms = u64::from(g) / units;
+            if sms > 0 {
+                self.start_cohort(now, kid, sms as u32);
             }
         }
     }
@@ -490,8 +510,8 @@ impl Gpu {
         k.outstanding += blocks;
         k.held += sms;
         self.clients[client].held += sms;
-        self.clients[client].sm_ns += f64::from(sms) * d as f64;
-        self.free_sms -= sms;
+        self.clients[client].sm_ns += f64::from(sms) * d as f64 * k.units as f64 / UNITS as f64;
+        self.free_units -= u64::from(sms) * k.units;
         self.add_cohort(now + d, kid, sms, blocks, lockstep);
     }
 
@@ -561,7 +581,7 @@ impl Gpu {
             self.free_cohorts.push(id);
             k.held -= c.sms;
             self.clients[client].held -= c.sms;
-            self.free_sms += c.sms;
+            self.free_units += u64::from(c.sms) * k.units;
             let remaining = c.end.saturating_sub(now).max(1);
             self.clients[client]
                 .suspended
@@ -575,7 +595,7 @@ impl Gpu {
             let k = self.kernels[kid].as_mut().expect("kernel");
             k.held += sms;
             self.clients[client].held += sms;
-            self.free_sms -= sms;
+            self.free_units -= u64::from(sms) * k.units;
             self.add_cohort(now + remaining, kid, sms, blocks, spread);
         }
     }

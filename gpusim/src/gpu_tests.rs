@@ -35,6 +35,7 @@ fn full(d: Ns) -> Work {
         blocks: 132,
         blocks_per_sm: 1,
         duration_ns: d,
+        sm_share: 1.0,
     }
 }
 
@@ -67,6 +68,7 @@ fn a_lone_kernel_takes_its_duration_in_any_mode_and_streams_keep_order() {
                 blocks: 3 * 264,
                 blocks_per_sm: 2,
                 duration_ns: 132 * US,
+                sm_share: 1.0,
             },
             1,
         );
@@ -89,6 +91,7 @@ fn small_kernels_of_two_streams_overlap_where_sms_allow() {
         blocks: 60,
         blocks_per_sm: 1,
         duration_ns: 100 * US,
+        sm_share: 1.0,
     };
     g.submit(0, 0, 0, half, 1);
     g.submit(0, 0, 1, half, 2);
@@ -164,6 +167,7 @@ fn under_mps_the_high_priority_clients_pending_blocks_dispatch_first() {
         blocks: 132 * 20,
         blocks_per_sm: 1,
         duration_ns: 20 * 10 * US,
+        sm_share: 1.0,
     };
     let run = |hi: u8, lo: u8| {
         let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(lo), cfg(hi)]);
@@ -198,12 +202,12 @@ fn a_waiting_kernel_gets_sms_as_blocks_complete() {
     // about a quarter per 100 us (spread over one block time), neither all
     // at once nor at once.
     let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(1), cfg(0)]);
-    g.submit(0, 0, 0, Work::Kernel { blocks: 4 * 132, blocks_per_sm: 1, duration_ns: 1_600 * US }, 1);
+    g.submit(0, 0, 0, Work::Kernel { blocks: 4 * 132, blocks_per_sm: 1, duration_ns: 1_600 * US, sm_share: 1.0 }, 1);
     let mut done = Vec::new();
     while let Some(t) = g.next_time().filter(|&t| t <= 410 * US) {
         g.advance(t, &mut done);
     }
-    let high = Work::Kernel { blocks: 132 * 10, blocks_per_sm: 1, duration_ns: 10 * 50 * US };
+    let high = Work::Kernel { blocks: 132 * 10, blocks_per_sm: 1, duration_ns: 10 * 50 * US, sm_share: 1.0 };
     g.submit(410 * US, 1, 0, high, 2);
     let mut seen = Vec::new();
     while let Some(t) = g.next_time() {

@@ -33,7 +33,10 @@
 //!   `grid` and `block` (launch dimensions), `blocks_per_sm` (how many of its
 //!   blocks one SM holds at its occupancy; >= 1), `duration_ns` (its time on
 //!   an otherwise empty GPU, launch to completion), `stream` (an index within
-//!   the job; ops on one stream run in order, streams may overlap).
+//!   the job; ops on one stream run in order, streams may overlap), and
+//!   optionally `sm_share` (the share of an SM's throughput its blocks use,
+//!   default 1: a latency-bound kernel leaves the rest of its SMs to
+//!   another MPS client's blocks).
 //! * `copy_h2d` / `copy_d2h`: `bytes`, `stream`. Copies run on the copy
 //!   engine, in stream order with the kernels.
 //! * `sync`: the thread waits until everything it issued has completed
@@ -105,11 +108,25 @@ pub struct Kernel {
     pub blocks_per_sm: u32,
     /// Time on an otherwise empty GPU, ns.
     pub duration_ns: u64,
+    /// The share (0..=1] of an SM's throughput its blocks use; under MPS
+    /// another client's blocks may use the rest of the SMs it holds.
+    /// Default 1 (the blocks use their SMs fully).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub sm_share: f64,
     /// Stream index.
     #[serde(default)]
     pub stream: u32,
     /// CPU time before the launch, ns.
     pub host_gap_ns: u64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+fn is_one(x: &f64) -> bool {
+    (*x - 1.0).abs() < f64::EPSILON
 }
 
 impl Kernel {
@@ -209,6 +226,9 @@ impl Trace {
                     kernels += 1;
                     if k.grid.contains(&0) || k.block.contains(&0) {
                         return bad(format!("op {i} ({}): empty grid or block", k.name));
+                    }
+                    if !(k.sm_share > 0.0 && k.sm_share <= 1.0) {
+                        return bad(format!("op {i} ({}): sm_share must be in (0, 1]", k.name));
                     }
                     if k.blocks_per_sm == 0 || k.duration_ns == 0 {
                         return bad(format!("op {i} ({}): blocks_per_sm and duration_ns must be >= 1", k.name));
