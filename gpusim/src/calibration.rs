@@ -162,3 +162,52 @@ pub fn order_of_merit(rows: &[Row]) -> Vec<String> {
     }
     bad
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::{run_matrix, MatrixCfg};
+    use crate::params::Params;
+
+    /// What `scripts/test` runs: the reduced matrix (the two measured pairs,
+    /// the baseline modes, one seed) must stay inside the measured ranges.
+    /// A change to the engine, the jobs or the parameters that moves a
+    /// baseline out of them fails here.
+    #[test]
+    fn the_reduced_matrix_stays_calibrated() {
+        let rows = run_matrix(&MatrixCfg::reduced(Params::calibrated()), None).unwrap();
+        let (fits, bad) = check(&rows);
+        assert_eq!(fits.len(), TARGETS.len());
+        assert!(bad.is_empty(), "calibration broken:\n{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn the_check_catches_a_baseline_out_of_range_and_a_broken_order() {
+        let rows = run_matrix(
+            &MatrixCfg {
+                window_ns: 3_000_000_000,
+                pairs: vec![("resnet50_b4".into(), "resnet50_train".into())],
+                ..MatrixCfg::reduced(Params::calibrated())
+            },
+            None,
+        )
+        .unwrap();
+        let mut broken = rows.clone();
+        for r in &mut broken {
+            if r.mode == "plain" {
+                r.p99_ratio = Some(9.0);
+                r.train_fraction = Some(0.99);
+            }
+        }
+        let (_, bad) = check(&broken);
+        assert!(bad.iter().any(|b| b.contains("plain: p99 ratio")), "{bad:?}");
+        assert!(bad.iter().any(|b| b.contains("plain: training fraction")), "{bad:?}");
+        for r in &mut broken {
+            if r.mode == "mps_lowprio" {
+                r.p99_ratio = Some(5.0);
+            }
+        }
+        let bad = order_of_merit(&broken);
+        assert!(bad.iter().any(|b| b.contains("mps_lowprio p99 ratio")), "{bad:?}");
+    }
+}

@@ -60,6 +60,9 @@ pub type Ns = u64;
 /// kernel's blocks (co-residence, MPS).
 const UNITS: u64 = 1000;
 
+/// Smallest cohort dispatched while a kernel wants more SMs (see `dispatch`).
+const MIN_COHORT: u64 = 4;
+
 /// The GPU's fixed figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuParams {
@@ -190,6 +193,8 @@ pub struct Gpu {
     free_units: u64,
     seq: u64,
     gen: u64,
+    /// Reused buffers of `dispatch`.
+    scratch: (Vec<(usize, u64)>, Vec<Candidate>, Vec<usize>),
 }
 
 impl Gpu {
@@ -227,6 +232,7 @@ impl Gpu {
             copy_free: [0, 0],
             seq: 0,
             gen: 0,
+            scratch: (Vec::new(), Vec::new(), Vec::new()),
         }
     }
 
@@ -444,9 +450,36 @@ impl Gpu {
     }
 
     fn dispatch(&mut self, now: Ns) {
-        let mut ids = Vec::new();
-        let mut cands = Vec::new();
-        let mut blocked = Vec::new();
+        let (mut ids, mut cands, mut blocked) = std::mem::take(&mut self.scratch);
+        ids.clear();
+        cands.clear();
+        blocked.clear();
+        self.fill_candidates(&mut ids, &mut cands, &mut blocked);
+        if cands.is_empty() {
+            if !blocked.is_empty() {
+                self.spread_others(now, &blocked);
+            }
+        } else {
+            let free = u32::try_from(self.free_units).unwrap_or(u32::MAX);
+            let got = allocate(free, &cands);
+            for (i, &g) in got.iter().enumerate() {
+                let (kid, units) = ids[i];
+                let sms = u64::from(g) / units;
+                // Cohorts of fewer than MIN_COHORT SMs (unless that is all
+                // the kernel wants) wait for more SMs to free up: a
+                // granularity of the approximation that bounds the events.
+                let want_sms = u64::from(cands[i].want) / units;
+                if sms >= MIN_COHORT.min(want_sms) && sms > 0 {
+                    self.start_cohort(now, kid, sms as u32);
+                }
+            }
+        }
+        self.scratch = (ids, cands, blocked);
+    }
+
+    /// The ready kernels that could take SMs now (`ids`: kernel and its
+    /// units per SM), and those that could use SMs but none is free.
+    fn fill_candidates(&self, ids: &mut Vec<(usize, u64)>, cands: &mut Vec<Candidate>, blocked: &mut Vec<usize>) {
         for (kid, k) in self.kernels.iter().enumerate() {
             let Some(k) = k else { continue };
             if k.pending == 0 || !self.may_run(k.client) {
@@ -470,21 +503,6 @@ impl Gpu {
                 seq: k.seq,
                 want: u32::try_from(want).unwrap_or(u32::MAX),
             });
-        }
-        if cands.is_empty() {
-            if !blocked.is_empty() {
-                self.spread_others(now, &blocked);
-            }
-            return;
-        }
-        let free = u32::try_from(self.free_units).unwrap_or(u32::MAX);
-        let got = allocate(free, &cands);
-        for (i, &g) in got.iter().enumerate() {
-            let (kid, units) = ids[i];
-            let sms = u64::from(g) / units;
-            if sms > 0 {
-                self.start_cohort(now, kid, sms as u32);
-            }
         }
     }
 

@@ -13,3 +13,6 @@ pub mod tandem;
 pub mod timeslice;
 pub mod trace;
 pub mod world;
+
+#[cfg(test)]
+mod policy_tests;

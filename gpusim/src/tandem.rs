@@ -56,7 +56,7 @@ use std::time::Duration;
 use tandem_coordinator::{drain, grant, reader};
 use tandem_proto::ring::{self, Consumer, RingLayout};
 use tandem_proto::{ControlBlock, EventKind, Mapping, Record};
-use tandem_sched::{Class, Input, Output, SchedConfig, Scheduler};
+use tandem_sched::{Class, Input, Knobs, Output, SchedConfig, Scheduler};
 
 use crate::gpu::Ns;
 use crate::trace::Kernel;
@@ -193,6 +193,8 @@ pub struct TandemV1 {
     period: Duration,
     /// MARK_DONE records due: (time, job, seq).
     mark_dones: BinaryHeap<Reverse<(Ns, usize, u64)>>,
+    /// Launches that waited at the gate, and waits that hit the bound.
+    pub waits: (u64, u64),
 }
 
 /// tandemd's client id of job `job`.
@@ -204,14 +206,21 @@ impl TandemV1 {
     /// tandem with this scheduler configuration.
     #[must_use]
     pub fn new(cfg: SchedConfig) -> TandemV1 {
+        TandemV1::with_knobs(cfg, Knobs::default())
+    }
+
+    /// tandem running a policy variant of the scheduler.
+    #[must_use]
+    pub fn with_knobs(cfg: SchedConfig, knobs: Knobs) -> TandemV1 {
         TandemV1 {
-            sched: Scheduler::new(cfg),
+            sched: Scheduler::with_knobs(cfg, knobs),
             out: Vec::new(),
             limits: grant::Limits::default(),
             clients: Vec::new(),
             next_pass: 0,
             period: reader::IDLE_PERIOD,
             mark_dones: BinaryHeap::new(),
+            waits: (0, 0),
         }
     }
 
@@ -283,16 +292,19 @@ impl TandemSide for TandemV1 {
         if cb.launch_allowed() {
             cb.count_launch();
             c.waiting = false;
-            Gate::Proceed
-        } else {
-            c.waiting = true;
-            Gate::Wait {
-                until: now + MAX_GATE_WAIT_NS,
-            }
+            return Gate::Proceed;
+        }
+        let first = !std::mem::replace(&mut c.waiting, true);
+        if first {
+            self.waits.0 += 1;
+        }
+        Gate::Wait {
+            until: now + MAX_GATE_WAIT_NS,
         }
     }
 
     fn launch_anyway(&mut self, _now: Ns, job: usize) {
+        self.waits.1 += 1;
         let c = self.client(job);
         c.waiting = false;
         c.cb().count_launch();

@@ -281,8 +281,6 @@ mod scheduler;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod sim;
-#[cfg(test)]
 mod tests;
 
 pub use config::{
@@ -294,7 +292,7 @@ pub use estimate::{
     MAX_SEALED_SEGMENTS, MIN_KERNEL_NS,
 };
 pub use scheduler::{
-    allowance_for, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
+    allowance_for, Knobs, Scheduler, Split, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
     UNKNOWN_GPU_GRACE_NS,
 };
 
