@@ -54,12 +54,54 @@ pub const TARGET_TRAINING: &str = "resnet50_train";
 
 /// The measured baselines.
 pub const TARGETS: [Target; 6] = [
-    Target { inference: "resnet50_b4", mode: "plain", p99_ratio: Some(3.1), ratio_range: (1.8, 3.1), train_fraction: Some(0.85), fraction_range: (0.85, 0.85) },
-    Target { inference: "resnet50_b32", mode: "plain", p99_ratio: Some(1.8), ratio_range: (1.8, 3.1), train_fraction: Some(0.85), fraction_range: (0.85, 0.85) },
-    Target { inference: "resnet50_b4", mode: "mps", p99_ratio: Some(0.87), ratio_range: (0.87, 2.0), train_fraction: Some(0.96), fraction_range: (0.94, 0.96) },
-    Target { inference: "resnet50_b32", mode: "mps", p99_ratio: Some(2.0), ratio_range: (0.87, 2.0), train_fraction: Some(0.94), fraction_range: (0.94, 0.96) },
-    Target { inference: "resnet50_b4", mode: "mps_lowprio", p99_ratio: None, ratio_range: (0.7, 1.6), train_fraction: None, fraction_range: (0.92, 0.97) },
-    Target { inference: "resnet50_b32", mode: "mps_lowprio", p99_ratio: None, ratio_range: (0.7, 1.6), train_fraction: None, fraction_range: (0.92, 0.97) },
+    Target {
+        inference: "resnet50_b4",
+        mode: "plain",
+        p99_ratio: Some(3.1),
+        ratio_range: (1.8, 3.1),
+        train_fraction: Some(0.85),
+        fraction_range: (0.85, 0.85),
+    },
+    Target {
+        inference: "resnet50_b32",
+        mode: "plain",
+        p99_ratio: Some(1.8),
+        ratio_range: (1.8, 3.1),
+        train_fraction: Some(0.85),
+        fraction_range: (0.85, 0.85),
+    },
+    Target {
+        inference: "resnet50_b4",
+        mode: "mps",
+        p99_ratio: Some(0.87),
+        ratio_range: (0.87, 2.0),
+        train_fraction: Some(0.96),
+        fraction_range: (0.94, 0.96),
+    },
+    Target {
+        inference: "resnet50_b32",
+        mode: "mps",
+        p99_ratio: Some(2.0),
+        ratio_range: (0.87, 2.0),
+        train_fraction: Some(0.94),
+        fraction_range: (0.94, 0.96),
+    },
+    Target {
+        inference: "resnet50_b4",
+        mode: "mps_lowprio",
+        p99_ratio: None,
+        ratio_range: (0.7, 1.6),
+        train_fraction: None,
+        fraction_range: (0.92, 0.97),
+    },
+    Target {
+        inference: "resnet50_b32",
+        mode: "mps_lowprio",
+        p99_ratio: None,
+        ratio_range: (0.7, 1.6),
+        train_fraction: None,
+        fraction_range: (0.92, 0.97),
+    },
 ];
 
 /// One line of the fit report.
@@ -82,7 +124,8 @@ pub struct Fit {
 }
 
 fn find<'a>(rows: &'a [Row], inf: &str, train: &str, mode: &str) -> Option<&'a Row> {
-    rows.iter().find(|r| r.inference == inf && r.training == train && r.mode == mode)
+    rows.iter()
+        .find(|r| r.inference == inf && r.training == train && r.mode == mode)
 }
 
 fn show(fig: Option<f64>, range: (f64, f64)) -> String {
@@ -99,16 +142,30 @@ pub fn check(rows: &[Row]) -> (Vec<Fit>, Vec<String>) {
     let mut fits = Vec::new();
     let mut bad = Vec::new();
     for t in TARGETS {
-        let Some(r) = find(rows, t.inference, TARGET_TRAINING, t.mode) else { continue };
-        let (rlo, rhi) = (t.ratio_range.0 * (1.0 - RATIO_SLACK), t.ratio_range.1 * (1.0 + RATIO_SLACK));
-        let (flo, fhi) = (t.fraction_range.0 - FRACTION_SLACK, t.fraction_range.1 + FRACTION_SLACK);
+        let Some(r) = find(rows, t.inference, TARGET_TRAINING, t.mode) else {
+            continue;
+        };
+        let (rlo, rhi) = (
+            t.ratio_range.0 * (1.0 - RATIO_SLACK),
+            t.ratio_range.1 * (1.0 + RATIO_SLACK),
+        );
+        let (flo, fhi) = (
+            t.fraction_range.0 - FRACTION_SLACK,
+            t.fraction_range.1 + FRACTION_SLACK,
+        );
         let ratio_ok = r.p99_ratio.is_some_and(|x| (rlo..=rhi).contains(&x));
         let frac_ok = r.train_fraction.is_some_and(|x| (flo..=fhi).contains(&x));
         if !ratio_ok {
-            bad.push(format!("{} {}: p99 ratio {:?} outside {rlo:.2}-{rhi:.2}", t.inference, t.mode, r.p99_ratio));
+            bad.push(format!(
+                "{} {}: p99 ratio {:?} outside {rlo:.2}-{rhi:.2}",
+                t.inference, t.mode, r.p99_ratio
+            ));
         }
         if !frac_ok {
-            bad.push(format!("{} {}: training fraction {:?} outside {flo:.2}-{fhi:.2}", t.inference, t.mode, r.train_fraction));
+            bad.push(format!(
+                "{} {}: training fraction {:?} outside {flo:.2}-{fhi:.2}",
+                t.inference, t.mode, r.train_fraction
+            ));
         }
         fits.push(Fit {
             inference: t.inference.into(),
@@ -120,7 +177,8 @@ pub fn check(rows: &[Row]) -> (Vec<Fit>, Vec<String>) {
             ok: ratio_ok && frac_ok,
         });
     }
-    let ratio = |inf: &str, mode: &str| find(rows, inf, TARGET_TRAINING, mode).and_then(|r| r.p99_ratio);
+    let ratio =
+        |inf: &str, mode: &str| find(rows, inf, TARGET_TRAINING, mode).and_then(|r| r.p99_ratio);
     let mut shape = |what: &str, a: Option<f64>, b: Option<f64>| {
         if let (Some(a), Some(b)) = (a, b) {
             if a <= b {
@@ -128,9 +186,21 @@ pub fn check(rows: &[Row]) -> (Vec<Fit>, Vec<String>) {
             }
         }
     };
-    shape("plain: batch 4 suffers more than batch 32", ratio("resnet50_b4", "plain"), ratio("resnet50_b32", "plain"));
-    shape("mps: batch 32 suffers more than batch 4", ratio("resnet50_b32", "mps"), ratio("resnet50_b4", "mps"));
-    shape("batch 4: plain hurts inference more than mps", ratio("resnet50_b4", "plain"), ratio("resnet50_b4", "mps"));
+    shape(
+        "plain: batch 4 suffers more than batch 32",
+        ratio("resnet50_b4", "plain"),
+        ratio("resnet50_b32", "plain"),
+    );
+    shape(
+        "mps: batch 32 suffers more than batch 4",
+        ratio("resnet50_b32", "mps"),
+        ratio("resnet50_b4", "mps"),
+    );
+    shape(
+        "batch 4: plain hurts inference more than mps",
+        ratio("resnet50_b4", "plain"),
+        ratio("resnet50_b4", "mps"),
+    );
     bad.extend(order_of_merit(rows));
     (fits, bad)
 }
@@ -139,14 +209,19 @@ pub fn check(rows: &[Row]) -> (Vec<Fit>, Vec<String>) {
 #[must_use]
 pub fn order_of_merit(rows: &[Row]) -> Vec<String> {
     let mut bad = Vec::new();
-    let mut pairs: Vec<(&str, &str)> = rows.iter().map(|r| (r.inference.as_str(), r.training.as_str())).collect();
+    let mut pairs: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.inference.as_str(), r.training.as_str()))
+        .collect();
     pairs.dedup();
     for (i, t) in pairs {
         let get = |m: &str| find(rows, i, t, m);
         if let (Some(lo), Some(mps)) = (get("mps_lowprio"), get("mps")) {
             if let (Some(a), Some(b)) = (lo.p99_ratio, mps.p99_ratio) {
                 if a > b * (1.0 + ORDER_SLACK) {
-                    bad.push(format!("{i}:{t}: mps_lowprio p99 ratio {a:.2} above mps {b:.2}"));
+                    bad.push(format!(
+                        "{i}:{t}: mps_lowprio p99 ratio {a:.2} above mps {b:.2}"
+                    ));
                 }
             }
         }
@@ -154,7 +229,9 @@ pub fn order_of_merit(rows: &[Row]) -> Vec<String> {
             for m in ["mps", "mps_lowprio"] {
                 if let Some(f) = get(m).and_then(|r| r.train_fraction) {
                     if f + ORDER_SLACK < plain {
-                        bad.push(format!("{i}:{t}: {m} keeps {f:.2} of training, less than plain's {plain:.2}"));
+                        bad.push(format!(
+                            "{i}:{t}: {m} keeps {f:.2} of training, less than plain's {plain:.2}"
+                        ));
                     }
                 }
             }
@@ -200,14 +277,23 @@ mod tests {
             }
         }
         let (_, bad) = check(&broken);
-        assert!(bad.iter().any(|b| b.contains("plain: p99 ratio")), "{bad:?}");
-        assert!(bad.iter().any(|b| b.contains("plain: training fraction")), "{bad:?}");
+        assert!(
+            bad.iter().any(|b| b.contains("plain: p99 ratio")),
+            "{bad:?}"
+        );
+        assert!(
+            bad.iter().any(|b| b.contains("plain: training fraction")),
+            "{bad:?}"
+        );
         for r in &mut broken {
             if r.mode == "mps_lowprio" {
                 r.p99_ratio = Some(5.0);
             }
         }
         let bad = order_of_merit(&broken);
-        assert!(bad.iter().any(|b| b.contains("mps_lowprio p99 ratio")), "{bad:?}");
+        assert!(
+            bad.iter().any(|b| b.contains("mps_lowprio p99 ratio")),
+            "{bad:?}"
+        );
     }
 }

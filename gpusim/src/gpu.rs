@@ -52,6 +52,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use crate::mps::{allocate, Candidate};
 use crate::timeslice::{Action, Slicer};
 
+mod preempt;
+
 /// Nanoseconds.
 pub type Ns = u64;
 
@@ -343,11 +345,22 @@ impl Gpu {
         self.pop_head(now, k.client, k.stream, k.token, done);
     }
 
-    fn pop_head(&mut self, now: Ns, client: usize, stream: usize, token: u64, done: &mut Vec<Done>) {
+    fn pop_head(
+        &mut self,
+        now: Ns,
+        client: usize,
+        stream: usize,
+        token: u64,
+        done: &mut Vec<Done>,
+    ) {
         let q = &mut self.clients[client].streams[stream];
         let (_, t) = q.pop_front().expect("a head");
         debug_assert_eq!(t, token);
-        done.push(Done { client, token, at: now });
+        done.push(Done {
+            client,
+            token,
+            at: now,
+        });
         if !q.is_empty() {
             self.start_head(now, client, stream);
         }
@@ -479,7 +492,12 @@ impl Gpu {
 
     /// The ready kernels that could take SMs now (`ids`: kernel and its
     /// units per SM), and those that could use SMs but none is free.
-    fn fill_candidates(&self, ids: &mut Vec<(usize, u64)>, cands: &mut Vec<Candidate>, blocked: &mut Vec<usize>) {
+    fn fill_candidates(
+        &self,
+        ids: &mut Vec<(usize, u64)>,
+        cands: &mut Vec<Candidate>,
+        blocked: &mut Vec<usize>,
+    ) {
         for (kid, k) in self.kernels.iter().enumerate() {
             let Some(k) = k else { continue };
             if k.pending == 0 || !self.may_run(k.client) {
@@ -488,7 +506,11 @@ impl Gpu {
             let c = &self.clients[k.client];
             let room = c.cfg.sm_cap.saturating_sub(c.held);
             let physical = self.params.sms.saturating_sub(k.held);
-            let sms = (k.pending.div_ceil(u64::from(k.bps)).min(u64::from(physical)) as u32).min(room);
+            let sms = (k
+                .pending
+                .div_ceil(u64::from(k.bps))
+                .min(u64::from(physical)) as u32)
+                .min(room);
             // In capacity units: what it could take, what one SM costs it.
             let want = u64::from(sms) * k.units;
             if want == 0 || self.free_units < k.units {
@@ -554,68 +576,6 @@ impl Gpu {
             }
         };
         self.ends.push(Reverse((end, id, self.gen)));
-    }
-
-    /// Ready kernels `waiting` found no free SM: the cohorts of other
-    /// kernels that still run in lock-step are spread (see the module docs).
-    fn spread_others(&mut self, now: Ns, waiting: &[usize]) {
-        let pieces = self.params.spread_pieces.max(1);
-        let targets: Vec<usize> = (0..self.cohorts.len())
-            .filter(|&i| {
-                self.cohorts[i].is_some_and(|c| !c.spread && c.sms > 1 && !waiting.contains(&c.kernel))
-            })
-            .collect();
-        for id in targets {
-            let c = self.cohorts[id].take().expect("cohort");
-            self.free_cohorts.push(id);
-            let k = self.kernels[c.kernel].as_ref().expect("kernel");
-            let d = k.block_ns;
-            let n = pieces.min(c.sms);
-            let (mut sms_left, mut blocks_left) = (c.sms, c.blocks);
-            for i in 0..n {
-                let sms = sms_left / (n - i);
-                let blocks = if i + 1 == n {
-                    blocks_left
-                } else {
-                    (c.blocks * u64::from(sms) / u64::from(c.sms)).min(blocks_left)
-                };
-                sms_left -= sms;
-                blocks_left -= blocks;
-                let end = now + (d * (f64::from(i) + 0.5) / f64::from(n)).round().max(1.0) as Ns;
-                self.add_cohort(end, c.kernel, sms, blocks, true);
-            }
-        }
-    }
-
-    /// Preempt `client`'s running cohorts (end of its slice).
-    fn suspend(&mut self, now: Ns, client: usize) {
-        for id in 0..self.cohorts.len() {
-            let Some(c) = self.cohorts[id] else { continue };
-            let k = self.kernels[c.kernel].as_mut().expect("kernel");
-            if k.client != client {
-                continue;
-            }
-            self.cohorts[id] = None;
-            self.free_cohorts.push(id);
-            k.held -= c.sms;
-            self.clients[client].held -= c.sms;
-            self.free_units += u64::from(c.sms) * k.units;
-            let remaining = c.end.saturating_sub(now).max(1);
-            self.clients[client]
-                .suspended
-                .push((c.kernel, c.sms, c.blocks, remaining, c.spread));
-        }
-    }
-
-    fn resume_suspended(&mut self, now: Ns, client: usize) {
-        let list = std::mem::take(&mut self.clients[client].suspended);
-        for (kid, sms, blocks, remaining, spread) in list {
-            let k = self.kernels[kid].as_mut().expect("kernel");
-            k.held += sms;
-            self.clients[client].held += sms;
-            self.free_units -= u64::from(sms) * k.units;
-            self.add_cohort(now + remaining, kid, sms, blocks, spread);
-        }
     }
 }
 

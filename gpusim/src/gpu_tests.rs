@@ -125,7 +125,11 @@ fn two_equal_compute_bound_jobs_under_time_slicing_each_get_about_half() {
     for e in [ea, eb] {
         assert!(e > 190 * MS && e < 210 * MS, "{ea} {eb}");
     }
-    assert!(g.switches() >= 90, "about one switch per 2 ms slice: {}", g.switches());
+    assert!(
+        g.switches() >= 90,
+        "about one switch per 2 ms slice: {}",
+        g.switches()
+    );
 }
 
 #[test]
@@ -185,9 +189,15 @@ fn under_mps_the_high_priority_clients_pending_blocks_dispatch_first() {
         (at(&done, 0, 1), at(&done, 1, 2), held_at_30us.unwrap())
     };
     let (lo_end, hi_end, hi_held) = run(0, 1);
-    assert_eq!(hi_held, 132, "the high-priority client holds every SM once one block time passed");
+    assert_eq!(
+        hi_held, 132,
+        "the high-priority client holds every SM once one block time passed"
+    );
     assert!(hi_end < lo_end, "{hi_end} {lo_end}");
-    assert!(hi_end <= 5 * US + 200 * US + 20 * US, "nearly its alone time: {hi_end}");
+    assert!(
+        hi_end <= 5 * US + 200 * US + 20 * US,
+        "nearly its alone time: {hi_end}"
+    );
     // At equal priority they share: the second is much later.
     let (_, eq_end, eq_held) = run(0, 0);
     assert!(eq_held < 100, "{eq_held}");
@@ -202,22 +212,47 @@ fn a_waiting_kernel_gets_sms_as_blocks_complete() {
     // about a quarter per 100 us (spread over one block time), neither all
     // at once nor at once.
     let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(1), cfg(0)]);
-    g.submit(0, 0, 0, Work::Kernel { blocks: 4 * 132, blocks_per_sm: 1, duration_ns: 1_600 * US, sm_share: 1.0 }, 1);
+    g.submit(
+        0,
+        0,
+        0,
+        Work::Kernel {
+            blocks: 4 * 132,
+            blocks_per_sm: 1,
+            duration_ns: 1_600 * US,
+            sm_share: 1.0,
+        },
+        1,
+    );
     let mut done = Vec::new();
     while let Some(t) = g.next_time().filter(|&t| t <= 410 * US) {
         g.advance(t, &mut done);
     }
-    let high = Work::Kernel { blocks: 132 * 10, blocks_per_sm: 1, duration_ns: 10 * 50 * US, sm_share: 1.0 };
+    let high = Work::Kernel {
+        blocks: 132 * 10,
+        blocks_per_sm: 1,
+        duration_ns: 10 * 50 * US,
+        sm_share: 1.0,
+    };
     g.submit(410 * US, 1, 0, high, 2);
     let mut seen = Vec::new();
     while let Some(t) = g.next_time() {
         g.advance(t, &mut done);
         seen.push((t, g.held(1)));
     }
-    let held_at = |x: Ns| seen.iter().rev().find(|&&(t, _)| t <= x).map_or(0, |&(_, h)| h);
+    let held_at = |x: Ns| {
+        seen.iter()
+            .rev()
+            .find(|&&(t, _)| t <= x)
+            .map_or(0, |&(_, h)| h)
+    };
     let (a, b, c) = (held_at(470 * US), held_at(570 * US), held_at(770 * US));
     assert!(a > 0 && a < b && b < c && c == 132, "{a} {b} {c}");
-    assert_eq!(held_at(450 * US), 0, "nothing before the first blocks complete");
+    assert_eq!(
+        held_at(450 * US),
+        0,
+        "nothing before the first blocks complete"
+    );
     // The low kernel's blocks dispatched before the wait all ended, and it
     // finished after the high one.
     assert!(at(&done, 1, 2) < at(&done, 0, 1));
@@ -241,11 +276,37 @@ fn the_thread_percentage_caps_a_clients_sms() {
 #[test]
 fn copies_run_in_stream_order_on_their_engine() {
     let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(0), cfg(0)]);
-    g.submit(0, 0, 0, Work::Copy { bytes: 25_000, d2h: false }, 1);
+    g.submit(
+        0,
+        0,
+        0,
+        Work::Copy {
+            bytes: 25_000,
+            d2h: false,
+        },
+        1,
+    );
     g.submit(0, 0, 0, full(10 * US), 2);
-    g.submit(0, 1, 0, Work::Copy { bytes: 25_000, d2h: false }, 3);
+    g.submit(
+        0,
+        1,
+        0,
+        Work::Copy {
+            bytes: 25_000,
+            d2h: false,
+        },
+        3,
+    );
     let done = drain(&mut g);
     assert_eq!(at(&done, 0, 1), 6 * US, "5 us latency + 1 us at 25 GB/s");
-    assert_eq!(at(&done, 0, 2), 16 * US, "the kernel waits for the copy before it");
-    assert_eq!(at(&done, 1, 3), 12 * US, "one engine: the second copy queues");
+    assert_eq!(
+        at(&done, 0, 2),
+        16 * US,
+        "the kernel waits for the copy before it"
+    );
+    assert_eq!(
+        at(&done, 1, 3),
+        12 * US,
+        "one engine: the second copy queues"
+    );
 }

@@ -27,13 +27,22 @@ fn usage() -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else { return usage() };
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let Some(cmd) = args.first() else {
+        return usage();
+    };
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let traces = value("--traces").map(PathBuf::from);
     let mut params = Params::calibrated();
     for (i, a) in args.iter().enumerate() {
         if a == "--set" {
-            let Some((k, v)) = args.get(i + 1).and_then(|kv| kv.split_once('=')) else { return usage() };
+            let Some((k, v)) = args.get(i + 1).and_then(|kv| kv.split_once('=')) else {
+                return usage();
+            };
             if let Err(e) = params.set(k, v) {
                 eprintln!("tandem-sim: {e}");
                 return ExitCode::from(2);
@@ -42,10 +51,23 @@ fn main() -> ExitCode {
     }
     match cmd.as_str() {
         "check-trace" => {
-            let Some(file) = args.get(1) else { return usage() };
-            match std::fs::read_to_string(file).map_err(|e| e.to_string()).and_then(|t| Trace::from_json(&t).map_err(|e| e.to_string())) {
+            let Some(file) = args.get(1) else {
+                return usage();
+            };
+            match std::fs::read_to_string(file)
+                .map_err(|e| e.to_string())
+                .and_then(|t| Trace::from_json(&t).map_err(|e| e.to_string()))
+            {
                 Ok(t) => {
-                    println!("{}: {} ops, {} kernels, GPU {:.3} ms, CPU {:.3} ms ({})", t.job, t.ops.len(), t.kernels().count(), t.kernel_ns() as f64 / 1e6, t.host_ns() as f64 / 1e6, t.source);
+                    println!(
+                        "{}: {} ops, {} kernels, GPU {:.3} ms, CPU {:.3} ms ({})",
+                        t.job,
+                        t.ops.len(),
+                        t.kernels().count(),
+                        t.kernel_ns() as f64 / 1e6,
+                        t.host_ns() as f64 / 1e6,
+                        t.source
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -57,7 +79,18 @@ fn main() -> ExitCode {
         "traces" => {
             for job in INFERENCE.iter().map(|(n, _)| *n).chain(TRAINING) {
                 match load_trace(&params, traces.as_deref(), job) {
-                    Ok(t) => println!("{job:16} {:9} {:5} kernels  GPU alone {:8.3} ms  CPU {:8.3} ms per {}", t.source, t.kernels().count(), t.kernel_ns() as f64 / 1e6, t.host_ns() as f64 / 1e6, if t.class == tandem_gpusim::trace::JobClass::Inference { "request" } else { "step" }),
+                    Ok(t) => println!(
+                        "{job:16} {:9} {:5} kernels  GPU alone {:8.3} ms  CPU {:8.3} ms per {}",
+                        t.source,
+                        t.kernels().count(),
+                        t.kernel_ns() as f64 / 1e6,
+                        t.host_ns() as f64 / 1e6,
+                        if t.class == tandem_gpusim::trace::JobClass::Inference {
+                            "request"
+                        } else {
+                            "step"
+                        }
+                    ),
                     Err(e) => {
                         eprintln!("{e}");
                         return ExitCode::from(1);
@@ -68,7 +101,11 @@ fn main() -> ExitCode {
         }
         "matrix" => {
             let reduced = args.iter().any(|a| a == "--reduced");
-            let mut m = if reduced { MatrixCfg::reduced(params) } else { MatrixCfg::full(params) };
+            let mut m = if reduced {
+                MatrixCfg::reduced(params)
+            } else {
+                MatrixCfg::full(params)
+            };
             if let Some(n) = value("--seeds").and_then(|s| s.parse::<u64>().ok()) {
                 m.seeds = (1..=n.max(1)).collect();
             }
@@ -79,7 +116,11 @@ fn main() -> ExitCode {
                 m.threads = n;
             }
             if let Some(p) = value("--pairs") {
-                m.pairs = p.split(',').filter_map(|x| x.split_once(':')).map(|(a, b)| (a.to_string(), b.to_string())).collect();
+                m.pairs = p
+                    .split(',')
+                    .filter_map(|x| x.split_once(':'))
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect();
             }
             if let Some(md) = value("--modes") {
                 m.modes = md.split(',').map(String::from).collect();
@@ -98,7 +139,13 @@ fn main() -> ExitCode {
             let md = markdown(&rows, &fits, &bad, kind, wall);
             print!("{md}");
             if let Some(out) = value("--out").map(PathBuf::from) {
-                let doc = Doc { model_version: MODEL_VERSION, matrix: kind, rows: &rows, calibration: &fits, calibration_failures: &bad };
+                let doc = Doc {
+                    model_version: MODEL_VERSION,
+                    matrix: kind,
+                    rows: &rows,
+                    calibration: &fits,
+                    calibration_failures: &bad,
+                };
                 let json = serde_json::to_string_pretty(&doc).expect("rows serialise");
                 if let Err(e) = std::fs::create_dir_all(&out)
                     .and_then(|()| std::fs::write(out.join("matrix.json"), json + "\n"))

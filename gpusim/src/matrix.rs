@@ -32,7 +32,14 @@ pub const INFERENCE: [(&str, Option<f64>); 3] = [
 /// Training jobs.
 pub const TRAINING: [&str; 2] = ["resnet50_train", "gpt2_train"];
 /// Modes, in the benchmark's order.
-pub const MODES: [&str; 6] = ["alone", "plain", "mps", "mps_lowprio", "tandem", "tandem_mps"];
+pub const MODES: [&str; 6] = [
+    "alone",
+    "plain",
+    "mps",
+    "mps_lowprio",
+    "tandem",
+    "tandem_mps",
+];
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -61,7 +68,11 @@ impl MatrixCfg {
     pub fn full(params: Params) -> MatrixCfg {
         let pairs = INFERENCE
             .iter()
-            .flat_map(|(i, _)| TRAINING.iter().map(move |t| ((*i).to_string(), (*t).to_string())))
+            .flat_map(|(i, _)| {
+                TRAINING
+                    .iter()
+                    .map(move |t| ((*i).to_string(), (*t).to_string()))
+            })
             .collect();
         MatrixCfg {
             params,
@@ -163,7 +174,11 @@ pub fn load_trace(params: &Params, traces_dir: Option<&Path>, job: &str) -> Resu
 fn run_cfg(m: &MatrixCfg, sharing_plain: bool, seed: u64) -> RunCfg {
     RunCfg {
         gpu: m.params.gpu.clone(),
-        sharing: if sharing_plain { m.params.plain() } else { crate::gpu::Sharing::Mps },
+        sharing: if sharing_plain {
+            m.params.plain()
+        } else {
+            crate::gpu::Sharing::Mps
+        },
         seed,
         warmup_ns: m.warmup_ns,
         window_ns: m.window_ns,
@@ -176,8 +191,17 @@ fn run_cfg(m: &MatrixCfg, sharing_plain: bool, seed: u64) -> RunCfg {
 /// requests served one after another (how colocation.py measures it).
 #[must_use]
 pub fn alone_service_ms(m: &MatrixCfg, trace: &Trace) -> f64 {
-    let spec = JobSpec { trace: trace.clone(), rate_per_s: 1.0, cpu_cv: m.params.cpu_cv, sm_pct: 100 };
-    let cfg = RunCfg { warmup_ns: 0, window_ns: 30_000_000_000, ..run_cfg(m, true, 99) };
+    let spec = JobSpec {
+        trace: trace.clone(),
+        rate_per_s: 1.0,
+        cpu_cv: m.params.cpu_cv,
+        sm_pct: 100,
+    };
+    let cfg = RunCfg {
+        warmup_ns: 0,
+        window_ns: 30_000_000_000,
+        ..run_cfg(m, true, 99)
+    };
     let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
     percentile(&out[0].latencies_ms, 50.0).unwrap_or(f64::NAN)
 }
@@ -192,22 +216,55 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
     let both = [inf.clone(), train.clone()];
     let normal = [Placement { priority: 0 }, Placement { priority: 0 }];
     let v1 = || TandemV1::new(SchedConfig::default());
-    let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| run(&run_cfg(m, plain, seed), &both, place, t);
+    let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
+        run(&run_cfg(m, plain, seed), &both, place, t)
+    };
     let ((outs, sw), train_idx) = match mode {
         "alone" => {
             let cfg = run_cfg(m, true, seed);
             let (i, _) = run(&cfg, std::slice::from_ref(inf), &normal[..1], &mut Off);
             let (t, _) = run(&cfg, std::slice::from_ref(train), &normal[..1], &mut Off);
-            return (i[0].percentile(50.0), i[0].percentile(99.0), t[0].steps_per_s, i[0].unfinished, 0);
+            return (
+                i[0].percentile(50.0),
+                i[0].percentile(99.0),
+                t[0].steps_per_s,
+                i[0].unfinished,
+                0,
+            );
         }
         "plain" => (go(true, &normal, &mut Off), 1),
         "mps" => (go(false, &normal, &mut Off), 1),
-        "mps_lowprio" => (go(false, &[Placement { priority: 0 }, Placement { priority: 1 }], &mut Off), 1),
+        "mps_lowprio" => (
+            go(
+                false,
+                &[Placement { priority: 0 }, Placement { priority: 1 }],
+                &mut Off,
+            ),
+            1,
+        ),
         "tandem" => (go(true, &normal, &mut v1()), 1),
-        "tandem_mps" => (go(false, &normal, &mut v1()), 1),
+        "tandem_mps" => {
+            // The side decides the training client's MPS priority (v1: default).
+            let mut t = v1();
+            let place = [
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Inference),
+                },
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Training),
+                },
+            ];
+            (go(false, &place, &mut t), 1)
+        }
         other => panic!("unknown mode {other}"),
     };
-    (outs[0].percentile(50.0), outs[0].percentile(99.0), outs[train_idx].steps_per_s, outs[0].unfinished, sw)
+    (
+        outs[0].percentile(50.0),
+        outs[0].percentile(99.0),
+        outs[train_idx].steps_per_s,
+        outs[0].unfinished,
+        sw,
+    )
 }
 
 fn median(xs: &[f64]) -> Option<f64> {
@@ -245,18 +302,39 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
             Some((_, Some(r))) => *r,
             _ => 0.5 / (alone_service_ms(m, &it) / 1e3),
         };
-        let source = if it.source == "measured" && tt.source == "measured" { "measured" } else { "synthetic" };
+        let source = if it.source == "measured" && tt.source == "measured" {
+            "measured"
+        } else {
+            "synthetic"
+        };
         pairs.push(Pair {
-            inf: JobSpec { trace: it, rate_per_s: rate, cpu_cv: m.params.cpu_cv, sm_pct: 100 },
-            train: JobSpec { trace: tt, rate_per_s: 0.0, cpu_cv: m.params.train_cv, sm_pct: 100 },
+            inf: JobSpec {
+                trace: it,
+                rate_per_s: rate,
+                cpu_cv: m.params.cpu_cv,
+                sm_pct: 100,
+            },
+            train: JobSpec {
+                trace: tt,
+                rate_per_s: 0.0,
+                cpu_cv: m.params.train_cv,
+                sm_pct: 100,
+            },
             source: source.into(),
         });
     }
     let modes: Vec<&str> = std::iter::once("alone")
-        .chain(MODES[1..].iter().copied().filter(|md| m.modes.iter().any(|x| x == md)))
+        .chain(
+            MODES[1..]
+                .iter()
+                .copied()
+                .filter(|md| m.modes.iter().any(|x| x == md)),
+        )
         .collect();
     let jobs: Vec<(usize, usize, usize)> = (0..pairs.len())
-        .flat_map(|p| (0..modes.len()).flat_map(move |md| (0..m.seeds.len()).map(move |s| (p, md, s))))
+        .flat_map(|p| {
+            (0..modes.len()).flat_map(move |md| (0..m.seeds.len()).map(move |s| (p, md, s)))
+        })
         .collect();
     let results = std::sync::Mutex::new(vec![None; jobs.len()]);
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -264,7 +342,9 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
         for _ in 0..m.threads.max(1) {
             sc.spawn(|| loop {
                 let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(p, md, s)) = jobs.get(k) else { break };
+                let Some(&(p, md, s)) = jobs.get(k) else {
+                    break;
+                };
                 let c = cell(m, &pairs[p].inf, &pairs[p].train, modes[md], m.seeds[s]);
                 results.lock().expect("results")[k] = Some(c);
             });
@@ -285,11 +365,22 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
             let cells = get(p, md);
             let p99s: Vec<f64> = cells.iter().filter_map(|c| c.1).collect();
             let sps: Vec<f64> = cells.iter().filter_map(|c| c.2).collect();
-            let ratios: Vec<f64> = p99s.iter().filter_map(|x| alone_p99.map(|a| x / a)).collect();
-            let fracs: Vec<f64> = sps.iter().filter_map(|x| alone_sps.map(|a| x / a)).collect();
+            let ratios: Vec<f64> = p99s
+                .iter()
+                .filter_map(|x| alone_p99.map(|a| x / a))
+                .collect();
+            let fracs: Vec<f64> = sps
+                .iter()
+                .filter_map(|x| alone_sps.map(|a| x / a))
+                .collect();
             let mut sw: Vec<u64> = cells.iter().map(|c| c.4).collect();
             sw.sort_unstable();
-            let minmax = |v: &[f64]| (v.iter().copied().reduce(f64::min), v.iter().copied().reduce(f64::max));
+            let minmax = |v: &[f64]| {
+                (
+                    v.iter().copied().reduce(f64::min),
+                    v.iter().copied().reduce(f64::max),
+                )
+            };
             let (rmin, rmax) = minmax(&ratios);
             let (fmin, fmax) = minmax(&fracs);
             let p99 = median(&p99s);
@@ -316,7 +407,10 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                 source: pairs[p].source.clone(),
                 model_version: MODEL_VERSION.into(),
                 note: note(mode).into(),
-                device: format!("model {MODEL_VERSION} (H100 SXM, {} traces)", pairs[p].source),
+                device: format!(
+                    "model {MODEL_VERSION} (H100 SXM, {} traces)",
+                    pairs[p].source
+                ),
                 driver: "-".into(),
                 date: "-".into(),
             });

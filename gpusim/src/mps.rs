@@ -13,7 +13,10 @@
 //!   priorities "do not preempt already-running work").
 //! * **Equal priority**: the free SMs are shared equally among the ready
 //!   kernels (water-filling: a kernel that needs fewer SMs than its share
-//!   leaves the rest to the others). This is the model's assumption, fitted
+//!   leaves the rest to the others). The engine counts in capacity units
+//!   (thousandths of an SM): a kernel whose blocks use only a share of their
+//!   SMs (`sm_share`) leaves the rest to co-resident blocks of other
+//!   clients. This is the model's assumption, fitted
 //!   to the measured MPS rows (DESIGN.md "Facts": batch-4 inference barely
 //!   slowed beside training under MPS). The alternative, "the earlier kernel
 //!   dispatches all its blocks first", would make every small inference
@@ -59,7 +62,11 @@ pub fn allocate(free: u32, cands: &[Candidate]) -> Vec<u32> {
         // Water-filling: repeatedly give each unsatisfied member an equal
         // share of what is left (the first ones get the remainder).
         loop {
-            let open: Vec<usize> = group.iter().copied().filter(|&i| got[i] < cands[i].want).collect();
+            let open: Vec<usize> = group
+                .iter()
+                .copied()
+                .filter(|&i| got[i] < cands[i].want)
+                .collect();
             if open.is_empty() || left == 0 {
                 break;
             }
@@ -89,7 +96,11 @@ mod tests {
     use super::*;
 
     fn c(priority: u8, seq: u64, want: u32) -> Candidate {
-        Candidate { priority, seq, want }
+        Candidate {
+            priority,
+            seq,
+            want,
+        }
     }
 
     #[test]

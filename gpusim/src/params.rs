@@ -116,7 +116,9 @@ impl Params {
     /// # Errors
     /// An unknown key or a value that does not parse.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let v: f64 = value.parse().map_err(|_| format!("{key}: {value:?} is not a number"))?;
+        let v: f64 = value
+            .parse()
+            .map_err(|_| format!("{key}: {value:?} is not a number"))?;
         let ns = v.max(0.0).round() as Ns;
         match key {
             "interference" => self.gpu.interference = v,

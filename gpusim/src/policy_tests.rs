@@ -32,8 +32,18 @@ fn cfg(sharing: Sharing, seed: u64) -> RunCfg {
 fn pair() -> [JobSpec; 2] {
     let p = Params::calibrated();
     [
-        JobSpec { trace: synthetic::job(&p, "resnet50_b4").unwrap(), rate_per_s: 100.0, cpu_cv: p.cpu_cv, sm_pct: 100 },
-        JobSpec { trace: synthetic::job(&p, "resnet50_train").unwrap(), rate_per_s: 0.0, cpu_cv: p.train_cv, sm_pct: 100 },
+        JobSpec {
+            trace: synthetic::job(&p, "resnet50_b4").unwrap(),
+            rate_per_s: 100.0,
+            cpu_cv: p.cpu_cv,
+            sm_pct: 100,
+        },
+        JobSpec {
+            trace: synthetic::job(&p, "resnet50_train").unwrap(),
+            rate_per_s: 0.0,
+            cpu_cv: p.train_cv,
+            sm_pct: 100,
+        },
     ]
 }
 
@@ -50,7 +60,11 @@ fn p99(o: &Outcome) -> f64 {
 #[test]
 fn the_model_is_deterministic_with_tandem_in_the_loop() {
     let plain = Params::calibrated().plain();
-    let a = go(plain.clone(), &pair(), &mut TandemV1::new(SchedConfig::default()));
+    let a = go(
+        plain.clone(),
+        &pair(),
+        &mut TandemV1::new(SchedConfig::default()),
+    );
     let b = go(plain, &pair(), &mut TandemV1::new(SchedConfig::default()));
     assert_eq!(a, b);
     assert!(a[0].latencies_ms.len() > 300, "{}", a[0].latencies_ms.len());
@@ -66,9 +80,14 @@ fn tandem_v1_gates_training_beside_inference_and_never_alone() {
     // The gate acts: training waited, and gave up throughput for it.
     assert!(v1.waits.0 > 100, "training never waited: {:?}", v1.waits);
     let (f_off, f_on) = (off[1].steps_per_s.unwrap(), on[1].steps_per_s.unwrap());
-    assert!(f_on < f_off, "training {f_on} with tandem vs {f_off} without");
+    assert!(
+        f_on < f_off,
+        "training {f_on} with tandem vs {f_off} without"
+    );
     // Training alone is not slowed by tandem (nothing to protect: gates open).
-    let alone = go(plain.clone(), &jobs[1..], &mut Off)[0].steps_per_s.unwrap();
+    let alone = go(plain.clone(), &jobs[1..], &mut Off)[0]
+        .steps_per_s
+        .unwrap();
     let mut v1 = TandemV1::new(SchedConfig::default());
     let alone_on = go(plain, &jobs[1..], &mut v1)[0].steps_per_s.unwrap();
     assert!(alone_on > 0.98 * alone, "{alone_on} vs {alone}");
@@ -84,7 +103,12 @@ fn under_time_slicing_tandem_v1_lowers_inference_p99_at_batch_4() {
     let jobs = pair();
     let off = go(plain.clone(), &jobs, &mut Off);
     let on = go(plain, &jobs, &mut TandemV1::new(SchedConfig::default()));
-    assert!(p99(&on[0]) < p99(&off[0]), "p99 on {} vs off {}", p99(&on[0]), p99(&off[0]));
+    assert!(
+        p99(&on[0]) < p99(&off[0]),
+        "p99 on {} vs off {}",
+        p99(&on[0]),
+        p99(&off[0])
+    );
 }
 
 #[test]
@@ -93,10 +117,26 @@ fn the_kept_rule_blocks_training_while_inference_work_is_queued() {
     // contract's v1 rule: no worse for inference, in the same run.
     let plain = Params::calibrated().plain();
     let jobs = pair();
-    let kept = go(plain.clone(), &jobs, &mut TandemV1::new(SchedConfig::default()));
-    let v1_rule = Knobs { block_while_inference_queued: false, ..Knobs::default() };
-    let rule = go(plain, &jobs, &mut TandemV1::with_knobs(SchedConfig::default(), v1_rule));
-    assert!(p99(&kept[0]) <= p99(&rule[0]) * 1.05, "kept {} vs v1 rule {}", p99(&kept[0]), p99(&rule[0]));
+    let kept = go(
+        plain.clone(),
+        &jobs,
+        &mut TandemV1::new(SchedConfig::default()),
+    );
+    let v1_rule = Knobs {
+        block_while_inference_queued: false,
+        ..Knobs::default()
+    };
+    let rule = go(
+        plain,
+        &jobs,
+        &mut TandemV1::with_knobs(SchedConfig::default(), v1_rule),
+    );
+    assert!(
+        p99(&kept[0]) <= p99(&rule[0]) * 1.05,
+        "kept {} vs v1 rule {}",
+        p99(&kept[0]),
+        p99(&rule[0])
+    );
 }
 
 /// A trainer whose 1-3 ms kernels sync every `sync_every` launches.
@@ -116,8 +156,21 @@ fn long_kernel_trainer(sync_every: usize) -> JobSpec {
         }));
     }
     ops.push(Op::Sync { host_gap_ns: 0 });
-    let trace = Trace { format: FORMAT.into(), job: "long".into(), class: JobClass::Training, source: "synthetic".into(), device: String::new(), notes: String::new(), ops };
-    JobSpec { trace, rate_per_s: 0.0, cpu_cv: 0.0, sm_pct: 100 }
+    let trace = Trace {
+        format: FORMAT.into(),
+        job: "long".into(),
+        class: JobClass::Training,
+        source: "synthetic".into(),
+        device: String::new(),
+        notes: String::new(),
+        ops,
+    };
+    JobSpec {
+        trace,
+        rate_per_s: 0.0,
+        cpu_cv: 0.0,
+        sm_pct: 100,
+    }
 }
 
 #[test]
@@ -127,10 +180,22 @@ fn completion_marks_keep_a_rarely_syncing_trainer_estimated() {
     // not make inference worse (beyond noise) nor cost training much.
     let plain = Params::calibrated().plain();
     let jobs = [pair()[0].clone(), long_kernel_trainer(50)];
-    let on = go(plain.clone(), &jobs, &mut TandemV1::new(SchedConfig::default()));
-    let no_marks = SchedConfig { mark_every_ns: 0, ..SchedConfig::default() };
+    let on = go(
+        plain.clone(),
+        &jobs,
+        &mut TandemV1::new(SchedConfig::default()),
+    );
+    let no_marks = SchedConfig {
+        mark_every_ns: 0,
+        ..SchedConfig::default()
+    };
     let unmarked = go(plain, &jobs, &mut TandemV1::new(no_marks));
-    assert!(p99(&on[0]) < 2.0 * p99(&unmarked[0]), "{} vs {}", p99(&on[0]), p99(&unmarked[0]));
+    assert!(
+        p99(&on[0]) < 2.0 * p99(&unmarked[0]),
+        "{} vs {}",
+        p99(&on[0]),
+        p99(&unmarked[0])
+    );
     let (a, b) = (on[1].steps_per_s.unwrap(), unmarked[1].steps_per_s.unwrap());
     assert!(a > 0.9 * b, "training {a} with marks vs {b} without");
 }
@@ -139,8 +204,23 @@ fn completion_marks_keep_a_rarely_syncing_trainer_estimated() {
 fn under_mps_low_priority_training_protects_inference_at_batch_32() {
     let p = Params::calibrated();
     let mut jobs = pair();
-    jobs[0] = JobSpec { trace: synthetic::job(&p, "resnet50_b32").unwrap(), rate_per_s: 40.0, ..jobs[0].clone() };
+    jobs[0] = JobSpec {
+        trace: synthetic::job(&p, "resnet50_b32").unwrap(),
+        rate_per_s: 40.0,
+        ..jobs[0].clone()
+    };
     let even = run(&cfg(Sharing::Mps, 1), &jobs, &NORMAL, &mut Off).0;
-    let low = run(&cfg(Sharing::Mps, 1), &jobs, &[Placement { priority: 0 }, Placement { priority: 1 }], &mut Off).0;
-    assert!(p99(&low[0]) < p99(&even[0]), "{} vs {}", p99(&low[0]), p99(&even[0]));
+    let low = run(
+        &cfg(Sharing::Mps, 1),
+        &jobs,
+        &[Placement { priority: 0 }, Placement { priority: 1 }],
+        &mut Off,
+    )
+    .0;
+    assert!(
+        p99(&low[0]) < p99(&even[0]),
+        "{} vs {}",
+        p99(&low[0]),
+        p99(&even[0])
+    );
 }

@@ -39,8 +39,18 @@ pub fn markdown(rows: &[Row], fits: &[Fit], bad: &[String], matrix: &str, wall_s
     for r in rows {
         s += &format!(
             "| {} | {} | {} | {} | {} | {} ({}-{}) | {} ({}-{}) | {} |\n",
-            r.inference, r.training, r.mode, f(r.p50_ms), f(r.p99_ms), f(r.p99_ratio), f(r.p99_ratio_min),
-            f(r.p99_ratio_max), f(r.train_fraction), f(r.train_fraction_min), f(r.train_fraction_max), r.source
+            r.inference,
+            r.training,
+            r.mode,
+            f(r.p50_ms),
+            f(r.p99_ms),
+            f(r.p99_ratio),
+            f(r.p99_ratio_min),
+            f(r.p99_ratio_max),
+            f(r.train_fraction),
+            f(r.train_fraction_min),
+            f(r.train_fraction_max),
+            r.source
         );
     }
     s += "\n## Calibration against the H100 measurements (DESIGN.md, \"Facts\")\n\n\
@@ -49,7 +59,12 @@ pub fn markdown(rows: &[Row], fits: &[Fit], bad: &[String], matrix: &str, wall_s
     for c in fits {
         s += &format!(
             "| {}:resnet50_train | {} | {} | {} | {} | {} | {} |\n",
-            c.inference, c.mode, f(c.model_ratio), c.measured_ratio, f(c.model_fraction), c.measured_fraction,
+            c.inference,
+            c.mode,
+            f(c.model_ratio),
+            c.measured_ratio,
+            f(c.model_fraction),
+            c.measured_fraction,
             if c.ok { "yes" } else { "no" }
         );
     }

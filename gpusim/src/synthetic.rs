@@ -37,7 +37,16 @@ impl Builder<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn kernel_shared(&mut self, name: &str, blocks: u64, block_threads: u32, bps: u32, ns: f64, gap: u64, sm_share: f64) {
+    fn kernel_shared(
+        &mut self,
+        name: &str,
+        blocks: u64,
+        block_threads: u32,
+        bps: u32,
+        ns: f64,
+        gap: u64,
+        sm_share: f64,
+    ) {
         let gx = u32::try_from(blocks.max(1)).unwrap_or(u32::MAX);
         self.ops.push(Op::Kernel(Kernel {
             name: name.to_string(),
@@ -54,7 +63,11 @@ impl Builder<'_> {
     /// An `m x n x k` GEMM (fp16/bf16 operands).
     fn gemm(&mut self, name: &str, m: u64, n: u64, k: u64, gap: u64) {
         let sms = u64::from(self.p.gpu.sms);
-        let (tm, tn, bps) = if n <= 64 { (128, 64, 2u32) } else { (128, 128, 1u32) };
+        let (tm, tn, bps) = if n <= 64 {
+            (128, 64, 2u32)
+        } else {
+            (128, 128, 1u32)
+        };
         let tiles = m.div_ceil(tm) * n.div_ceil(tn);
         let split = if tiles < sms && k >= 2048 {
             sms.div_ceil(tiles).min(k / 1024).max(1)
@@ -68,7 +81,15 @@ impl Builder<'_> {
         let bytes = 2.0 * (m * k + k * n + m * n) as f64;
         let mem_ns = bytes / (self.p.dram_bytes_per_ns * self.p.mem_eff);
         let share = self.p.gemm_sm_share;
-        self.kernel_shared(name, blocks, 256, bps, (waves as f64 * tile_ns).max(mem_ns), gap, share);
+        self.kernel_shared(
+            name,
+            blocks,
+            256,
+            bps,
+            (waves as f64 * tile_ns).max(mem_ns),
+            gap,
+            share,
+        );
     }
 
     /// An element-wise kernel over `elems` elements moving `bytes_per` bytes each.
@@ -79,9 +100,17 @@ impl Builder<'_> {
 
     fn copy(&mut self, bytes: u64, d2h: bool, gap: u64) {
         self.ops.push(if d2h {
-            Op::CopyD2h { bytes, stream: 0, host_gap_ns: gap }
+            Op::CopyD2h {
+                bytes,
+                stream: 0,
+                host_gap_ns: gap,
+            }
         } else {
-            Op::CopyH2d { bytes, stream: 0, host_gap_ns: gap }
+            Op::CopyH2d {
+                bytes,
+                stream: 0,
+                host_gap_ns: gap,
+            }
         });
     }
 
@@ -135,7 +164,13 @@ enum Layer {
 /// torchvision's ResNet50, layer by layer.
 fn resnet50() -> Vec<Layer> {
     let mut l = vec![
-        Layer::Conv(Conv { cin: 3, cout: 64, k: 7, stride: 2, h: 224 }),
+        Layer::Conv(Conv {
+            cin: 3,
+            cout: 64,
+            k: 7,
+            stride: 2,
+            h: 224,
+        }),
         Layer::Bn(64, 112),
         Layer::Relu(64, 112),
         Layer::MaxPool,
@@ -147,16 +182,40 @@ fn resnet50() -> Vec<Layer> {
         for b in 0..blocks {
             let s = if b == 0 { stride } else { 1 };
             let ho = h / s;
-            l.push(Layer::Conv(Conv { cin, cout: mid, k: 1, stride: 1, h }));
+            l.push(Layer::Conv(Conv {
+                cin,
+                cout: mid,
+                k: 1,
+                stride: 1,
+                h,
+            }));
             l.push(Layer::Bn(mid, h));
             l.push(Layer::Relu(mid, h));
-            l.push(Layer::Conv(Conv { cin: mid, cout: mid, k: 3, stride: s, h }));
+            l.push(Layer::Conv(Conv {
+                cin: mid,
+                cout: mid,
+                k: 3,
+                stride: s,
+                h,
+            }));
             l.push(Layer::Bn(mid, ho));
             l.push(Layer::Relu(mid, ho));
-            l.push(Layer::Conv(Conv { cin: mid, cout: out, k: 1, stride: 1, h: ho }));
+            l.push(Layer::Conv(Conv {
+                cin: mid,
+                cout: out,
+                k: 1,
+                stride: 1,
+                h: ho,
+            }));
             l.push(Layer::Bn(out, ho));
             if b == 0 {
-                l.push(Layer::Conv(Conv { cin, cout: out, k: 1, stride: s, h }));
+                l.push(Layer::Conv(Conv {
+                    cin,
+                    cout: out,
+                    k: 1,
+                    stride: s,
+                    h,
+                }));
                 l.push(Layer::Bn(out, ho));
             }
             l.push(Layer::Add(out, ho));
@@ -188,7 +247,12 @@ fn resnet_forward(b: &mut Builder<'_>, batch: u64, gap: impl Fn(&Layer) -> u64, 
             Layer::Conv(c) => {
                 if training {
                     // autocast casts each fp32 weight to bf16 on every forward.
-                    b.elt("autocast_cast_weight", c.cin * c.cout * c.k * c.k, 6.0, g / 2);
+                    b.elt(
+                        "autocast_cast_weight",
+                        c.cin * c.cout * c.k * c.k,
+                        6.0,
+                        g / 2,
+                    );
                 }
                 let m = batch * c.hout() * c.hout();
                 b.gemm("cudnn_conv_fwd", m, c.cout, c.cin * c.k * c.k, g);
@@ -249,7 +313,11 @@ pub fn resnet50_training(p: &Params) -> Trace {
     }
     // SGD with momentum, foreach over 25.6 M fp32 parameters (161 tensors):
     // weight decay, momentum update, parameter update, each in 2 launches.
-    for name in ["foreach_add_weight_decay", "foreach_momentum", "foreach_sgd_update"] {
+    for name in [
+        "foreach_add_weight_decay",
+        "foreach_momentum",
+        "foreach_sgd_update",
+    ] {
         for _ in 0..2 {
             b.elt(name, 25_557_032 / 2, 12.0, o);
         }
@@ -260,7 +328,14 @@ pub fn resnet50_training(p: &Params) -> Trace {
 }
 
 /// A transformer layer's forward kernels (tokens `t`, width `d`), eager.
-fn transformer_forward(b: &mut Builder<'_>, t: u64, d: u64, heads_seq: (u64, u64), gap: u64, training: bool) {
+fn transformer_forward(
+    b: &mut Builder<'_>,
+    t: u64,
+    d: u64,
+    heads_seq: (u64, u64),
+    gap: u64,
+    training: bool,
+) {
     let (batch, seq) = heads_seq;
     let casts = |b: &mut Builder<'_>, n: u64| {
         if training {
@@ -272,7 +347,8 @@ fn transformer_forward(b: &mut Builder<'_>, t: u64, d: u64, heads_seq: (u64, u64
     // flash attention: 2 * 2 * batch * heads * seq^2 * head_dim flops.
     let attn_flop = 4.0 * (batch * seq * seq * d) as f64;
     let tiles = batch * 12 * seq.div_ceil(128);
-    let ns = attn_flop / (b.p.sm_flop_per_ns * b.p.gemm_eff * f64::from(b.p.gpu.sms).min(tiles as f64));
+    let ns =
+        attn_flop / (b.p.sm_flop_per_ns * b.p.gemm_eff * f64::from(b.p.gpu.sms).min(tiles as f64));
     b.kernel("flash_attention_fwd", tiles, 128, 2, ns, gap);
     casts(b, d * d);
     b.gemm("attn_out_gemm", t, d, d, gap);
@@ -301,7 +377,14 @@ pub fn bert_inference(p: &Params) -> Trace {
     let mut b = Builder { p, ops: Vec::new() };
     let g = p.bert_launch_ns;
     b.copy(t * 8, false, g);
-    for name in ["word_embedding", "position_embedding", "type_embedding", "embedding_add", "embedding_add", "layer_norm"] {
+    for name in [
+        "word_embedding",
+        "position_embedding",
+        "type_embedding",
+        "embedding_add",
+        "embedding_add",
+        "layer_norm",
+    ] {
         b.elt(name, t * d, 4.0, g);
     }
     for _ in 0..12 {
@@ -312,7 +395,11 @@ pub fn bert_inference(p: &Params) -> Trace {
     b.elt("to_float", batch * d, 6.0, g);
     b.copy(batch * d * 4, true, g / 2);
     b.sync(0);
-    b.trace("bert_b8", JobClass::Inference, "BERT-base encoder (12 layers, width 768), fp16, batch 8, sequence 128, eval; one request")
+    b.trace(
+        "bert_b8",
+        JobClass::Inference,
+        "BERT-base encoder (12 layers, width 768), fp16, batch 8, sequence 128, eval; one request",
+    )
 }
 
 /// GPT-2 small (12 layers, width 768, vocabulary 50257) bf16-autocast
@@ -323,7 +410,13 @@ pub fn gpt2_training(p: &Params) -> Trace {
     let t = batch * seq;
     let mut b = Builder { p, ops: Vec::new() };
     let (f, w, o) = (p.train_fwd_ns, p.train_bwd_ns, p.train_opt_ns);
-    for name in ["token_embedding", "position_embedding", "embedding_add", "dropout", "layer_norm"] {
+    for name in [
+        "token_embedding",
+        "position_embedding",
+        "embedding_add",
+        "dropout",
+        "layer_norm",
+    ] {
         b.elt(name, t * d, 4.0, f);
     }
     for _ in 0..12 {
@@ -354,7 +447,8 @@ pub fn gpt2_training(p: &Params) -> Trace {
         }
         let attn_flop = 10.0 * (batch * seq * seq * d) as f64;
         let tiles = batch * 12 * seq.div_ceil(128);
-        let ns = attn_flop / (p.sm_flop_per_ns * p.gemm_eff * f64::from(p.gpu.sms).min(tiles as f64));
+        let ns =
+            attn_flop / (p.sm_flop_per_ns * p.gemm_eff * f64::from(p.gpu.sms).min(tiles as f64));
         b.kernel("flash_attention_bwd", tiles, 128, 2, ns, w);
         for (name, elems, bytes) in [
             ("layer_norm_backward", t * d, 8.0),
@@ -370,7 +464,16 @@ pub fn gpt2_training(p: &Params) -> Trace {
     }
     b.elt("embedding_backward", t * d, 8.0, w);
     // AdamW (foreach) over 124.4 M fp32 parameters: 8 foreach ops, each in 2 launches.
-    for name in ["lerp", "mul", "addcmul", "sqrt", "div", "add", "mul_decay", "addcdiv"] {
+    for name in [
+        "lerp",
+        "mul",
+        "addcmul",
+        "sqrt",
+        "div",
+        "add",
+        "mul_decay",
+        "addcdiv",
+    ] {
         for _ in 0..2 {
             b.elt(&format!("foreach_{name}"), 124_439_808 / 2, 12.0, o);
         }
@@ -400,7 +503,13 @@ mod tests {
     #[test]
     fn every_job_is_a_valid_trace_of_plausible_size() {
         let p = Params::calibrated();
-        for name in ["resnet50_b4", "resnet50_b32", "bert_b8", "resnet50_train", "gpt2_train"] {
+        for name in [
+            "resnet50_b4",
+            "resnet50_b32",
+            "bert_b8",
+            "resnet50_train",
+            "gpt2_train",
+        ] {
             let t = job(&p, name).unwrap();
             t.check().unwrap();
             let back = Trace::from_json(&t.to_json()).unwrap();
@@ -409,17 +518,30 @@ mod tests {
         // ResNet50's forward: 53 convolutions, 53 batch norms, 49 ReLUs,
         // 16 additions, 2 pools, the classifier.
         let b4 = job(&p, "resnet50_b4").unwrap();
-        assert_eq!(b4.kernels().filter(|k| k.name == "cudnn_conv_fwd").count(), 53);
+        assert_eq!(
+            b4.kernels().filter(|k| k.name == "cudnn_conv_fwd").count(),
+            53
+        );
         assert_eq!(b4.kernels().count(), 53 + 53 + 49 + 16 + 2 + 1 + 1);
         // Batch 4 is launch-bound: the CPU's time far exceeds the GPU's.
-        assert!(b4.host_ns() > 3 * b4.kernel_ns(), "{} {}", b4.host_ns(), b4.kernel_ns());
+        assert!(
+            b4.host_ns() > 3 * b4.kernel_ns(),
+            "{} {}",
+            b4.host_ns(),
+            b4.kernel_ns()
+        );
         // Batch 32 does 8x the work on the GPU, not 8x the time.
         let b32 = job(&p, "resnet50_b32").unwrap();
         let r = b32.kernel_ns() as f64 / b4.kernel_ns() as f64;
         assert!(r > 2.0 && r < 8.0, "{r}");
         // Training is GPU-bound.
         let tr = job(&p, "resnet50_train").unwrap();
-        assert!(tr.kernel_ns() > tr.host_ns(), "{} {}", tr.kernel_ns(), tr.host_ns());
+        assert!(
+            tr.kernel_ns() > tr.host_ns(),
+            "{} {}",
+            tr.kernel_ns(),
+            tr.host_ns()
+        );
         assert!(job(&p, "nope").is_none());
     }
 }

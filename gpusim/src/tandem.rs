@@ -250,7 +250,9 @@ impl TandemV1 {
     fn pass(&mut self, now: Ns) {
         let mut records = 0;
         for job in 0..self.clients.len() {
-            let Some(c) = self.clients[job].as_mut() else { continue };
+            let Some(c) = self.clients[job].as_mut() else {
+                continue;
+            };
             self.limits.observe(id_of(job), c.cb());
             for r in std::mem::take(&mut c.ring) {
                 records += 1;
@@ -333,7 +335,8 @@ impl TandemSide for TandemV1 {
         };
         // The watcher's first poll at or after the completion.
         let polls = (now.saturating_sub(placed)).div_ceil(MARK_POLL_NS).max(1);
-        self.mark_dones.push(Reverse((placed + polls * MARK_POLL_NS, job, seq)));
+        self.mark_dones
+            .push(Reverse((placed + polls * MARK_POLL_NS, job, seq)));
     }
 
     fn host_event(&mut self, now: Ns, job: usize, ev: HostEvent) {

@@ -171,20 +171,36 @@ mod tests {
     #[test]
     fn a_lone_context_never_switches_and_keeps_its_slice() {
         let mut s = Slicer::new(2_000, 100);
-        assert_eq!(s.decide(0, &[true, false]), Action::SwitchTo(0), "nothing loaded yet");
+        assert_eq!(
+            s.decide(0, &[true, false]),
+            Action::SwitchTo(0),
+            "nothing loaded yet"
+        );
         s.resume(0, 0);
         assert_eq!(s.decide(5_000, &[true, false]), Action::Stay);
-        assert_eq!(s.next_time(&[true, false]), None, "no slice end while alone");
+        assert_eq!(
+            s.next_time(&[true, false]),
+            None,
+            "no slice end while alone"
+        );
         assert_eq!(s.decide(5_000, &[false, false]), Action::Idle);
         s.idle();
-        assert_eq!(s.decide(6_000, &[true, false]), Action::Resume(0), "still loaded: no switch");
+        assert_eq!(
+            s.decide(6_000, &[true, false]),
+            Action::Resume(0),
+            "still loaded: no switch"
+        );
     }
 
     #[test]
     fn the_holder_is_preempted_at_the_slice_end_and_yields_when_dry() {
         let mut s = Slicer::new(2_000, 100);
         s.resume(0, 0);
-        assert_eq!(s.decide(1_000, &[true, true]), Action::Stay, "inside the slice");
+        assert_eq!(
+            s.decide(1_000, &[true, true]),
+            Action::Stay,
+            "inside the slice"
+        );
         assert_eq!(s.next_time(&[true, true]), Some(2_000));
         assert_eq!(s.decide(2_000, &[true, true]), Action::SwitchTo(1));
         assert_eq!(s.start_switch(2_000, 1), 2_100);

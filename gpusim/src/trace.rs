@@ -217,7 +217,10 @@ impl Trace {
             return bad(format!("format {:?}, expected {FORMAT:?}", self.format));
         }
         if self.source != "synthetic" && self.source != "measured" {
-            return bad(format!("source {:?} is neither synthetic nor measured", self.source));
+            return bad(format!(
+                "source {:?} is neither synthetic nor measured",
+                self.source
+            ));
         }
         let mut kernels = 0;
         for (i, op) in self.ops.iter().enumerate() {
@@ -231,7 +234,10 @@ impl Trace {
                         return bad(format!("op {i} ({}): sm_share must be in (0, 1]", k.name));
                     }
                     if k.blocks_per_sm == 0 || k.duration_ns == 0 {
-                        return bad(format!("op {i} ({}): blocks_per_sm and duration_ns must be >= 1", k.name));
+                        return bad(format!(
+                            "op {i} ({}): blocks_per_sm and duration_ns must be >= 1",
+                            k.name
+                        ));
                     }
                     k.stream
                 }
@@ -304,11 +310,20 @@ mod tests {
         let cases = [
             (DOC.replace("tandem-trace/1", "tandem-trace/9"), "format"),
             (DOC.replace("measured", "guessed"), "source"),
-            (DOC.replace("\"blocks_per_sm\": 2", "\"blocks_per_sm\": 0"), "blocks_per_sm"),
+            (
+                DOC.replace("\"blocks_per_sm\": 2", "\"blocks_per_sm\": 0"),
+                "blocks_per_sm",
+            ),
             (DOC.replace("[4, 2, 1]", "[4, 0, 1]"), "empty grid"),
             (DOC.replace("\"stream\": 1", "\"stream\": 99"), "stream"),
-            (DOC.replace(",\n        {\"op\": \"sync\", \"host_gap_ns\": 3}", ""), "sync"),
-            (DOC.replace("\"duration_ns\": 1000", "\"duration_ns\": \"x\""), "invalid type"),
+            (
+                DOC.replace(",\n        {\"op\": \"sync\", \"host_gap_ns\": 3}", ""),
+                "sync",
+            ),
+            (
+                DOC.replace("\"duration_ns\": 1000", "\"duration_ns\": \"x\""),
+                "invalid type",
+            ),
         ];
         for (doc, want) in cases {
             let e = Trace::from_json(&doc).expect_err(want);

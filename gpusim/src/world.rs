@@ -87,7 +87,11 @@ pub fn run(
             sm_cap: sm_cap(cfg.gpu.sms, s.sm_pct),
         })
         .collect();
-    let seed = |j: usize, k: u64| cfg.seed.wrapping_mul(1_000_003).wrapping_add(j as u64 * 17 + k);
+    let seed = |j: usize, k: u64| {
+        cfg.seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(j as u64 * 17 + k)
+    };
     let mut w = World {
         cfg,
         specs,
@@ -122,7 +126,9 @@ pub fn run(
         let tg = w.gpu.next_time();
         let tt = w.tandem.next_wake();
         let th = w.heap.peek().map(|r| r.0 .0);
-        let Some(t) = [tg, tt, th].into_iter().flatten().min() else { break };
+        let Some(t) = [tg, tt, th].into_iter().flatten().min() else {
+            break;
+        };
         if t > end || (t >= w.arrivals_end && w.inference_drained()) {
             break;
         }
@@ -260,8 +266,13 @@ impl World<'_> {
             Op::CopyH2d { bytes, stream, .. } | Op::CopyD2h { bytes, stream, .. } => {
                 let d2h = matches!(spec[j].trace.ops[self.jobs[j].op], Op::CopyD2h { .. });
                 let token = self.token(j);
-                self.gpu
-                    .submit(t, j, *stream as usize, Work::Copy { bytes: *bytes, d2h }, token);
+                self.gpu.submit(
+                    t,
+                    j,
+                    *stream as usize,
+                    Work::Copy { bytes: *bytes, d2h },
+                    token,
+                );
                 self.next_op(j, t);
             }
             Op::Sync { .. } => {
@@ -305,7 +316,9 @@ impl World<'_> {
             return;
         }
         let spec = self.specs;
-        let Op::Kernel(k) = &spec[j].trace.ops[self.jobs[j].op] else { return };
+        let Op::Kernel(k) = &spec[j].trace.ops[self.jobs[j].op] else {
+            return;
+        };
         if self.tandem.before_launch(t, j, k) == Gate::Proceed {
             self.launch(j, t);
         }

@@ -292,8 +292,8 @@ pub use estimate::{
     MAX_SEALED_SEGMENTS, MIN_KERNEL_NS,
 };
 pub use scheduler::{
-    allowance_for, Knobs, Scheduler, Split, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS, SLO_EVAL_EVERY,
-    UNKNOWN_GPU_GRACE_NS,
+    allowance_for, Knobs, Scheduler, Split, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS,
+    SLO_EVAL_EVERY, UNKNOWN_GPU_GRACE_NS,
 };
 
 use serde::{Deserialize, Serialize};
