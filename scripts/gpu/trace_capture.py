@@ -48,7 +48,7 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(os.path.dirname(HERE), "bench")
 FAKE_ENV = "TANDEM_GPU_FAKE"
-JOBS = ["resnet50_b4", "resnet50_b32", "bert_b8", "resnet50_train", "gpt2_train"]
+JOBS = ["resnet50_b4", "resnet50_train", "resnet50_b32", "gpt2_train", "bert_b8"]  # calibrated pair first
 FORMAT = "tandem-trace/1"
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
@@ -289,18 +289,8 @@ def main(argv=None):
     tdir = os.path.join(a.out, "traces")
     os.makedirs(tdir, exist_ok=True)
     summary = {"device": a.device, "fake": fake(), "jobs": {}}
-    for job in [j for j in a.jobs.split(",") if j]:
-        left = deadline - time.monotonic()
-        if left < 10:
-            summary["jobs"][job] = "skipped: budget spent"
-            continue
-        out = os.path.join(tdir, f"{job}.json")
-        try:
-            rc, log = run_child(["job", "--job", job, "--device", a.device, "--out", out],
-                                min(left - 5, 120))
-        except subprocess.TimeoutExpired:
-            rc, log = -1, "timed out"
-        summary["jobs"][job] = "ok" if rc == 0 and os.path.exists(out) else f"failed ({rc}): {log}"
+    # The timeslice first: one measurement, and prove's stage budget may not
+    # hold all five jobs (each starts PyTorch).
     ts = {"skipped": None}
     left = deadline - time.monotonic()
     if a.device == "cpu" and not fake():
@@ -329,11 +319,27 @@ def main(argv=None):
             ts = {"skipped": "the spin children failed (CuPy missing?)", "logs": logs}
     with open(os.path.join(a.out, "timeslice.json"), "w") as f:
         json.dump(ts, f, indent=1)
+    for job in [j for j in a.jobs.split(",") if j]:
+        left = deadline - time.monotonic()
+        if left < 10:
+            summary["jobs"][job] = "skipped: budget spent"
+            continue
+        out = os.path.join(tdir, f"{job}.json")
+        try:
+            rc, log = run_child(["job", "--job", job, "--device", a.device, "--out", out],
+                                min(left - 5, 120))
+        except subprocess.TimeoutExpired:
+            rc, log = -1, "timed out"
+        summary["jobs"][job] = "ok" if rc == 0 and os.path.exists(out) else f"failed ({rc}): {log}"
     summary["timeslice"] = {k: v for k, v in ts.items() if k != "raw"}
     with open(os.path.join(a.out, "trace_capture.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary, indent=1)[:4000])
-    return 0 if all(v == "ok" for v in summary["jobs"].values()) else 1
+    # Jobs the budget left out are not failures (prove's stage may not hold
+    # all five); a job that ran and failed is.
+    states = list(summary["jobs"].values())
+    failed = [v for v in states if v != "ok" and not v.startswith("skipped")]
+    return 0 if "ok" in states and not failed else 1
 
 
 if __name__ == "__main__":
