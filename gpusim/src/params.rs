@@ -9,23 +9,26 @@
 //!
 //! | parameter | value | source |
 //! | --- | ---: | --- |
-//! | SMs | 132 | public: H100 SXM5 has 132 SMs (NVIDIA H100 whitepaper, as summarised at glennklockwood.com/garden/processors/h100) |
+//! | SMs | 132 | public: H100 SXM5 has 132 SMs (NVIDIA's H100 whitepaper, as summarised at glennklockwood.com/garden/processors/h100) |
 //! | tensor peak, fp16/bf16 dense | 989.4 TFLOP/s | public: same source |
 //! | DRAM bandwidth | 3.35 TB/s | public: same source |
-//! | threads per SM | 2048 (so 8 blocks of 256 threads) | public: compute capability 9.0 limits (CUDA programming guide) |
-//! | tensor efficiency of eager GEMM/conv tiles | `gemm_eff` | assumed: 0.5 of peak per busy SM |
-//! | memory efficiency of element-wise kernels | `mem_eff` | assumed: 0.7 of peak |
-//! | GPU time of an empty kernel | `kernel_floor_ns` | assumed: 2.5 us |
-//! | copy bandwidth, latency | 25 GB/s, 10 us | assumed: PCIe Gen5 x16 is 64 GB/s per direction (public), pinned copies reach about 40 % of it with PyTorch |
-//! | timeslice | `timeslice_ns` | fitted to plain sharing (p99 3.1x at batch 4, 1.8x at batch 32); `nvidia-smi compute-policy --set-timeslice` documents levels of 2 ms (short), 10 ms (medium) and 30 ms (long) (public: Red Hat's GPU time-slicing module), the default's length is not published |
-//! | context switch cost | `switch_ns` | fitted to plain sharing's training fraction (0.85) |
-//! | MPS interference | `interference` | fitted to MPS training fractions (0.96, 0.94) |
-//! | cohort spread pieces | 4 | assumed (the approximation of drifting block phases, see [`crate::gpu`]) |
-//! | inference launch cost per kernel (ResNet50) | `resnet_launch_ns` | fitted to the alone p99 at batch 4 (48.7 ms at 100 req/s) and batch 32 (27.2 ms at 40 req/s); public context: NVIDIA's PyTorch ResNet50 v1.5 (DeepLearningExamples) reports 12.8-14.0 ms mean latency for every batch from 1 to 16 on a V100 with AMP, i.e. a launch-bound eager forward whose time does not depend on the batch |
-//! | BERT launch cost per kernel | `bert_launch_ns` | assumed: the ResNet figure (same eager PyTorch path); BERT's rate follows from its alone service time, as in the benchmark |
-//! | per-request CPU speed variation | `cpu_cv` | fitted with the launch cost to the two alone p99s |
-//! | training launch costs | `train_fwd_ns`, `train_bwd_ns`, `train_opt_ns` | assumed: forward ops from Python, backward from the autograd engine's C++ thread, optimizer `foreach` calls; the training jobs are GPU-bound, so they matter little |
-//! | training step efficiency | same `gemm_eff` / `mem_eff` | public context: DeepLearningExamples' ResNet50 on one A100 80GB trains at 2470 img/s with AMP; the model's synthetic ResNet50 bf16 batch 64 step is reported beside it |
+//! | threads per SM | 2048 (8 blocks of 256 threads) | public: compute capability 9.0 limits (CUDA programming guide) |
+//! | tensor efficiency of an eager GEMM/conv tile, `gemm_eff` | 0.15 | fitted, with the timeslice, to the plain-sharing rows (3.1x at batch 4, 1.8x at batch 32: the model gives 3.28x and 1.66x over 3 seeds); it makes ResNet50 bf16 batch 64 a 27.0 ms step (2,370 img/s; public context: DeepLearningExamples' ResNet50 trains at 2,470 img/s with AMP on one A100 80GB, channels-last and DALI) and batch-32 inference 4.3 ms of GPU per request |
+//! | co-residence share of a GEMM/conv tile, `gemm_sm_share` | 0.6 | fitted to the MPS training fractions (0.96 and 0.94 measured; the model gives 0.98 and 0.94) |
+//! | memory efficiency of element-wise kernels, `mem_eff` | 0.7 | assumed |
+//! | GPU time of an empty kernel, `kernel_floor_ns` | 2.5 us | assumed |
+//! | copy bandwidth, latency | 25 GB/s, 10 us | assumed (PCIe Gen5 x16 is 64 GB/s per direction; pinned PyTorch copies reach well under it) |
+//! | timeslice, `timeslice_ns` | 5 ms | fitted (see `gemm_eff`); public context: `nvidia-smi compute-policy --set-timeslice` offers levels of 2 ms (short), 10 ms (medium) and 30 ms (long) (Red Hat's GPU time-slicing module); the default's length is not published. `scripts/gpu/trace_capture.py` measures it |
+//! | context switch, `switch_ns` | 15 us | fitted to plain sharing's training fraction (0.85 measured; the model gives 0.82-0.83); the same microbenchmark measures it |
+//! | MPS interference, `interference` | 0 | fitted (positive values lowered the MPS training fractions below the measured ones) |
+//! | cohort spread pieces | 4 | assumed (the approximation of drifting block phases, [`crate::gpu`]) |
+//! | inference CPU time per kernel, `resnet_launch_ns` (x1.4 for a convolution, x0.7 for element-wise ops) | 31 us | fitted with `cpu_cv` to the alone p99s (48.7 ms at batch 4 and 100 req/s, 27.2 ms at batch 32 and 40 req/s; the model gives 37.9 and 20.2 ms over 3 seeds, and the facts report 126.5 ms for the same batch-4 job on another machine); public context: DeepLearningExamples' PyTorch ResNet50 with AMP on a V100 has a mean latency of 12.8-14.0 ms for every batch from 1 to 16: an eager forward is launch-bound |
+//! | per-request CPU speed variation, `cpu_cv` | 0.4 | fitted with the launch cost (a lower variation with a higher cost put batch 4 so close to saturation that any slowdown exploded its p99) |
+//! | BERT CPU time per kernel, `bert_launch_ns` | 31 us | assumed: ResNet's (same eager path); its rate is half its alone service rate, as in the benchmark |
+//! | training CPU time per op, `train_fwd_ns` / `train_bwd_ns` / `train_opt_ns` | 15 / 6 / 30 us | assumed (forward from Python, backward from the autograd engine's thread, optimizer `foreach` calls); the training jobs are GPU-bound |
+//! | per-step CPU variation of training, `train_cv` | 0.03 | assumed |
+//! | the shim's gate wait bound, mark poll, mark slots | 50 ms, 200 us, 32 | tandem's code (`shim/src/client/`), checked by a test |
+//! | tandemd's reader periods | 1 ms busy, 10 ms idle, 250 us after opening a gate, >= 50 us | tandem's code (`coordinator/src/reader.rs`, called directly) |
 
 use crate::gpu::{GpuParams, Ns, Sharing};
 
