@@ -137,6 +137,10 @@ pub struct Client {
     /// How it was told to join tandem's MPS daemon (decided once, at
     /// registration: CUDA reads it when it initialises).
     pub mps: Option<tandem_proto::mps::MpsJoin>,
+    /// Joined MPS at low priority: its local bound is this (`[mps]
+    /// training_inflight_ns`; 0: none), and no gate or launch limit holds it
+    /// ([`grant::mps_adjust`]).
+    pub mps_inflight_ns: Option<u64>,
     pub(crate) warned_kind: bool,
 }
 
@@ -261,6 +265,7 @@ impl Registry {
             &mut self.limits,
             |id| ring(id).and_then(Ring::control),
             |id| ring(id).and_then(Ring::estimates),
+            |id| clients.get(&id).and_then(|c| c.mps_inflight_ns),
         )
     }
 

@@ -129,8 +129,9 @@ min_active_budget_ns = 100000
 max_active_budget_ns = 4000000
 # An inference launch after this long with no launch or sync begins a request.
 request_idle_gap_ns = 2000000
-# A GPU stays "inference active" this long after a request ended.
-request_hold_ns = 200000
+# A GPU stays "inference active" this long after an inference job's last launch
+# or request end; training shims see it on the GPU board within a launch.
+request_hold_ns = 1000000
 # Estimate for a kernel never measured.
 default_kernel_ns = 50000
 # Training jobs are asked to record a completion mark (a CUDA event) after a

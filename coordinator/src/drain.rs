@@ -30,8 +30,10 @@ pub struct Poll {
 }
 
 /// The scheduler input a ring record is, if any. `ts` is the record's
-/// timestamp as the caller bounded it.
-fn sched_input(client: u64, r: &Record, ts_ns: u64) -> Option<Input> {
+/// timestamp as the caller bounded it. (Public for the GPU-sharing model,
+/// `tandem-gpusim`, which feeds the scheduler the same way.)
+#[must_use]
+pub fn sched_input(client: u64, r: &Record, ts_ns: u64) -> Option<Input> {
     Some(match r.kind().ok()? {
         // Estimates are per kernel *and grid*: the key the shim charges with.
         EventKind::LAUNCH | EventKind::LAUNCH_EX => Input::Launch {

@@ -47,6 +47,27 @@ use tandem_proto::inflight::Budgets;
 
 use crate::sched::{Allowance, LocalBudget, Output};
 
+/// What tandem over MPS makes of an output for a client that joined MPS at
+/// low priority with an in-flight bound of `inflight` ns (0: none): gates
+/// stay open, launch limits are lifted, and the local bound is `inflight`
+/// whatever inference does (its priority, not the bound, keeps inference
+/// first; the GPU-sharing model's matrix: gates and limits there cost
+/// training up to half its throughput for no p99 gain).
+pub fn mps_adjust(o: &mut Output, inflight: u64) {
+    match o {
+        Output::Gate { open, .. } => *open = true,
+        Output::Limit { beyond, .. } => *beyond = Allowance::Unlimited,
+        Output::Budget { budget, .. } => {
+            *budget = budget.filter(|_| inflight > 0).map(|b| LocalBudget {
+                idle_ns: inflight,
+                active_ns: inflight,
+                ..b
+            });
+        }
+        Output::Marks { .. } | Output::Estimate { .. } => {}
+    }
+}
+
 /// The control block's form of a local bound (`None`: zeros, no bound).
 #[must_use]
 pub fn budgets_of(b: Option<LocalBudget>) -> Budgets {
@@ -151,7 +172,16 @@ pub fn apply<'a>(
     limits: &mut Limits,
     control: impl Fn(u64) -> Option<&'a ControlBlock>,
     estimates: impl Fn(u64) -> Option<&'a EstimateTable>,
+    mps_inflight: impl Fn(u64) -> Option<u64>,
 ) -> usize {
+    for o in out.iter_mut() {
+        // Tandem over MPS: a training client that joined at low priority is
+        // never held by a gate or a launch limit; its local bound is
+        // `[mps] training_inflight_ns`, idle and active alike.
+        if let Some(inflight) = o.client().and_then(&mps_inflight) {
+            mps_adjust(o, inflight);
+        }
+    }
     for o in out.iter() {
         match *o {
             Output::Limit { client, beyond } => limits.set(client, beyond),

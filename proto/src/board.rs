@@ -280,6 +280,14 @@ impl Presence {
         open > 0 || now_ns < self.until.load(Ordering::Relaxed)
     }
 
+    /// Until when (the caller's clock) the last seen bump keeps the GPU
+    /// active, if nothing else moves: when a waiting launch should look
+    /// again.
+    #[must_use]
+    pub fn active_until(&self) -> u64 {
+        self.until.load(Ordering::Relaxed)
+    }
+
     /// Forget what was seen (a new board or slot).
     pub fn reset(&self) {
         self.seen.store(0, Ordering::Relaxed);

@@ -169,22 +169,25 @@
 //! so back-to-back requests with no idle gap keep its GPU active.
 //!
 //! The rule "budget 0 while inference work is queued" is an addition to the
-//! contract's v1 rule; the simulator (`sim.rs`, run its test with
-//! `--nocapture`) compares both and other variants. In two of its three
-//! scenarios it lowered inference p99 by 7-15 % and in the third changed it
-//! by under 1 %, at 0.2 % less training throughput, so it is the rule kept.
-//! Among the variants the simulator also shows that a smaller
-//! `idle_budget_ns` (with `max_active_budget_ns` lowered to match, as
-//! [`SchedConfig::validate`] requires; without that the scheduler raises the
-//! idle budget back to 4 ms, and these variants used to measure the default)
-//! lowers p99 further: 2 ms by 13-33 % at 0.1-0.3 % of training throughput,
-//! 1 ms by 14-47 % at 1-5 %. The default stays 4 ms because the simulator's
-//! training CPU (20 us per launch, stalls of 0.2-2 ms) is a guess and real
-//! jobs expose CPU launch latency sooner (DESIGN.md).
+//! contract's v1 rule ([`Knobs`] keeps the other variants). The figures that
+//! chose it, and the 4 ms idle budget, came from a FIFO simulator since
+//! retired (one queue shared by every process; issue 13 reports that it gave
+//! inference 29x its alone p99 with the policy off, where the H100 measured
+//! 1.8-3.1x); there
+//! it lowered inference p99 by 7-15 % in two of three scenarios at 0.2 %
+//! less training throughput, and a smaller idle budget lowered p99 further
+//! (2 ms: 13-33 %, 1 ms: 14-47 %, at 0.1-5 % of training). Those figures
+//! are of that model only. The GPU-sharing model that replaced it
+//! (`tandem-gpusim`, calibrated against the H100's plain-sharing and MPS
+//! measurements; `scripts/sim`) checks the directions again
+//! (`gpusim/src/policy_tests.rs`: the kept rule is no worse for inference
+//! than the v1 rule) and gives today's defaults their rows in
+//! `results/sim/matrix.md`; choosing new defaults from it is issue 14.
 //!
-//! Completion marks (the test `marks_correct_a_trainer_that_rarely_syncs`,
-//! and the variant "no completion marks") matter for a trainer that syncs
-//! rarely or never. One that never syncs, with 1-3 ms kernels, is otherwise
+//! Completion marks matter for a trainer that syncs rarely or never (in
+//! the retired FIFO simulator, whose figures follow; the GPU-sharing model
+//! re-checks the sync-every-50 case in
+//! `completion_marks_keep_a_rarely_syncing_trainer_estimated`). One that never syncs, with 1-3 ms kernels, is otherwise
 //! estimated at 50 us a kernel for ever: it queues without bound, and
 //! requests wait seconds (p99 at least 8.9 s: most never finish within the
 //! simulated 10 s); with marks every 500 us its estimates are within 5 % of
@@ -236,7 +239,7 @@
 //!   CPU gaps inside the interval in which its queue was empty (a sync's
 //!   interval spans every gap since the last drain point; a mark's only
 //!   those inside its segments): estimates drift up under contention (which
-//!   errs on the side of inference; in the simulator two trainers on one GPU
+//!   errs on the side of inference; in the retired FIFO simulator two trainers on one GPU
 //!   are each estimated at about twice their true durations, see its
 //!   `estimates/true` column). The poll delay
 //!   adds noise to each mark's measurement, which cancels over consecutive
@@ -259,7 +262,8 @@
 //! * **Launch order vs reading order.** Gate changes take effect when the
 //!   coordinator applies them: work launched between a record and the
 //!   reader seeing it is not yet counted. Without launch limits the reader's
-//!   delay added directly to what inference queues behind (in the simulator,
+//!   delay added directly to what inference queues behind (in the retired FIFO
+//!   simulator,
 //!   polling every 1 ms instead of 100 us nearly doubled p99, and more with
 //!   two training clients); with them the shim stops at its allowance on its
 //!   own, and the slow reader costs no p99 there (it costs a little training
@@ -273,7 +277,7 @@
 //!   by its difference. Marks every few hundred microseconds cut a step into
 //!   segments of different mixes, which tells kernels apart over time. Until
 //!   a client's first drain point every kernel is `default_kernel_ns`,
-//!   usually an underestimate for training (the simulator reports the first
+//!   usually an underestimate for training (the retired FIFO simulator reported the first
 //!   second apart for this reason).
 //! * **Inference that never syncs** keeps its GPU active only while its
 //!   estimated work is queued, and an inference client that keeps the GPU
@@ -301,8 +305,6 @@ mod scheduler;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod sim;
-#[cfg(test)]
 mod tests;
 
 pub use config::{
@@ -315,8 +317,8 @@ pub use estimate::{
 };
 pub use histogram::{LatencyHistogram, LATENCY_BUCKETS_NS};
 pub use scheduler::{
-    allowance_for, local_budget, Scheduler, MAX_CLIENTS, MAX_REQUEST_NS, SHARE_WINDOW_NS,
-    SLO_EVAL_EVERY, UNKNOWN_GPU_GRACE_NS,
+    allowance_for, local_budget, Knobs, Scheduler, Split, MAX_CLIENTS, MAX_REQUEST_NS,
+    SHARE_WINDOW_NS, SLO_EVAL_EVERY, UNKNOWN_GPU_GRACE_NS,
 };
 
 use serde::{Deserialize, Serialize};
@@ -436,6 +438,20 @@ pub enum Allowance {
     Unlimited,
     /// At most this many more launch calls (a graph launch is one).
     Launches(u64),
+}
+
+impl Output {
+    /// The client an output is for.
+    #[must_use]
+    pub fn client(&self) -> Option<ClientId> {
+        Some(match *self {
+            Output::Gate { client, .. }
+            | Output::Limit { client, .. }
+            | Output::Budget { client, .. }
+            | Output::Estimate { client, .. }
+            | Output::Marks { client, .. } => client,
+        })
+    }
 }
 
 /// A training client's local in-flight bound (the control block's

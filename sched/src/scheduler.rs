@@ -30,23 +30,25 @@ pub const UNKNOWN_GPU_GRACE_NS: u64 = 1_000_000_000;
 
 /// How a GPU's training budget is divided among its training clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Split {
+pub enum Split {
     /// Each of n clients gets budget / n (the contract's rule).
     Equal,
-    /// Each client may have up to the whole budget (not divided): only for the
-    /// simulator's comparison.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Each client may have up to the whole budget (not divided): only for
+    /// comparisons in the GPU-sharing model (`tandem-gpusim`).
     Whole,
 }
 
-/// Policy variants compared in the simulator; [`Knobs::default`] is the one kept.
+/// Policy variants, for comparisons in the GPU-sharing model
+/// (`tandem-gpusim`); [`Knobs::default`] is the policy tandemd runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Knobs {
-    pub(crate) split: Split,
+pub struct Knobs {
+    /// How the budget is divided.
+    pub split: Split,
     /// While any inference client of the GPU has estimated work queued, training
     /// gets no budget at all (else: the active budget). Kept: it gave the best
-    /// inference p99 in the simulator at the same training throughput.
-    pub(crate) block_while_inference_queued: bool,
+    /// inference p99 in the retired FIFO simulator at the same training
+    /// throughput.
+    pub block_while_inference_queued: bool,
 }
 
 impl Default for Knobs {
@@ -253,7 +255,9 @@ impl Scheduler {
         Self::with_knobs(cfg, Knobs::default())
     }
 
-    pub(crate) fn with_knobs(mut cfg: SchedConfig, knobs: Knobs) -> Self {
+    /// A scheduler running a policy variant (see [`Knobs`]).
+    #[must_use]
+    pub fn with_knobs(mut cfg: SchedConfig, knobs: Knobs) -> Self {
         cfg.idle_budget_ns = cfg.idle_budget_ns.max(1);
         cfg.min_active_budget_ns = cfg.min_active_budget_ns.max(1);
         cfg.max_active_budget_ns = cfg.max_active_budget_ns.max(cfg.min_active_budget_ns);

@@ -33,9 +33,13 @@ impl H {
     }
     /// The contract's rule as written: no blocking behind queued inference work.
     fn v1() -> H {
+        H::v1_with(SchedConfig::default())
+    }
+    /// [`H::v1`] with `cfg`.
+    fn v1_with(cfg: SchedConfig) -> H {
         H {
             s: Scheduler::with_knobs(
-                SchedConfig::default(),
+                cfg,
                 scheduler::Knobs {
                     block_while_inference_queued: false,
                     ..scheduler::Knobs::default()
@@ -156,7 +160,7 @@ fn defaults_are_the_documented_ones_and_valid() {
         (100 * US, 4 * MS)
     );
     assert_eq!(c.request_idle_gap_ns, 2 * MS);
-    assert_eq!(c.request_hold_ns, 200 * US);
+    assert_eq!(c.request_hold_ns, MS);
     assert_eq!(c.default_kernel_ns, 50 * US);
     assert_eq!(c.mark_every_ns, 500 * US);
     assert_eq!(c.validate(), Ok(()));
@@ -474,7 +478,11 @@ fn one_training_client_keeps_the_idle_budget_queued_and_reopens_on_tick() {
 
 #[test]
 fn an_active_request_shrinks_the_budget_and_its_end_restores_it() {
-    let mut h = H::v1();
+    // The hold this test's times were written for (the default is 1 ms).
+    let mut h = H::v1_with(SchedConfig {
+        request_hold_ns: 200 * US,
+        ..SchedConfig::default()
+    });
     h.reg(T0, 1, Class::Training, 0);
     h.reg(T0, 2, Class::Inference, 0);
     // 1 ms of training queued: under the idle budget.

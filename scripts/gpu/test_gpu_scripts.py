@@ -278,5 +278,37 @@ class CoordinatorJobs(unittest.TestCase):
             co.parse_metrics_stdlib("tandem_clients notanumber\n")
 
 
+
+class TraceCapture(unittest.TestCase):
+    """trace_capture.py's pure parts: profiler events -> the model's trace
+    format, and the timeslice analysis (the stand-ins run in prove's dry run)."""
+
+    def setUp(self):
+        sys.path.insert(0, HERE)
+        import trace_capture
+        self.tc = trace_capture
+
+    def test_profiler_events_become_a_trace_the_model_accepts(self):
+        t = self.tc.to_trace("resnet50_b4", "inference", self.tc.fake_events("resnet50_b4", "inference"), "d")
+        kinds = [o["op"] for o in t["ops"]]
+        self.assertEqual(kinds[0], "copy_h2d")
+        self.assertEqual(kinds.count("kernel"), 12)
+        self.assertEqual(kinds[-1], "sync")
+        k = t["ops"][1]
+        self.assertEqual((k["grid"], k["blocks_per_sm"], k["duration_ns"]), ([98, 1, 1], 4, 8000))
+        # 40 us between launch calls, each call 4 us long: 36 us of host gap.
+        self.assertEqual(t["ops"][2]["host_gap_ns"], 36000)
+        self.assertEqual(t["source"], "measured")
+        with self.assertRaises(ValueError):
+            self.tc.to_trace("x", "inference", [], "d")
+
+    def test_the_spin_analysis_finds_slice_and_switch(self):
+        a = {"start": 0, "end": 20, "gaps": [[2, 5], [7, 10], [12, 15]]}
+        b = {"start": 2, "end": 20, "gaps": [[5, 7], [10, 12]]}
+        r = self.tc.analyse_spins(a, b)
+        self.assertEqual(r["timeslice"]["median_ns"], 2)
+        self.assertEqual(r["switch"]["median_ns"], 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -131,6 +131,9 @@ impl Registry {
                 trust_group,
                 follow_group,
                 mps: mps_join,
+                mps_inflight_ns: mps_join
+                    .filter(|j| j.priority == tandem_proto::mps::PRIORITY_BELOW_NORMAL)
+                    .map(|_| cfg.mps.training_inflight_ns),
                 warned_kind: false,
                 who,
             },

@@ -51,11 +51,11 @@ fn monotonic_ns() -> u64 {
 fn config() -> String {
     let d = tandem_e2e::coord::default_config();
     let c = d.replacen(
-        "\nrequest_hold_ns = 200000\n",
+        "\nrequest_hold_ns = 1000000\n",
         &format!("\nrequest_hold_ns = {HOLD_NS}\n"),
         1,
     );
-    assert_ne!(c, d, "the default config sets request_hold_ns = 200000");
+    assert_ne!(c, d, "the default config sets request_hold_ns = 1000000");
     c
 }
 

@@ -1,0 +1,584 @@
+//! The contention engine: one GPU, its SMs, its copy engines, and the
+//! kernels of several clients competing for them.
+//!
+//! # Kernels and SMs
+//!
+//! A kernel is its duration alone `D`, its blocks `B` and the blocks one SM
+//! holds at its occupancy `p`. On a GPU of `S` SMs it runs in
+//! `w = ceil(B / (S p))` waves, so one block takes `d = D / w` on its SM.
+//! The engine dispatches blocks to SMs in **cohorts**: `g` SMs given to one
+//! kernel at one moment run `min(pending, g p)` of its blocks and free up
+//! together after `d`. A kernel alone therefore takes exactly `D`; kernels
+//! that run at once share the SMs, and each one that gets fewer SMs than it
+//! could use runs more waves and takes longer, by the share the others took.
+//! Who gets free SMs is [`crate::mps::allocate`] (priority, then equal
+//! shares, within the client's cap); under plain sharing only the context
+//! that holds the GPU dispatches ([`crate::timeslice`]).
+//!
+//! **Running blocks are never preempted** (MPS): SMs come free only when a
+//! cohort's blocks end. A cohort's blocks started together, which after a
+//! few waves is no longer true on a real GPU: blocks drift apart and SMs
+//! free up at a steady rate. So when a ready kernel finds no free SM, the
+//! engine *spreads* the other kernels' running cohorts (each once, and
+//! never a kernel's first wave, whose blocks did start together): a cohort
+//! of `g` SMs becomes [`GpuParams::spread_pieces`] pieces whose ends are
+//! spaced evenly over one block duration from now, as if its blocks were at
+//! uniformly spread phases (mean remaining time `d / 2`, the expectation
+//! for a waiting kernel arriving at a random moment). This is the one
+//! approximation of the block level; it keeps both "a running block runs to
+//! its end" and "SMs held by a kernel free up at the rate its blocks
+//! complete" (tested in `tests::a_waiting_kernel_gets_sms_as_blocks_complete`).
+//!
+//! **Interference**: a block dispatched while other clients hold SMs runs
+//! `1 + interference * (their share of the SMs)` times longer: kernels that
+//! run side by side also share memory bandwidth and L2, which SM counts do
+//! not show. Fitted (see the crate docs' parameter table).
+//!
+//! **Time-slicing**: at a slice's end the holder's running cohorts are
+//! suspended with their remaining time and resumed, on as many SMs, when
+//! their context holds the GPU again (compute preemption).
+//!
+//! # Copies
+//!
+//! Host-to-device and device-to-host copies run on one copy engine per
+//! direction, first come first served across clients, `latency + bytes /
+//! bandwidth` each, in stream order with the kernels. They are not
+//! time-sliced (the copy engines are separate engines; the jobs here copy a
+//! few megabytes at most per request).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::mps::{allocate, Candidate};
+use crate::timeslice::{Action, Slicer};
+
+mod preempt;
+
+/// Nanoseconds.
+pub type Ns = u64;
+
+/// Capacity units per SM: a kernel whose blocks use a share `s` of their
+/// SMs takes `s * UNITS` of each SM it holds; the rest is free for another
+/// kernel's blocks (co-residence, MPS).
+const UNITS: u64 = 1000;
+
+/// Smallest cohort dispatched while a kernel wants more SMs (see `dispatch`).
+const MIN_COHORT: u64 = 4;
+
+/// The GPU's fixed figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuParams {
+    /// SMs.
+    pub sms: u32,
+    /// Slow-down of a block per unit share of SMs held by other clients.
+    pub interference: f64,
+    /// Copy bandwidth, bytes per ns (GB/s).
+    pub copy_bytes_per_ns: f64,
+    /// Fixed cost of one copy, ns.
+    pub copy_latency_ns: Ns,
+    /// Pieces a running cohort is spread into when a kernel waits for SMs.
+    pub spread_pieces: u32,
+}
+
+/// How the clients share the GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sharing {
+    /// One context per client, time-sliced.
+    TimeSlice {
+        /// Slice length, ns.
+        timeslice_ns: Ns,
+        /// Idle time of a context switch, ns.
+        switch_ns: Ns,
+    },
+    /// One shared context (MPS).
+    Mps,
+}
+
+/// One client's MPS settings (ignored under time-slicing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientCfg {
+    /// `CUDA_MPS_CLIENT_PRIORITY`: 0 normal, 1 below normal.
+    pub priority: u8,
+    /// Most SMs it may hold (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`).
+    pub sm_cap: u32,
+}
+
+/// What a client submits on a stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Work {
+    /// A kernel.
+    Kernel {
+        /// Blocks in the grid.
+        blocks: u64,
+        /// Blocks one SM holds.
+        blocks_per_sm: u32,
+        /// Duration on an empty GPU, ns.
+        duration_ns: Ns,
+        /// Share of an SM's throughput its blocks use (0..=1].
+        sm_share: f64,
+    },
+    /// A copy.
+    Copy {
+        /// Bytes.
+        bytes: u64,
+        /// Device to host (else host to device).
+        d2h: bool,
+    },
+}
+
+/// A submitted op finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// Whose.
+    pub client: usize,
+    /// The token given at submission.
+    pub token: u64,
+    /// When.
+    pub at: Ns,
+}
+
+#[derive(Clone, Debug)]
+struct Running {
+    client: usize,
+    stream: usize,
+    token: u64,
+    pending: u64,
+    outstanding: u64,
+    bps: u32,
+    block_ns: f64,
+    seq: u64,
+    held: u32,
+    /// Capacity units (thousandths of an SM) per SM it holds.
+    units: u64,
+    /// Some of its blocks have completed (its later blocks no longer run in
+    /// lock-step with its first wave).
+    completed_any: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cohort {
+    kernel: usize,
+    sms: u32,
+    blocks: u64,
+    end: Ns,
+    spread: bool,
+    gen: u64,
+}
+
+/// A preempted cohort: (kernel, SMs, blocks, remaining ns, spread).
+type Suspended = (usize, u32, u64, Ns, bool);
+
+struct Client {
+    cfg: ClientCfg,
+    streams: Vec<VecDeque<(Work, u64)>>,
+    /// The kernel at each stream's head, if it is one that started.
+    head_kernel: Vec<Option<usize>>,
+    held: u32,
+    suspended: Vec<Suspended>,
+    /// SM-ns of blocks run (statistics).
+    sm_ns: f64,
+}
+
+/// The engine. Feed it work with [`Gpu::submit`]; ask [`Gpu::next_time`]
+/// when it next changes and call [`Gpu::advance`] at that time.
+pub struct Gpu {
+    params: GpuParams,
+    slicer: Option<Slicer>,
+    clients: Vec<Client>,
+    kernels: Vec<Option<Running>>,
+    free_kernels: Vec<usize>,
+    cohorts: Vec<Option<Cohort>>,
+    free_cohorts: Vec<usize>,
+    ends: BinaryHeap<Reverse<(Ns, usize, u64)>>,
+    copies: BinaryHeap<Reverse<(Ns, usize, usize, u64)>>,
+    copy_free: [Ns; 2],
+    free_units: u64,
+    seq: u64,
+    gen: u64,
+    /// Reused buffers of `dispatch`.
+    scratch: (Vec<(usize, u64)>, Vec<Candidate>, Vec<usize>),
+}
+
+impl Gpu {
+    /// A GPU shared as `sharing` by clients with these settings.
+    #[must_use]
+    pub fn new(params: GpuParams, sharing: &Sharing, clients: &[ClientCfg]) -> Gpu {
+        let slicer = match *sharing {
+            Sharing::TimeSlice {
+                timeslice_ns,
+                switch_ns,
+            } => Some(Slicer::new(timeslice_ns, switch_ns)),
+            Sharing::Mps => None,
+        };
+        Gpu {
+            free_units: u64::from(params.sms) * UNITS,
+            params,
+            slicer,
+            clients: clients
+                .iter()
+                .map(|&cfg| Client {
+                    cfg,
+                    streams: Vec::new(),
+                    head_kernel: Vec::new(),
+                    held: 0,
+                    suspended: Vec::new(),
+                    sm_ns: 0.0,
+                })
+                .collect(),
+            kernels: Vec::new(),
+            free_kernels: Vec::new(),
+            cohorts: Vec::new(),
+            free_cohorts: Vec::new(),
+            ends: BinaryHeap::new(),
+            copies: BinaryHeap::new(),
+            copy_free: [0, 0],
+            seq: 0,
+            gen: 0,
+            scratch: (Vec::new(), Vec::new(), Vec::new()),
+        }
+    }
+
+    /// Queue `work` on `client`'s `stream` at `now`; its [`Done`] carries `token`.
+    pub fn submit(&mut self, now: Ns, client: usize, stream: usize, work: Work, token: u64) {
+        let c = &mut self.clients[client];
+        if c.streams.len() <= stream {
+            c.streams.resize_with(stream + 1, VecDeque::new);
+            c.head_kernel.resize(stream + 1, None);
+        }
+        c.streams[stream].push_back((work, token));
+        if c.streams[stream].len() == 1 {
+            self.start_head(now, client, stream);
+            self.schedule(now);
+        }
+    }
+
+    /// Nothing of `client`'s is queued or running.
+    #[must_use]
+    pub fn idle(&self, client: usize) -> bool {
+        self.clients[client].streams.iter().all(VecDeque::is_empty)
+    }
+
+    /// SMs `client` holds now.
+    #[must_use]
+    pub fn held(&self, client: usize) -> u32 {
+        self.clients[client].held
+    }
+
+    /// SM-ns of blocks `client` has run so far (its share of the GPU's work).
+    #[must_use]
+    pub fn sm_ns(&self, client: usize) -> f64 {
+        self.clients[client].sm_ns
+    }
+
+    /// Context switches so far (time-slicing).
+    #[must_use]
+    pub fn switches(&self) -> u64 {
+        self.slicer.as_ref().map_or(0, |s| s.switches)
+    }
+
+    /// When the engine next changes by itself.
+    pub fn next_time(&mut self) -> Option<Ns> {
+        while let Some(&Reverse((_, id, gen))) = self.ends.peek() {
+            if self.cohorts[id].is_some_and(|c| c.gen == gen) {
+                break;
+            }
+            self.ends.pop();
+        }
+        let mut t = self.ends.peek().map(|r| r.0 .0);
+        let mut take = |x: Option<Ns>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        take(self.copies.peek().map(|r| r.0 .0));
+        if self.slicer.is_some() {
+            let has = self.has_work();
+            take(self.slicer.as_ref().and_then(|s| s.next_time(&has)));
+        }
+        t
+    }
+
+    /// Process everything due at `now` (call at [`Gpu::next_time`]);
+    /// completions go to `done`.
+    pub fn advance(&mut self, now: Ns, done: &mut Vec<Done>) {
+        while let Some(&Reverse((t, id, gen))) = self.ends.peek() {
+            if t > now {
+                break;
+            }
+            self.ends.pop();
+            let Some(c) = self.cohorts[id].filter(|c| c.gen == gen) else {
+                continue;
+            };
+            self.cohorts[id] = None;
+            self.free_cohorts.push(id);
+            let k = self.kernels[c.kernel].as_mut().expect("a cohort's kernel");
+            self.free_units += u64::from(c.sms) * k.units;
+            k.outstanding -= c.blocks;
+            k.held -= c.sms;
+            k.completed_any = true;
+            let client = k.client;
+            self.clients[client].held -= c.sms;
+            if k.pending == 0 && k.outstanding == 0 {
+                self.finish_kernel(now, c.kernel, done);
+            }
+        }
+        while let Some(&Reverse((t, client, stream, token))) = self.copies.peek() {
+            if t > now {
+                break;
+            }
+            self.copies.pop();
+            self.pop_head(now, client, stream, token, done);
+        }
+        if let Some(s) = self.slicer.as_mut() {
+            if s.switching.is_some_and(|(t, _)| t <= now) {
+                let c = s.finish_switch(now).expect("a switch");
+                self.resume_suspended(now, c);
+            }
+        }
+        self.schedule(now);
+    }
+
+    fn finish_kernel(&mut self, now: Ns, kid: usize, done: &mut Vec<Done>) {
+        let k = self.kernels[kid].take().expect("kernel");
+        self.free_kernels.push(kid);
+        self.clients[k.client].head_kernel[k.stream] = None;
+        self.pop_head(now, k.client, k.stream, k.token, done);
+    }
+
+    fn pop_head(
+        &mut self,
+        now: Ns,
+        client: usize,
+        stream: usize,
+        token: u64,
+        done: &mut Vec<Done>,
+    ) {
+        let q = &mut self.clients[client].streams[stream];
+        let (_, t) = q.pop_front().expect("a head");
+        debug_assert_eq!(t, token);
+        done.push(Done {
+            client,
+            token,
+            at: now,
+        });
+        if !q.is_empty() {
+            self.start_head(now, client, stream);
+        }
+    }
+
+    /// The op at the head of a stream begins.
+    fn start_head(&mut self, now: Ns, client: usize, stream: usize) {
+        let (work, token) = self.clients[client].streams[stream][0];
+        match work {
+            Work::Copy { bytes, d2h } => {
+                let e = usize::from(d2h);
+                let start = now.max(self.copy_free[e]);
+                let end = start
+                    + self.params.copy_latency_ns
+                    + (bytes as f64 / self.params.copy_bytes_per_ns) as Ns;
+                self.copy_free[e] = end;
+                self.copies.push(Reverse((end, client, stream, token)));
+            }
+            Work::Kernel {
+                blocks,
+                blocks_per_sm,
+                duration_ns,
+                sm_share,
+            } => {
+                let bps = blocks_per_sm.max(1);
+                let per_wave = u64::from(self.params.sms) * u64::from(bps);
+                let waves = blocks.max(1).div_ceil(per_wave);
+                self.seq += 1;
+                let k = Running {
+                    client,
+                    stream,
+                    token,
+                    pending: blocks.max(1),
+                    outstanding: 0,
+                    bps,
+                    block_ns: duration_ns.max(1) as f64 / waves as f64,
+                    seq: self.seq,
+                    held: 0,
+                    units: ((sm_share.clamp(0.001, 1.0) * UNITS as f64).round() as u64).max(1),
+                    completed_any: false,
+                };
+                let kid = match self.free_kernels.pop() {
+                    Some(i) => {
+                        self.kernels[i] = Some(k);
+                        i
+                    }
+                    None => {
+                        self.kernels.push(Some(k));
+                        self.kernels.len() - 1
+                    }
+                };
+                self.clients[client].head_kernel[stream] = Some(kid);
+            }
+        }
+    }
+
+    /// Which clients have kernel work (running, pending or suspended).
+    fn has_work(&self) -> Vec<bool> {
+        self.clients
+            .iter()
+            .map(|c| c.head_kernel.iter().any(Option::is_some))
+            .collect()
+    }
+
+    fn may_run(&self, client: usize) -> bool {
+        self.slicer.as_ref().is_none_or(|s| s.runs(client))
+    }
+
+    /// Arbitrate (time-slicing), then hand out free SMs.
+    fn schedule(&mut self, now: Ns) {
+        if self.slicer.is_some() {
+            loop {
+                let has = self.has_work();
+                let s = self.slicer.as_mut().expect("slicer");
+                match s.decide(now, &has) {
+                    Action::Stay => {
+                        s.renew_if_due(now);
+                        break;
+                    }
+                    Action::Idle => {
+                        s.idle();
+                        break;
+                    }
+                    Action::Resume(c) => {
+                        s.resume(now, c);
+                        self.resume_suspended(now, c);
+                    }
+                    Action::SwitchTo(c) => {
+                        let holder = s.active;
+                        s.start_switch(now, c);
+                        if let Some(h) = holder {
+                            self.suspend(now, h);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        self.dispatch(now);
+    }
+
+    fn dispatch(&mut self, now: Ns) {
+        let (mut ids, mut cands, mut blocked) = std::mem::take(&mut self.scratch);
+        ids.clear();
+        cands.clear();
+        blocked.clear();
+        self.fill_candidates(&mut ids, &mut cands, &mut blocked);
+        if cands.is_empty() {
+            if !blocked.is_empty() {
+                self.spread_others(now, &blocked);
+            }
+        } else {
+            let free = u32::try_from(self.free_units).unwrap_or(u32::MAX);
+            let got = allocate(free, &cands);
+            for (i, &g) in got.iter().enumerate() {
+                let (kid, units) = ids[i];
+                let sms = u64::from(g) / units;
+                // Cohorts of fewer than MIN_COHORT SMs (unless that is all
+                // the kernel wants) wait for more SMs to free up: a
+                // granularity of the approximation that bounds the events.
+                let want_sms = u64::from(cands[i].want) / units;
+                if sms >= MIN_COHORT.min(want_sms) && sms > 0 {
+                    self.start_cohort(now, kid, sms as u32);
+                }
+            }
+        }
+        self.scratch = (ids, cands, blocked);
+    }
+
+    /// The ready kernels that could take SMs now (`ids`: kernel and its
+    /// units per SM), and those that could use SMs but none is free.
+    fn fill_candidates(
+        &self,
+        ids: &mut Vec<(usize, u64)>,
+        cands: &mut Vec<Candidate>,
+        blocked: &mut Vec<usize>,
+    ) {
+        for (kid, k) in self.kernels.iter().enumerate() {
+            let Some(k) = k else { continue };
+            if k.pending == 0 || !self.may_run(k.client) {
+                continue;
+            }
+            let c = &self.clients[k.client];
+            let room = c.cfg.sm_cap.saturating_sub(c.held);
+            let physical = self.params.sms.saturating_sub(k.held);
+            let sms = (k
+                .pending
+                .div_ceil(u64::from(k.bps))
+                .min(u64::from(physical)) as u32)
+                .min(room);
+            // In capacity units: what it could take, what one SM costs it.
+            let want = u64::from(sms) * k.units;
+            if want == 0 || self.free_units < k.units {
+                if want > 0 {
+                    blocked.push(kid);
+                }
+                continue;
+            }
+            ids.push((kid, k.units));
+            cands.push(Candidate {
+                priority: c.cfg.priority,
+                seq: k.seq,
+                want: u32::try_from(want).unwrap_or(u32::MAX),
+            });
+        }
+    }
+
+    fn start_cohort(&mut self, now: Ns, kid: usize, sms: u32) {
+        let k = self.kernels[kid].as_ref().expect("kernel");
+        let client = k.client;
+        let others: u32 = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != client)
+            .map(|(_, c)| c.held)
+            .sum();
+        let slow = 1.0 + self.params.interference * f64::from(others) / f64::from(self.params.sms);
+        let blocks = k.pending.min(u64::from(sms) * u64::from(k.bps));
+        let sms = (blocks.div_ceil(u64::from(k.bps)) as u32).min(sms);
+        let d = (k.block_ns * slow).round().max(1.0) as Ns;
+        // A kernel's first wave starts together and ends together: only
+        // its later blocks are taken to drift apart.
+        let lockstep = !k.completed_any;
+        let k = self.kernels[kid].as_mut().expect("kernel");
+        k.pending -= blocks;
+        k.outstanding += blocks;
+        k.held += sms;
+        self.clients[client].held += sms;
+        self.clients[client].sm_ns += f64::from(sms) * d as f64 * k.units as f64 / UNITS as f64;
+        self.free_units -= u64::from(sms) * k.units;
+        self.add_cohort(now + d, kid, sms, blocks, lockstep);
+    }
+
+    fn add_cohort(&mut self, end: Ns, kernel: usize, sms: u32, blocks: u64, spread: bool) {
+        self.gen += 1;
+        let c = Cohort {
+            kernel,
+            sms,
+            blocks,
+            end,
+            spread,
+            gen: self.gen,
+        };
+        let id = match self.free_cohorts.pop() {
+            Some(i) => {
+                self.cohorts[i] = Some(c);
+                i
+            }
+            None => {
+                self.cohorts.push(Some(c));
+                self.cohorts.len() - 1
+            }
+        };
+        self.ends.push(Reverse((end, id, self.gen)));
+    }
+}
+
+#[cfg(test)]
+#[path = "gpu_tests.rs"]
+mod tests;

@@ -1,0 +1,312 @@
+//! The engine's mechanics, one rule per test.
+
+use super::*;
+
+const US: Ns = 1_000;
+const MS: Ns = 1_000_000;
+
+fn params() -> GpuParams {
+    GpuParams {
+        sms: 132,
+        interference: 0.0,
+        copy_bytes_per_ns: 25.0,
+        copy_latency_ns: 5 * US,
+        spread_pieces: 4,
+    }
+}
+
+fn cfg(priority: u8) -> ClientCfg {
+    ClientCfg {
+        priority,
+        sm_cap: 132,
+    }
+}
+
+fn ts() -> Sharing {
+    Sharing::TimeSlice {
+        timeslice_ns: 2 * MS,
+        switch_ns: 50 * US,
+    }
+}
+
+/// A kernel that fills the GPU for `d` (one block per SM, one wave).
+fn full(d: Ns) -> Work {
+    Work::Kernel {
+        blocks: 132,
+        blocks_per_sm: 1,
+        duration_ns: d,
+        sm_share: 1.0,
+    }
+}
+
+/// Runs the engine until nothing is left; returns every completion.
+fn drain(g: &mut Gpu) -> Vec<Done> {
+    let mut done = Vec::new();
+    while let Some(t) = g.next_time() {
+        g.advance(t, &mut done);
+    }
+    done
+}
+
+fn at(done: &[Done], client: usize, token: u64) -> Ns {
+    done.iter()
+        .find(|d| d.client == client && d.token == token)
+        .unwrap_or_else(|| panic!("client {client} token {token} never completed: {done:?}"))
+        .at
+}
+
+#[test]
+fn a_lone_kernel_takes_its_duration_in_any_mode_and_streams_keep_order() {
+    for sharing in [ts(), Sharing::Mps] {
+        let mut g = Gpu::new(params(), &sharing, &[cfg(0)]);
+        // 3 waves of 44 us blocks: 132 us in all.
+        g.submit(
+            1_000,
+            0,
+            0,
+            Work::Kernel {
+                blocks: 3 * 264,
+                blocks_per_sm: 2,
+                duration_ns: 132 * US,
+                sm_share: 1.0,
+            },
+            1,
+        );
+        g.submit(1_000, 0, 0, full(10 * US), 2);
+        let done = drain(&mut g);
+        let first = at(&done, 0, 1) - 1_000;
+        let second = at(&done, 0, 2);
+        // Under time-slicing the first activation costs one switch.
+        let switch = if sharing == Sharing::Mps { 0 } else { 50 * US };
+        assert_eq!(first, 132 * US + switch, "{sharing:?}");
+        assert_eq!(second, at(&done, 0, 1) + 10 * US, "stream order");
+        assert!(g.idle(0));
+    }
+}
+
+#[test]
+fn small_kernels_of_two_streams_overlap_where_sms_allow() {
+    let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(0)]);
+    let half = Work::Kernel {
+        blocks: 60,
+        blocks_per_sm: 1,
+        duration_ns: 100 * US,
+        sm_share: 1.0,
+    };
+    g.submit(0, 0, 0, half, 1);
+    g.submit(0, 0, 1, half, 2);
+    let done = drain(&mut g);
+    assert_eq!((at(&done, 0, 1), at(&done, 0, 2)), (100 * US, 100 * US));
+}
+
+#[test]
+fn two_equal_compute_bound_jobs_under_time_slicing_each_get_about_half() {
+    let mut g = Gpu::new(params(), &ts(), &[cfg(0), cfg(0)]);
+    // Each job: 200 kernels of 500 us that fill the GPU (100 ms alone).
+    for c in 0..2 {
+        for i in 0..200 {
+            g.submit(0, c, 0, full(500 * US), i);
+        }
+    }
+    let mut done = Vec::new();
+    let mut mid = None;
+    while let Some(t) = g.next_time() {
+        g.advance(t, &mut done);
+        if mid.is_none() && t >= 100 * MS {
+            mid = Some((g.sm_ns(0), g.sm_ns(1)));
+        }
+    }
+    // Half-way (100 ms), each has had about half of the GPU.
+    let (a, b) = mid.expect("ran past 100 ms");
+    let share = a / (a + b);
+    assert!((share - 0.5).abs() < 0.05, "share {share}");
+    // Both finish at about twice their time alone, plus the switches.
+    let (ea, eb) = (at(&done, 0, 199), at(&done, 1, 199));
+    for e in [ea, eb] {
+        assert!(e > 190 * MS && e < 210 * MS, "{ea} {eb}");
+    }
+    assert!(
+        g.switches() >= 90,
+        "about one switch per 2 ms slice: {}",
+        g.switches()
+    );
+}
+
+#[test]
+fn a_long_kernel_is_preempted_at_the_slice_under_time_slicing_but_not_under_mps() {
+    // Client 0 starts a 10 ms kernel; client 1 submits a 100 us kernel at 1 ms.
+    let run = |sharing: Sharing| {
+        let mut g = Gpu::new(params(), &sharing, &[cfg(0), cfg(0)]);
+        g.submit(0, 0, 0, full(10 * MS), 1);
+        let mut done = Vec::new();
+        while let Some(t) = g.next_time() {
+            if t > MS {
+                break;
+            }
+            g.advance(t, &mut done);
+        }
+        g.submit(MS, 1, 0, full(100 * US), 2);
+        done.extend(drain(&mut g));
+        (at(&done, 0, 1), at(&done, 1, 2))
+    };
+    // Time-slicing: the slice (2 ms, from the 50 us switch on) ends, the
+    // long kernel is preempted, the short one runs, then the long one
+    // resumes where it stopped.
+    let (long, short) = run(ts());
+    let slice_end = 50 * US + 2 * MS;
+    assert_eq!(short, slice_end + 50 * US + 100 * US);
+    assert_eq!(long, short + 50 * US + (10 * MS + 50 * US - slice_end));
+    // MPS: its blocks run to their end; the short kernel waits for SMs.
+    let (long, short) = run(Sharing::Mps);
+    assert_eq!(long, 10 * MS, "never preempted");
+    assert_eq!(short, 10 * MS + 100 * US);
+}
+
+#[test]
+fn under_mps_the_high_priority_clients_pending_blocks_dispatch_first() {
+    // Both clients have a kernel of many short blocks; the low-priority one
+    // was ready first and holds the GPU. As its blocks complete, the freed
+    // SMs go to the high-priority kernel until it has all it needs.
+    let many = Work::Kernel {
+        blocks: 132 * 20,
+        blocks_per_sm: 1,
+        duration_ns: 20 * 10 * US,
+        sm_share: 1.0,
+    };
+    let run = |hi: u8, lo: u8| {
+        let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(lo), cfg(hi)]);
+        g.submit(0, 0, 0, many, 1);
+        let mut done = Vec::new();
+        g.advance(0, &mut done);
+        g.submit(5 * US, 1, 0, many, 2);
+        let mut held_at_30us = None;
+        while let Some(t) = g.next_time() {
+            g.advance(t, &mut done);
+            if held_at_30us.is_none() && t >= 30 * US {
+                held_at_30us = Some(g.held(1));
+            }
+        }
+        (at(&done, 0, 1), at(&done, 1, 2), held_at_30us.unwrap())
+    };
+    let (lo_end, hi_end, hi_held) = run(0, 1);
+    assert_eq!(
+        hi_held, 132,
+        "the high-priority client holds every SM once one block time passed"
+    );
+    assert!(hi_end < lo_end, "{hi_end} {lo_end}");
+    assert!(
+        hi_end <= 5 * US + 200 * US + 20 * US,
+        "nearly its alone time: {hi_end}"
+    );
+    // At equal priority they share: the second is much later.
+    let (_, eq_end, eq_held) = run(0, 0);
+    assert!(eq_held < 100, "{eq_held}");
+    assert!(eq_end > 300 * US, "{eq_end}");
+}
+
+#[test]
+fn a_waiting_kernel_gets_sms_as_blocks_complete() {
+    // A low-priority kernel of 4 waves of 400 us blocks holds the GPU; a
+    // high-priority kernel wanting every SM arrives 10 us into the second
+    // wave. Running blocks are not preempted: it gets SMs as they free up,
+    // about a quarter per 100 us (spread over one block time), neither all
+    // at once nor at once.
+    let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(1), cfg(0)]);
+    g.submit(
+        0,
+        0,
+        0,
+        Work::Kernel {
+            blocks: 4 * 132,
+            blocks_per_sm: 1,
+            duration_ns: 1_600 * US,
+            sm_share: 1.0,
+        },
+        1,
+    );
+    let mut done = Vec::new();
+    while let Some(t) = g.next_time().filter(|&t| t <= 410 * US) {
+        g.advance(t, &mut done);
+    }
+    let high = Work::Kernel {
+        blocks: 132 * 10,
+        blocks_per_sm: 1,
+        duration_ns: 10 * 50 * US,
+        sm_share: 1.0,
+    };
+    g.submit(410 * US, 1, 0, high, 2);
+    let mut seen = Vec::new();
+    while let Some(t) = g.next_time() {
+        g.advance(t, &mut done);
+        seen.push((t, g.held(1)));
+    }
+    let held_at = |x: Ns| {
+        seen.iter()
+            .rev()
+            .find(|&&(t, _)| t <= x)
+            .map_or(0, |&(_, h)| h)
+    };
+    let (a, b, c) = (held_at(470 * US), held_at(570 * US), held_at(770 * US));
+    assert!(a > 0 && a < b && b < c && c == 132, "{a} {b} {c}");
+    assert_eq!(
+        held_at(450 * US),
+        0,
+        "nothing before the first blocks complete"
+    );
+    // The low kernel's blocks dispatched before the wait all ended, and it
+    // finished after the high one.
+    assert!(at(&done, 1, 2) < at(&done, 0, 1));
+}
+
+#[test]
+fn the_thread_percentage_caps_a_clients_sms() {
+    let mut g = Gpu::new(
+        params(),
+        &Sharing::Mps,
+        &[ClientCfg {
+            priority: 0,
+            sm_cap: 66,
+        }],
+    );
+    g.submit(0, 0, 0, full(100 * US), 1);
+    let done = drain(&mut g);
+    assert_eq!(at(&done, 0, 1), 200 * US, "two waves on half the SMs");
+}
+
+#[test]
+fn copies_run_in_stream_order_on_their_engine() {
+    let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(0), cfg(0)]);
+    g.submit(
+        0,
+        0,
+        0,
+        Work::Copy {
+            bytes: 25_000,
+            d2h: false,
+        },
+        1,
+    );
+    g.submit(0, 0, 0, full(10 * US), 2);
+    g.submit(
+        0,
+        1,
+        0,
+        Work::Copy {
+            bytes: 25_000,
+            d2h: false,
+        },
+        3,
+    );
+    let done = drain(&mut g);
+    assert_eq!(at(&done, 0, 1), 6 * US, "5 us latency + 1 us at 25 GB/s");
+    assert_eq!(
+        at(&done, 0, 2),
+        16 * US,
+        "the kernel waits for the copy before it"
+    );
+    assert_eq!(
+        at(&done, 1, 3),
+        12 * US,
+        "one engine: the second copy queues"
+    );
+}

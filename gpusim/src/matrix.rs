@@ -1,0 +1,464 @@
+//! The co-location matrix: the benchmark's pairs x modes, in the model.
+//!
+//! Pairs and modes are `scripts/bench/colocation.py`'s: inference
+//! `resnet50_b4` (100 req/s), `resnet50_b32` (40 req/s), `bert_b8` (half
+//! load: 0.5 / its alone service time, the median of 30 requests served
+//! back to back) against training `resnet50_train` and `gpt2_train`; modes
+//! `alone` (each job by itself), `plain` (time-slicing), `mps`,
+//! `mps_lowprio` (training at `CUDA_MPS_CLIENT_PRIORITY=1`), `tandem`
+//! (tandem v2 over time-slicing) and `tandem_mps` (tandem v2 over MPS,
+//! training at low client priority); on request also `tandem_v1` and
+//! `tandem_v1_mps` (v1 alone: gates and launch limits, MPS at default
+//! priority), for comparison. Rows have the benchmark's
+//! fields; a cell's figures are medians over the seeds (the benchmark's
+//! repetitions), with min-max, and ratios are taken against the same
+//! seeds' alone medians.
+
+use std::path::Path;
+
+use serde::Serialize;
+use tandem_sched::SchedConfig;
+
+use crate::job::{percentile, JobSpec};
+use crate::params::{Params, MODEL_VERSION};
+use crate::tandem::{Off, TandemSide, TandemV1};
+use crate::trace::Trace;
+use crate::world::{run, Placement, RunCfg};
+
+/// Inference jobs: (name, requests per second; `None`: half load).
+pub const INFERENCE: [(&str, Option<f64>); 3] = [
+    ("resnet50_b4", Some(100.0)),
+    ("resnet50_b32", Some(40.0)),
+    ("bert_b8", None),
+];
+/// Training jobs.
+pub const TRAINING: [&str; 2] = ["resnet50_train", "gpt2_train"];
+/// Modes, in the benchmark's order.
+pub const MODES: [&str; 6] = [
+    "alone",
+    "plain",
+    "mps",
+    "mps_lowprio",
+    "tandem",
+    "tandem_mps",
+];
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct MatrixCfg {
+    /// The model's parameters.
+    pub params: Params,
+    /// (inference, training) pairs.
+    pub pairs: Vec<(String, String)>,
+    /// Modes besides `alone` (which always runs).
+    pub modes: Vec<String>,
+    /// One run per seed (the benchmark's repetitions).
+    pub seeds: Vec<u64>,
+    /// Warm-up excluded, ns.
+    pub warmup_ns: u64,
+    /// Measured window, ns.
+    pub window_ns: u64,
+    /// Drain after the window, ns.
+    pub drain_max_ns: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// tandem's settings in the `tandem*` modes.
+    pub tandem: TandemCfg,
+}
+
+/// tandem's settings in the model (tandemd's `[scheduler]` and `[mps]`).
+#[derive(Clone, Debug)]
+pub struct TandemCfg {
+    /// `[scheduler]`.
+    pub sched: SchedConfig,
+    /// `[mps] training_inflight_ns` (0: no local bound under MPS beyond the
+    /// scheduler's budgets), in `tandem_mps`.
+    pub mps_inflight_ns: u64,
+    /// Whether tandemd's gates and launch limits apply in `tandem_mps`.
+    pub mps_v1_gates: bool,
+    /// Whether they apply in `tandem` (time-slicing).
+    pub v1_gates: bool,
+}
+
+impl Default for TandemCfg {
+    fn default() -> Self {
+        TandemCfg {
+            sched: SchedConfig::default(),
+            mps_inflight_ns: 2_000_000,
+            mps_v1_gates: true,
+            v1_gates: true,
+        }
+    }
+}
+
+impl MatrixCfg {
+    /// The full matrix (the benchmark's 3 s warm-up and 20 s window, 3 seeds).
+    #[must_use]
+    pub fn full(params: Params) -> MatrixCfg {
+        let pairs = INFERENCE
+            .iter()
+            .flat_map(|(i, _)| {
+                TRAINING
+                    .iter()
+                    .map(move |t| ((*i).to_string(), (*t).to_string()))
+            })
+            .collect();
+        MatrixCfg {
+            params,
+            pairs,
+            modes: MODES[1..].iter().map(|m| (*m).to_string()).collect(),
+            seeds: vec![1, 2, 3],
+            warmup_ns: 3_000_000_000,
+            window_ns: 20_000_000_000,
+            drain_max_ns: 10_000_000_000,
+            threads: 2,
+            tandem: TandemCfg::default(),
+        }
+    }
+
+    /// The reduced matrix `scripts/test` runs: the two calibrated pairs, the
+    /// baseline modes, one seed, a 10 s window.
+    #[must_use]
+    pub fn reduced(params: Params) -> MatrixCfg {
+        MatrixCfg {
+            pairs: vec![
+                ("resnet50_b4".into(), "resnet50_train".into()),
+                ("resnet50_b32".into(), "resnet50_train".into()),
+            ],
+            modes: vec!["plain".into(), "mps".into(), "mps_lowprio".into()],
+            seeds: vec![1],
+            window_ns: 10_000_000_000,
+            ..MatrixCfg::full(params)
+        }
+    }
+}
+
+/// One row, in the GPU benchmark's format plus the model's fields.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Row {
+    /// Inference job.
+    pub inference: String,
+    /// Training job.
+    pub training: String,
+    /// Mode.
+    pub mode: String,
+    /// Inference p50, ms (median over seeds).
+    pub p50_ms: Option<f64>,
+    /// Inference p99, ms (median over seeds).
+    pub p99_ms: Option<f64>,
+    /// p99 over the alone p99.
+    pub p99_ratio: Option<f64>,
+    /// Training steps/s over alone.
+    pub train_fraction: Option<f64>,
+    /// Min of p99 ratio over seeds.
+    pub p99_ratio_min: Option<f64>,
+    /// Max of p99 ratio over seeds.
+    pub p99_ratio_max: Option<f64>,
+    /// Min of train fraction over seeds.
+    pub train_fraction_min: Option<f64>,
+    /// Max of train fraction over seeds.
+    pub train_fraction_max: Option<f64>,
+    /// Alone p99, ms.
+    pub alone_p99_ms: Option<f64>,
+    /// Alone training steps/s.
+    pub alone_steps_per_s: Option<f64>,
+    /// Training steps/s in this mode.
+    pub train_steps_per_s: Option<f64>,
+    /// Inference rate, req/s.
+    pub rate_rps: f64,
+    /// Requests never served, all seeds.
+    pub unfinished_requests: usize,
+    /// Context switches (plain sharing), median over seeds.
+    pub switches: u64,
+    /// Seeds run.
+    pub reps: usize,
+    /// `synthetic` or `measured` (every trace of the row captured on a GPU).
+    pub source: String,
+    /// The model's version.
+    pub model_version: String,
+    /// What the mode means here.
+    pub note: String,
+    /// For colocation.py's report and plot: the machine.
+    pub device: String,
+    /// Idem.
+    pub driver: String,
+    /// Idem.
+    pub date: String,
+}
+
+/// A job's trace: the measured one under `traces_dir` (`<job>.json`) if
+/// there is one, else the synthetic one.
+///
+/// # Errors
+/// A measured trace that does not parse.
+pub fn load_trace(params: &Params, traces_dir: Option<&Path>, job: &str) -> Result<Trace, String> {
+    if let Some(dir) = traces_dir {
+        let path = dir.join(format!("{job}.json"));
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            return Trace::from_json(&text).map_err(|e| format!("{}: {e}", path.display()));
+        }
+    }
+    crate::synthetic::job(params, job).ok_or_else(|| format!("unknown job {job}"))
+}
+
+fn run_cfg(m: &MatrixCfg, sharing_plain: bool, seed: u64) -> RunCfg {
+    RunCfg {
+        gpu: m.params.gpu.clone(),
+        sharing: if sharing_plain {
+            m.params.plain()
+        } else {
+            crate::gpu::Sharing::Mps
+        },
+        seed,
+        warmup_ns: m.warmup_ns,
+        window_ns: m.window_ns,
+        drain_max_ns: m.drain_max_ns,
+        explicit_requests: false,
+    }
+}
+
+/// The alone service time of an inference job: the median latency of 30
+/// requests served one after another (how colocation.py measures it).
+#[must_use]
+pub fn alone_service_ms(m: &MatrixCfg, trace: &Trace) -> f64 {
+    let spec = JobSpec {
+        trace: trace.clone(),
+        rate_per_s: 1.0,
+        cpu_cv: m.params.cpu_cv,
+        sm_pct: 100,
+    };
+    let cfg = RunCfg {
+        warmup_ns: 0,
+        window_ns: 30_000_000_000,
+        ..run_cfg(m, true, 99)
+    };
+    let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
+    percentile(&out[0].latencies_ms, 50.0).unwrap_or(f64::NAN)
+}
+
+/// One run's figures: (p50, p99, steps/s, unfinished, switches).
+type Cell = (Option<f64>, Option<f64>, Option<f64>, usize, u64);
+
+/// Runs one cell: `mode` for one seed (`alone`: inference alone for the
+/// latencies, training alone for the throughput).
+#[must_use]
+pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64) -> Cell {
+    let both = [inf.clone(), train.clone()];
+    let normal = [Placement { priority: 0 }, Placement { priority: 0 }];
+    let v1 = || TandemV1::new(m.tandem.sched.clone());
+    // tandem over MPS runs training at MPS client priority 1.
+    let v2 = |training_priority| {
+        let mut t = TandemV1::v2(m.tandem.sched.clone(), training_priority);
+        if training_priority > 0 {
+            t.mps_inflight_ns = Some(m.tandem.mps_inflight_ns);
+            t.v1_gates = m.tandem.mps_v1_gates;
+        } else {
+            t.v1_gates = m.tandem.v1_gates;
+        }
+        t
+    };
+    let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
+        run(&run_cfg(m, plain, seed), &both, place, t)
+    };
+    let ((outs, sw), train_idx) = match mode {
+        "alone" => {
+            let cfg = run_cfg(m, true, seed);
+            let (i, _) = run(&cfg, std::slice::from_ref(inf), &normal[..1], &mut Off);
+            let (t, _) = run(&cfg, std::slice::from_ref(train), &normal[..1], &mut Off);
+            return (
+                i[0].percentile(50.0),
+                i[0].percentile(99.0),
+                t[0].steps_per_s,
+                i[0].unfinished,
+                0,
+            );
+        }
+        "plain" => (go(true, &normal, &mut Off), 1),
+        "mps" => (go(false, &normal, &mut Off), 1),
+        "mps_lowprio" => (
+            go(
+                false,
+                &[Placement { priority: 0 }, Placement { priority: 1 }],
+                &mut Off,
+            ),
+            1,
+        ),
+        "tandem" => (go(true, &normal, &mut v2(0)), 1),
+        "tandem_v1" => (go(true, &normal, &mut v1()), 1),
+        "tandem_mps" | "tandem_v1_mps" => {
+            // The side decides the training client's MPS priority.
+            let mut t = if mode == "tandem_mps" { v2(1) } else { v1() };
+            let place = [
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Inference),
+                },
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Training),
+                },
+            ];
+            (go(false, &place, &mut t), 1)
+        }
+        other => panic!("unknown mode {other}"),
+    };
+    (
+        outs[0].percentile(50.0),
+        outs[0].percentile(99.0),
+        outs[train_idx].steps_per_s,
+        outs[0].unfinished,
+        sw,
+    )
+}
+
+fn median(xs: &[f64]) -> Option<f64> {
+    percentile(xs, 50.0)
+}
+
+fn note(mode: &str) -> &'static str {
+    match mode {
+        "alone" => "each job by itself",
+        "plain" => "time-slicing, no MPS",
+        "mps" => "MPS, both clients at default priority",
+        "mps_lowprio" => "MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
+        "tandem" => "tandem v2 (local in-flight bound on the GPU board, per-kernel estimates; v1's gates and limits behind it; scheduler defaults) over time-slicing",
+        "tandem_mps" => "tandem v2 over MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
+        "tandem_v1" => "tandem v1 alone (shim gate, launch limits, reader, scheduler defaults) over time-slicing",
+        "tandem_v1_mps" => "tandem v1 gates with both jobs under MPS at default priority",
+        _ => "",
+    }
+}
+
+/// Runs the matrix; rows in pair order, modes in [`MODES`] order.
+///
+/// # Errors
+/// A trace that cannot be loaded.
+pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, String> {
+    // Every (pair, mode, seed) is one job for the worker threads.
+    struct Pair {
+        inf: JobSpec,
+        train: JobSpec,
+        source: String,
+    }
+    let mut pairs = Vec::new();
+    for (i, t) in &m.pairs {
+        let it = load_trace(&m.params, traces_dir, i)?;
+        let tt = load_trace(&m.params, traces_dir, t)?;
+        let rate = match INFERENCE.iter().find(|(n, _)| n == i) {
+            Some((_, Some(r))) => *r,
+            _ => 0.5 / (alone_service_ms(m, &it) / 1e3),
+        };
+        let source = if it.source == "measured" && tt.source == "measured" {
+            "measured"
+        } else {
+            "synthetic"
+        };
+        pairs.push(Pair {
+            inf: JobSpec {
+                trace: it,
+                rate_per_s: rate,
+                cpu_cv: m.params.cpu_cv,
+                sm_pct: 100,
+            },
+            train: JobSpec {
+                trace: tt,
+                rate_per_s: 0.0,
+                cpu_cv: m.params.train_cv,
+                sm_pct: 100,
+            },
+            source: source.into(),
+        });
+    }
+    let modes: Vec<&str> = std::iter::once("alone")
+        .chain(
+            MODES[1..]
+                .iter()
+                .copied()
+                .filter(|md| m.modes.iter().any(|x| x == md)),
+        )
+        .collect();
+    let jobs: Vec<(usize, usize, usize)> = (0..pairs.len())
+        .flat_map(|p| {
+            (0..modes.len()).flat_map(move |md| (0..m.seeds.len()).map(move |s| (p, md, s)))
+        })
+        .collect();
+    let results = std::sync::Mutex::new(vec![None; jobs.len()]);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..m.threads.max(1) {
+            sc.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(p, md, s)) = jobs.get(k) else {
+                    break;
+                };
+                let c = cell(m, &pairs[p].inf, &pairs[p].train, modes[md], m.seeds[s]);
+                results.lock().expect("results")[k] = Some(c);
+            });
+        }
+    });
+    let results = results.into_inner().expect("results");
+    let get = |p: usize, md: usize| -> Vec<Cell> {
+        (0..m.seeds.len())
+            .map(|s| results[(p * modes.len() + md) * m.seeds.len() + s].expect("every cell ran"))
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for (p, (i, t)) in m.pairs.iter().enumerate() {
+        let alone = get(p, 0);
+        let alone_p99 = median(&alone.iter().filter_map(|c| c.1).collect::<Vec<_>>());
+        let alone_sps = median(&alone.iter().filter_map(|c| c.2).collect::<Vec<_>>());
+        for (md, mode) in modes.iter().enumerate() {
+            let cells = get(p, md);
+            let p99s: Vec<f64> = cells.iter().filter_map(|c| c.1).collect();
+            let sps: Vec<f64> = cells.iter().filter_map(|c| c.2).collect();
+            let ratios: Vec<f64> = p99s
+                .iter()
+                .filter_map(|x| alone_p99.map(|a| x / a))
+                .collect();
+            let fracs: Vec<f64> = sps
+                .iter()
+                .filter_map(|x| alone_sps.map(|a| x / a))
+                .collect();
+            let mut sw: Vec<u64> = cells.iter().map(|c| c.4).collect();
+            sw.sort_unstable();
+            let minmax = |v: &[f64]| {
+                (
+                    v.iter().copied().reduce(f64::min),
+                    v.iter().copied().reduce(f64::max),
+                )
+            };
+            let (rmin, rmax) = minmax(&ratios);
+            let (fmin, fmax) = minmax(&fracs);
+            let p99 = median(&p99s);
+            let sps_med = median(&sps);
+            rows.push(Row {
+                inference: i.clone(),
+                training: t.clone(),
+                mode: (*mode).to_string(),
+                p50_ms: median(&cells.iter().filter_map(|c| c.0).collect::<Vec<_>>()),
+                p99_ms: p99,
+                p99_ratio: p99.zip(alone_p99).map(|(a, b)| a / b),
+                train_fraction: sps_med.zip(alone_sps).map(|(a, b)| a / b),
+                p99_ratio_min: rmin,
+                p99_ratio_max: rmax,
+                train_fraction_min: fmin,
+                train_fraction_max: fmax,
+                alone_p99_ms: alone_p99,
+                alone_steps_per_s: alone_sps,
+                train_steps_per_s: sps_med,
+                rate_rps: pairs[p].inf.rate_per_s,
+                unfinished_requests: cells.iter().map(|c| c.3).sum(),
+                switches: sw[sw.len() / 2],
+                reps: cells.len(),
+                source: pairs[p].source.clone(),
+                model_version: MODEL_VERSION.into(),
+                note: note(mode).into(),
+                device: format!(
+                    "model {MODEL_VERSION} (H100 SXM, {} traces)",
+                    pairs[p].source
+                ),
+                driver: "-".into(),
+                date: "-".into(),
+            });
+        }
+    }
+    Ok(rows)
+}

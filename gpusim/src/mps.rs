@@ -1,0 +1,135 @@
+//! Who gets free SMs: the block dispatcher's rule, as MPS exposes it.
+//!
+//! Under MPS the kernels of every client are in one context and run at once;
+//! when SMs free up (a block finished, a kernel ended), the pending blocks of
+//! the ready kernels compete for them:
+//!
+//! * **Client priority** (`CUDA_MPS_CLIENT_PRIORITY`, 0 normal, 1 below
+//!   normal; NVIDIA's MPS documentation, "Appendix: Tools and Interface
+//!   Reference", `CUDA_MPS_CLIENT_PRIORITY`): the pending blocks of a higher
+//!   priority client are dispatched first. It is a dispatch order only: a
+//!   block already running is never preempted (the CUDA driver API's
+//!   `cuStreamCreateWithPriority` documents the same for stream priorities:
+//!   priorities "do not preempt already-running work").
+//! * **Equal priority**: the free SMs are shared equally among the ready
+//!   kernels (water-filling: a kernel that needs fewer SMs than its share
+//!   leaves the rest to the others). The engine counts in capacity units
+//!   (thousandths of an SM): a kernel whose blocks use only a share of their
+//!   SMs (`sm_share`) leaves the rest to co-resident blocks of other
+//!   clients. This is the model's assumption, fitted
+//!   to the measured MPS rows (DESIGN.md "Facts": batch-4 inference barely
+//!   slowed beside training under MPS). The alternative, "the earlier kernel
+//!   dispatches all its blocks first", would make every small inference
+//!   kernel wait for most of a training kernel, which the measurement
+//!   contradicts.
+//! * **`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`**: a client never holds more than
+//!   its cap of SMs (the percentage of the GPU's SMs, rounded up).
+//!
+//! Without MPS the same rule runs inside the one context that holds the GPU
+//! (its streams' kernels share SMs equally); the time-slice arbiter
+//! ([`crate::timeslice`]) decides which context that is.
+
+/// One ready kernel competing for SMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// Client priority: 0 normal, higher numbers lower priority.
+    pub priority: u8,
+    /// Arrival order (lower first); breaks ties only in the order the
+    /// shares are handed out, never in their size.
+    pub seq: u64,
+    /// SMs it could use now (its pending blocks over its blocks per SM,
+    /// rounded up, within its client's cap).
+    pub want: u32,
+}
+
+/// SMs per candidate (same order as `cands`) out of `free`: priority groups
+/// in order, equal shares within a group, nobody above its `want`.
+#[must_use]
+pub fn allocate(free: u32, cands: &[Candidate]) -> Vec<u32> {
+    let mut got = vec![0u32; cands.len()];
+    let mut left = free;
+    let mut prios: Vec<u8> = cands.iter().map(|c| c.priority).collect();
+    prios.sort_unstable();
+    prios.dedup();
+    for p in prios {
+        if left == 0 {
+            break;
+        }
+        let mut group: Vec<usize> = (0..cands.len())
+            .filter(|&i| cands[i].priority == p && cands[i].want > 0)
+            .collect();
+        group.sort_by_key(|&i| cands[i].seq);
+        // Water-filling: repeatedly give each unsatisfied member an equal
+        // share of what is left (the first ones get the remainder).
+        loop {
+            let open: Vec<usize> = group
+                .iter()
+                .copied()
+                .filter(|&i| got[i] < cands[i].want)
+                .collect();
+            if open.is_empty() || left == 0 {
+                break;
+            }
+            let n = open.len() as u32;
+            let share = (left / n).max(1);
+            for &i in &open {
+                if left == 0 {
+                    break;
+                }
+                let g = share.min(cands[i].want - got[i]).min(left);
+                got[i] += g;
+                left -= g;
+            }
+        }
+    }
+    got
+}
+
+/// The SM cap of `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = pct` on a GPU of `sms` SMs.
+#[must_use]
+pub fn sm_cap(sms: u32, pct: u32) -> u32 {
+    (u64::from(sms) * u64::from(pct.clamp(1, 100))).div_ceil(100) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(priority: u8, seq: u64, want: u32) -> Candidate {
+        Candidate {
+            priority,
+            seq,
+            want,
+        }
+    }
+
+    #[test]
+    fn higher_priority_pending_blocks_go_first() {
+        // Low-priority training asked first and wants everything; the
+        // high-priority kernel still gets all it wants.
+        let got = allocate(40, &[c(1, 1, 132), c(0, 2, 30)]);
+        assert_eq!(got, vec![10, 30]);
+        let got = allocate(20, &[c(1, 1, 132), c(0, 2, 30)]);
+        assert_eq!(got, vec![0, 20]);
+    }
+
+    #[test]
+    fn equal_priority_shares_equally_and_leaves_no_sm_idle() {
+        assert_eq!(allocate(132, &[c(0, 1, 132), c(0, 2, 132)]), vec![66, 66]);
+        // One needs little: the other takes the rest.
+        assert_eq!(allocate(132, &[c(0, 1, 132), c(0, 2, 20)]), vec![112, 20]);
+        // Odd numbers: every SM handed out, nobody above its want.
+        let got = allocate(7, &[c(0, 1, 5), c(0, 2, 5), c(0, 3, 5)]);
+        assert_eq!(got.iter().sum::<u32>(), 7);
+        assert!(got.iter().all(|&g| (2..=3).contains(&g)), "{got:?}");
+        assert_eq!(allocate(0, &[c(0, 1, 5)]), vec![0]);
+    }
+
+    #[test]
+    fn the_thread_percentage_caps_sms() {
+        assert_eq!(sm_cap(132, 100), 132);
+        assert_eq!(sm_cap(132, 50), 66);
+        assert_eq!(sm_cap(132, 10), 14);
+        assert_eq!(sm_cap(132, 0), 2, "clamped to 1 %");
+    }
+}

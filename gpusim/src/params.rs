@@ -1,0 +1,146 @@
+//! Every parameter of the model, with its value and where it comes from.
+//!
+//! Sources: **measured** (DESIGN.md "Facts", the H100 80GB HBM3 the
+//! benchmark ran on), **public** (a published figure, cited), **assumed**
+//! (a round engineering value, named as such, that the calibration rows do
+//! not constrain much), or **fitted** (chosen so that the model reproduces
+//! the measured rows; the fit is reported by `tandem-sim matrix` and in
+//! `results/sim/matrix.md`).
+//!
+//! | parameter | value | source |
+//! | --- | ---: | --- |
+//! | SMs | 132 | public: H100 SXM5 has 132 SMs (NVIDIA's H100 whitepaper, as summarised at glennklockwood.com/garden/processors/h100) |
+//! | tensor peak, fp16/bf16 dense | 989.4 TFLOP/s | public: same source |
+//! | DRAM bandwidth | 3.35 TB/s | public: same source |
+//! | threads per SM | 2048 (8 blocks of 256 threads) | public: compute capability 9.0 limits (CUDA programming guide) |
+//! | tensor efficiency of an eager GEMM/conv tile, `gemm_eff` | 0.15 | fitted, with the timeslice, to the plain-sharing rows (3.1x at batch 4, 1.8x at batch 32: the model gives 3.28x and 1.66x over 3 seeds); it makes ResNet50 bf16 batch 64 a 27.0 ms step (2,370 img/s; public context: DeepLearningExamples' ResNet50 trains at 2,470 img/s with AMP on one A100 80GB, channels-last and DALI) and batch-32 inference 4.3 ms of GPU per request |
+//! | co-residence share of a GEMM/conv tile, `gemm_sm_share` | 0.6 | fitted to the MPS training fractions (0.96 and 0.94 measured; the model gives 0.98 and 0.94) |
+//! | memory efficiency of element-wise kernels, `mem_eff` | 0.7 | assumed |
+//! | GPU time of an empty kernel, `kernel_floor_ns` | 2.5 us | assumed |
+//! | copy bandwidth, latency | 25 GB/s, 10 us | assumed (PCIe Gen5 x16 is 64 GB/s per direction; pinned PyTorch copies reach well under it) |
+//! | timeslice, `timeslice_ns` | 5 ms | fitted (see `gemm_eff`); public context: `nvidia-smi compute-policy --set-timeslice` offers levels of 2 ms (short), 10 ms (medium) and 30 ms (long) (Red Hat's GPU time-slicing module); the default's length is not published. `scripts/gpu/trace_capture.py` measures it |
+//! | context switch, `switch_ns` | 15 us | fitted to plain sharing's training fraction (0.85 measured; the model gives 0.82-0.83); the same microbenchmark measures it |
+//! | MPS interference, `interference` | 0 | fitted (positive values lowered the MPS training fractions below the measured ones) |
+//! | cohort spread pieces | 4 | assumed (the approximation of drifting block phases, [`crate::gpu`]) |
+//! | inference CPU time per kernel, `resnet_launch_ns` (x1.4 for a convolution, x0.7 for element-wise ops) | 31 us | fitted with `cpu_cv` to the alone p99s (48.7 ms at batch 4 and 100 req/s, 27.2 ms at batch 32 and 40 req/s; the model gives 37.9 and 20.2 ms over 3 seeds, and the facts report 126.5 ms for the same batch-4 job on another machine); public context: DeepLearningExamples' PyTorch ResNet50 with AMP on a V100 has a mean latency of 12.8-14.0 ms for every batch from 1 to 16: an eager forward is launch-bound |
+//! | per-request CPU speed variation, `cpu_cv` | 0.4 | fitted with the launch cost (a lower variation with a higher cost put batch 4 so close to saturation that any slowdown exploded its p99) |
+//! | BERT CPU time per kernel, `bert_launch_ns` | 31 us | assumed: ResNet's (same eager path); its rate is half its alone service rate, as in the benchmark |
+//! | training CPU time per op, `train_fwd_ns` / `train_bwd_ns` / `train_opt_ns` | 15 / 6 / 30 us | assumed (forward from Python, backward from the autograd engine's thread, optimizer `foreach` calls); the training jobs are GPU-bound |
+//! | per-step CPU variation of training, `train_cv` | 0.03 | assumed |
+//! | the shim's gate wait bound, mark poll, mark slots | 50 ms, 200 us, 32 | tandem's code (`shim/src/client/`), checked by a test |
+//! | tandemd's reader periods | 1 ms busy, 10 ms idle, 250 us after opening a gate, >= 50 us | tandem's code (`coordinator/src/reader.rs`, called directly) |
+
+use crate::gpu::{GpuParams, Ns, Sharing};
+
+/// The model's parameters (see the module docs for each one's source).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    /// The GPU.
+    pub gpu: GpuParams,
+    /// Tensor FLOP per ns of one SM at peak.
+    pub sm_flop_per_ns: f64,
+    /// DRAM bytes per ns of the whole GPU at peak.
+    pub dram_bytes_per_ns: f64,
+    /// Fraction of peak a GEMM/conv tile reaches.
+    pub gemm_eff: f64,
+    /// Fraction of peak bandwidth an element-wise kernel reaches.
+    pub mem_eff: f64,
+    /// Share of an SM's throughput a GEMM/conv tile uses (the rest is left
+    /// to co-resident blocks of another MPS client).
+    pub gemm_sm_share: f64,
+    /// GPU time of the smallest kernel.
+    pub kernel_floor_ns: Ns,
+    /// Plain sharing's slice.
+    pub timeslice_ns: Ns,
+    /// Plain sharing's switch cost.
+    pub switch_ns: Ns,
+    /// Inference CPU time per kernel launched (ResNet50).
+    pub resnet_launch_ns: Ns,
+    /// Inference CPU time per kernel launched (BERT).
+    pub bert_launch_ns: Ns,
+    /// Per-request CPU speed variation (coefficient of variation).
+    pub cpu_cv: f64,
+    /// Training CPU time per forward op.
+    pub train_fwd_ns: Ns,
+    /// Training CPU time per backward kernel.
+    pub train_bwd_ns: Ns,
+    /// Training CPU time per optimizer launch.
+    pub train_opt_ns: Ns,
+    /// Per-step CPU speed variation of training.
+    pub train_cv: f64,
+}
+
+/// The model's version: bump it whenever a parameter or a mechanic changes,
+/// so that committed results say which model made them.
+pub const MODEL_VERSION: &str = "gpusim-1";
+
+impl Params {
+    /// The calibrated parameters.
+    #[must_use]
+    pub fn calibrated() -> Params {
+        Params {
+            gpu: GpuParams {
+                sms: 132,
+                interference: 0.0,
+                copy_bytes_per_ns: 25.0,
+                copy_latency_ns: 10_000,
+                spread_pieces: 4,
+            },
+            sm_flop_per_ns: 989.4e3 / 132.0,
+            dram_bytes_per_ns: 3350.0,
+            gemm_eff: 0.15,
+            mem_eff: 0.7,
+            gemm_sm_share: 0.6,
+            kernel_floor_ns: 2_500,
+            timeslice_ns: 5_000_000,
+            switch_ns: 15_000,
+            resnet_launch_ns: 31_000,
+            bert_launch_ns: 31_000,
+            cpu_cv: 0.4,
+            train_fwd_ns: 15_000,
+            train_bwd_ns: 6_000,
+            train_opt_ns: 30_000,
+            train_cv: 0.03,
+        }
+    }
+
+    /// Plain sharing with these parameters.
+    #[must_use]
+    pub fn plain(&self) -> Sharing {
+        Sharing::TimeSlice {
+            timeslice_ns: self.timeslice_ns,
+            switch_ns: self.switch_ns,
+        }
+    }
+
+    /// Overrides one parameter by name (`tandem-sim --set KEY=VALUE`, for
+    /// fitting and what-if runs).
+    ///
+    /// # Errors
+    /// An unknown key or a value that does not parse.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let v: f64 = value
+            .parse()
+            .map_err(|_| format!("{key}: {value:?} is not a number"))?;
+        let ns = v.max(0.0).round() as Ns;
+        match key {
+            "interference" => self.gpu.interference = v,
+            "spread_pieces" => self.gpu.spread_pieces = ns as u32,
+            "gemm_eff" => self.gemm_eff = v,
+            "mem_eff" => self.mem_eff = v,
+            "gemm_sm_share" => self.gemm_sm_share = v,
+            "kernel_floor_ns" => self.kernel_floor_ns = ns,
+            "timeslice_ns" => self.timeslice_ns = ns,
+            "switch_ns" => self.switch_ns = ns,
+            "resnet_launch_ns" => self.resnet_launch_ns = ns,
+            "bert_launch_ns" => self.bert_launch_ns = ns,
+            "cpu_cv" => self.cpu_cv = v,
+            "train_fwd_ns" => self.train_fwd_ns = ns,
+            "train_bwd_ns" => self.train_bwd_ns = ns,
+            "train_opt_ns" => self.train_opt_ns = ns,
+            "train_cv" => self.train_cv = v,
+            _ => return Err(format!("unknown parameter {key}")),
+        }
+        Ok(())
+    }
+}

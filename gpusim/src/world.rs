@@ -1,0 +1,365 @@
+//! One simulated run: jobs on one GPU, through tandem's side, on one
+//! discrete-event clock.
+//!
+//! Three sources of events, merged in time order: the engine's own
+//! ([`Gpu::next_time`]: blocks ending, copies, slices, switches), tandem's
+//! ([`TandemSide::next_wake`]: reader passes, mark polls) and the jobs'
+//! (arrivals, host gaps ending, gate waits reaching their bound). Everything
+//! random (arrivals, CPU speed) comes from per-job generators seeded from
+//! [`RunCfg::seed`], so a run is a function of its inputs.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use tandem_sched::Class;
+
+use crate::gpu::{ClientCfg, Done, Gpu, GpuParams, Ns, Sharing, Work};
+use crate::job::{outcome, JobSpec, JobState, Outcome, Phase};
+use crate::mps::sm_cap;
+use crate::rng::Rng;
+use crate::tandem::{Gate, HostEvent, TandemSide};
+use crate::trace::{JobClass, Op};
+
+/// When the jobs start (tandem registrations happen at 0).
+pub const START_NS: Ns = 1_000_000;
+
+/// A run's settings.
+#[derive(Clone, Debug)]
+pub struct RunCfg {
+    /// The GPU.
+    pub gpu: GpuParams,
+    /// Plain sharing or MPS.
+    pub sharing: Sharing,
+    /// Seed of every random draw.
+    pub seed: u64,
+    /// Excluded from the measurement at the start, ns.
+    pub warmup_ns: Ns,
+    /// The measured window, ns (inference arrivals stop at its end).
+    pub window_ns: Ns,
+    /// Longest the run goes on after the window to serve what arrived, ns.
+    pub drain_max_ns: Ns,
+    /// Inference jobs mark requests (`tandem_request_begin/end`).
+    pub explicit_requests: bool,
+}
+
+/// A job's MPS settings in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// `CUDA_MPS_CLIENT_PRIORITY`.
+    pub priority: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrival(usize),
+    Cpu(usize),
+    GateBound(usize, u64),
+}
+
+struct World<'a> {
+    cfg: &'a RunCfg,
+    specs: &'a [JobSpec],
+    gpu: Gpu,
+    tandem: &'a mut dyn TandemSide,
+    jobs: Vec<JobState>,
+    arrivals: Vec<Rng>,
+    cpu: Vec<Rng>,
+    heap: BinaryHeap<Reverse<(Ns, u64, Ev)>>,
+    seq: u64,
+    marks: HashMap<(usize, u64), u64>,
+    /// Each job's last kernel launched: (its token, finished on the GPU).
+    last_kernel: Vec<Option<(u64, bool)>>,
+    arrivals_end: Ns,
+}
+
+/// Runs `specs` (each job is one GPU client, in this order) with their
+/// MPS `placements`, through `tandem`; returns each job's [`Outcome`] and
+/// the context switches made.
+pub fn run(
+    cfg: &RunCfg,
+    specs: &[JobSpec],
+    placements: &[Placement],
+    tandem: &mut dyn TandemSide,
+) -> (Vec<Outcome>, u64) {
+    let clients: Vec<ClientCfg> = specs
+        .iter()
+        .zip(placements)
+        .map(|(s, p)| ClientCfg {
+            priority: p.priority,
+            sm_cap: sm_cap(cfg.gpu.sms, s.sm_pct),
+        })
+        .collect();
+    let seed = |j: usize, k: u64| {
+        cfg.seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(j as u64 * 17 + k)
+    };
+    let mut w = World {
+        cfg,
+        specs,
+        gpu: Gpu::new(cfg.gpu.clone(), &cfg.sharing, &clients),
+        tandem,
+        jobs: specs.iter().map(|_| JobState::new()).collect(),
+        arrivals: (0..specs.len()).map(|j| Rng::new(seed(j, 1))).collect(),
+        cpu: (0..specs.len()).map(|j| Rng::new(seed(j, 2))).collect(),
+        heap: BinaryHeap::new(),
+        seq: 0,
+        marks: HashMap::new(),
+        last_kernel: vec![None; specs.len()],
+        arrivals_end: START_NS + cfg.warmup_ns + cfg.window_ns,
+    };
+    let end = w.arrivals_end + cfg.drain_max_ns;
+    for (j, s) in specs.iter().enumerate() {
+        let class = match s.class() {
+            JobClass::Inference => Class::Inference,
+            JobClass::Training => Class::Training,
+        };
+        w.tandem.register(0, j, class);
+        match s.class() {
+            JobClass::Inference => {
+                let t = START_NS + w.arrivals[j].exp(1e9 / s.rate_per_s) as Ns;
+                w.push(t, Ev::Arrival(j));
+            }
+            JobClass::Training => w.begin_unit(j, START_NS),
+        }
+    }
+    let mut done = Vec::new();
+    let mut ready = Vec::new();
+    loop {
+        let tg = w.gpu.next_time();
+        let tt = w.tandem.next_wake();
+        let th = w.heap.peek().map(|r| r.0 .0);
+        let Some(t) = [tg, tt, th].into_iter().flatten().min() else {
+            break;
+        };
+        if t > end || (t >= w.arrivals_end && w.inference_drained()) {
+            break;
+        }
+        if tg == Some(t) {
+            w.gpu.advance(t, &mut done);
+            for d in done.drain(..) {
+                w.on_done(d);
+            }
+        } else if tt == Some(t) {
+            w.tandem.wake(t, &mut ready);
+            for j in ready.drain(..) {
+                w.retry_gate(t, j);
+            }
+        } else {
+            let Reverse((t, _, ev)) = w.heap.pop().expect("an event");
+            w.on_event(t, ev);
+        }
+    }
+    let (w0, w1) = (START_NS + cfg.warmup_ns, w.arrivals_end);
+    let last = w.last_result().max(w1);
+    let outs = specs
+        .iter()
+        .zip(&w.jobs)
+        .map(|(s, st)| outcome(s, st, START_NS, w0, w1, last.min(end)))
+        .collect();
+    (outs, w.gpu.switches())
+}
+
+impl World<'_> {
+    fn push(&mut self, t: Ns, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn inference_drained(&self) -> bool {
+        self.specs
+            .iter()
+            .zip(&self.jobs)
+            .all(|(s, st)| s.class() == JobClass::Training || st.queue.is_empty())
+    }
+
+    fn last_result(&self) -> Ns {
+        self.jobs
+            .iter()
+            .filter_map(|st| st.served.last().map(|&(_, d)| d))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn gap(&self, j: usize) -> Ns {
+        let st = &self.jobs[j];
+        (self.specs[j].trace.ops[st.op].host_gap_ns() as f64 * st.factor).round() as Ns
+    }
+
+    /// A request (or step) begins at `t`.
+    fn begin_unit(&mut self, j: usize, t: Ns) {
+        let cv = self.specs[j].cpu_cv;
+        let factor = self.cpu[j].jitter(cv);
+        let st = &mut self.jobs[j];
+        st.op = 0;
+        st.factor = factor;
+        st.phase = Phase::Cpu;
+        if self.cfg.explicit_requests && self.specs[j].class() == JobClass::Inference {
+            self.tandem.host_event(t, j, HostEvent::RequestBegin);
+        }
+        let g = self.gap(j);
+        self.push(t + g, Ev::Cpu(j));
+    }
+
+    /// The op just issued is done with (on the CPU): go on.
+    fn next_op(&mut self, j: usize, t: Ns) {
+        self.jobs[j].op += 1;
+        if self.jobs[j].op < self.specs[j].trace.ops.len() {
+            self.jobs[j].phase = Phase::Cpu;
+            let g = self.gap(j);
+            self.push(t + g, Ev::Cpu(j));
+            return;
+        }
+        match self.specs[j].class() {
+            JobClass::Inference => {
+                if self.cfg.explicit_requests {
+                    self.tandem.host_event(t, j, HostEvent::RequestEnd);
+                }
+                let st = &mut self.jobs[j];
+                let a = st.queue.pop_front().expect("a request in service");
+                st.served.push((a, t));
+                if st.queue.is_empty() {
+                    st.phase = Phase::Idle;
+                } else {
+                    self.begin_unit(j, t);
+                }
+            }
+            JobClass::Training => {
+                self.jobs[j].steps.push(t);
+                self.begin_unit(j, t);
+            }
+        }
+    }
+
+    fn on_event(&mut self, t: Ns, ev: Ev) {
+        match ev {
+            Ev::Arrival(j) => {
+                self.jobs[j].queue.push_back(t);
+                let next = t + self.arrivals[j].exp(1e9 / self.specs[j].rate_per_s) as Ns;
+                if next < self.arrivals_end {
+                    self.push(next, Ev::Arrival(j));
+                }
+                if self.jobs[j].phase == Phase::Idle {
+                    self.begin_unit(j, t);
+                }
+            }
+            Ev::Cpu(j) => self.issue(j, t),
+            Ev::GateBound(j, gen) => {
+                if self.jobs[j].phase == Phase::Gate && self.jobs[j].gate_gen == gen {
+                    self.tandem.launch_anyway(t, j);
+                    self.launch(j, t);
+                }
+            }
+        }
+    }
+
+    fn issue(&mut self, j: usize, t: Ns) {
+        let spec = self.specs;
+        match &spec[j].trace.ops[self.jobs[j].op] {
+            Op::Kernel(k) => match self.tandem.before_launch(t, j, k) {
+                Gate::Proceed => self.launch(j, t),
+                Gate::Wait { until, mark } => {
+                    let st = &mut self.jobs[j];
+                    st.phase = Phase::Gate;
+                    st.gate_gen += 1;
+                    let gen = st.gate_gen;
+                    self.push(until, Ev::GateBound(j, gen));
+                    self.mark_last(j, t, mark);
+                }
+            },
+            Op::CopyH2d { bytes, stream, .. } | Op::CopyD2h { bytes, stream, .. } => {
+                let d2h = matches!(spec[j].trace.ops[self.jobs[j].op], Op::CopyD2h { .. });
+                let token = self.token(j);
+                self.gpu.submit(
+                    t,
+                    j,
+                    *stream as usize,
+                    Work::Copy { bytes: *bytes, d2h },
+                    token,
+                );
+                self.next_op(j, t);
+            }
+            Op::Sync { .. } => {
+                self.tandem.host_event(t, j, HostEvent::SyncBegin);
+                if self.gpu.idle(j) {
+                    self.sync_end(j, t);
+                } else {
+                    self.jobs[j].phase = Phase::Sync;
+                }
+            }
+        }
+    }
+
+    fn token(&mut self, j: usize) -> u64 {
+        let st = &mut self.jobs[j];
+        st.next_token += 1;
+        st.next_token
+    }
+
+    fn launch(&mut self, j: usize, t: Ns) {
+        let spec = self.specs;
+        let Op::Kernel(k) = &spec[j].trace.ops[self.jobs[j].op] else {
+            unreachable!("launch of a kernel op")
+        };
+        let token = self.token(j);
+        let work = Work::Kernel {
+            blocks: k.blocks(),
+            blocks_per_sm: k.blocks_per_sm,
+            duration_ns: k.duration_ns,
+            sm_share: k.sm_share,
+        };
+        self.gpu.submit(t, j, k.stream as usize, work, token);
+        self.last_kernel[j] = Some((token, false));
+        if let Some(seq) = self.tandem.after_launch(t, j, k) {
+            self.marks.insert((j, token), seq);
+        }
+        self.next_op(j, t);
+    }
+
+    fn retry_gate(&mut self, t: Ns, j: usize) {
+        if self.jobs[j].phase != Phase::Gate {
+            return;
+        }
+        let spec = self.specs;
+        let Op::Kernel(k) = &spec[j].trace.ops[self.jobs[j].op] else {
+            return;
+        };
+        match self.tandem.before_launch(t, j, k) {
+            Gate::Proceed => self.launch(j, t),
+            // Still waiting, under the bound already pushed.
+            Gate::Wait { mark, .. } => self.mark_last(j, t, mark),
+        }
+    }
+
+    /// The shim's on-demand completion mark `mark` after job `j`'s last
+    /// launch: reported when the GPU is past it (at once if it is already).
+    fn mark_last(&mut self, j: usize, t: Ns, mark: Option<u64>) {
+        let Some(seq) = mark else { return };
+        match self.last_kernel[j] {
+            Some((token, false)) => {
+                self.marks.insert((j, token), seq);
+            }
+            _ => self.tandem.launch_completed(t, j, seq),
+        }
+    }
+
+    fn sync_end(&mut self, j: usize, t: Ns) {
+        self.tandem.host_event(t, j, HostEvent::SyncEnd);
+        self.next_op(j, t);
+    }
+
+    fn on_done(&mut self, d: Done) {
+        let j = d.client;
+        if let Some((token, done)) = self.last_kernel[j].as_mut() {
+            if *token == d.token {
+                *done = true;
+            }
+        }
+        if let Some(seq) = self.marks.remove(&(j, d.token)) {
+            self.tandem.launch_completed(d.at, j, seq);
+        }
+        if self.jobs[j].phase == Phase::Sync && self.gpu.idle(j) {
+            self.sync_end(j, d.at);
+        }
+    }
+}
