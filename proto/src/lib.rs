@@ -15,6 +15,8 @@
 //! * [`wire`]: the Hello / Welcome / Reject messages and SCM_RIGHTS transport.
 //! * [`dedup`]: the weight-deduplication message ([`wire`] type 8).
 //! * [`follow`]: the follow-mode message ([`wire`] type 9).
+//! * [`magic`]: the magic numbers, versions and bounds each layout is
+//!   recognised by (a leaf: the layouts and [`error`] both quote them).
 //! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
 //!
 //! # Connection flow
@@ -41,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod board;
+mod bytes;
 pub mod control;
 pub mod dedup;
 pub mod error;
@@ -48,6 +51,7 @@ pub mod estimates;
 pub mod follow;
 pub mod header;
 pub mod inflight;
+pub mod magic;
 pub mod paths;
 pub mod record;
 pub mod ring;

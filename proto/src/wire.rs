@@ -46,13 +46,13 @@
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use crate::bytes::{get_u16, get_u32, get_u64};
 use crate::dedup::{Dedup, DEDUP_LEN};
 use crate::error::{Error, Result};
 use crate::follow::{Follow, FOLLOW_LEN};
 use crate::ring::{RingLayout, RING_LAYOUT_VERSION};
 
-/// Wire magic, the first four bytes of every message (`"TNDM"`).
-pub const WIRE_MAGIC: u32 = u32::from_le_bytes(*b"TNDM");
+pub use crate::magic::WIRE_MAGIC;
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
 /// Bytes in the message header.
@@ -420,20 +420,6 @@ pub enum Message<'a> {
 pub struct BoardMsg {
     /// `BOARD_FLAG_*` bits.
     pub flags: u8,
-}
-
-// ---- little-endian cursor helpers (bounds already checked by callers) ----
-
-pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 fn need(what: &'static str, have: usize, need: usize) -> Result<()> {
