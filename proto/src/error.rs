@@ -305,6 +305,15 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl From<tandem_os::Error> for Error {
+    fn from(e: tandem_os::Error) -> Self {
+        Error::Os {
+            op: e.op(),
+            errno: e.errno(),
+        }
+    }
+}
+
 impl From<Error> for std::io::Error {
     fn from(e: Error) -> Self {
         match e {
