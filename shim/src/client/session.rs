@@ -215,17 +215,8 @@ impl Session {
         // the same size and protection, so every pointer into it stays valid;
         // zero is a valid value for every field there (all atomics: an open gate,
         // empty ring).
-        let p = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        let replaced = unsafe { tandem_os::mm::replace_with_anonymous(base as *mut u8, len) };
+        if replaced.is_err() {
             crate::log!(
                 Debug,
                 "could not release the old ring mapping; keeping it (never written again)"
