@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -185,19 +185,19 @@ impl Daemon {
             .collect();
 
         let io_err = |what: &str, e: io::Error| StartError(format!("{what}: {e}"));
-        let epoll = Epoll::new().map_err(|e| io_err("epoll_create1", e))?;
-        let (stop_r, stop_w) = sock::pipe().map_err(|e| io_err("pipe", e))?;
-        let (hup_r, hup_w) = sock::pipe().map_err(|e| io_err("pipe", e))?;
-        let (stats_wake_r, stats_wake_w) = sock::pipe().map_err(|e| io_err("pipe", e))?;
+        let epoll = Epoll::new().map_err(|e| io_err("epoll_create1", e.into()))?;
+        let (stop_r, stop_w) = sock::pipe().map_err(|e| io_err("pipe", e.into()))?;
+        let (hup_r, hup_w) = sock::pipe().map_err(|e| io_err("pipe", e.into()))?;
+        let (stats_wake_r, stats_wake_w) = sock::pipe().map_err(|e| io_err("pipe", e.into()))?;
         epoll
-            .add(listener.as_raw_fd(), TOKEN_LISTENER)
-            .map_err(|e| io_err("epoll_ctl", e))?;
+            .add(listener.as_fd(), TOKEN_LISTENER)
+            .map_err(|e| io_err("epoll_ctl", e.into()))?;
         epoll
-            .add(stop_r.as_raw_fd(), TOKEN_STOP)
-            .map_err(|e| io_err("epoll_ctl", e))?;
+            .add(stop_r.as_fd(), TOKEN_STOP)
+            .map_err(|e| io_err("epoll_ctl", e.into()))?;
         epoll
-            .add(hup_r.as_raw_fd(), TOKEN_HUP)
-            .map_err(|e| io_err("epoll_ctl", e))?;
+            .add(hup_r.as_fd(), TOKEN_HUP)
+            .map_err(|e| io_err("epoll_ctl", e.into()))?;
         if opts.handle_signals {
             for (sig, w) in [
                 (signal_hook::consts::SIGTERM, &stop_w),
@@ -296,7 +296,7 @@ impl Daemon {
                 .min();
             events.clear();
             if let Err(e) = self.epoll.wait(&mut events, timeout) {
-                break Err(e);
+                break Err(e.into());
             }
             let mut stop = false;
             for ev in events.drain(..) {
@@ -417,7 +417,7 @@ impl Daemon {
 
     fn close(&mut self, token: u64) -> Option<Conn> {
         let c = self.conns.remove(&token)?;
-        self.epoll.delete(c.fd.as_raw_fd());
+        self.epoll.delete(c.fd.as_fd());
         if let ConnState::Client { id } = c.state {
             self.client_tokens.remove(&id);
         }

@@ -54,8 +54,7 @@ use crate::timeslice::{Action, Slicer};
 
 mod preempt;
 
-/// Nanoseconds.
-pub type Ns = u64;
+pub use crate::Ns;
 
 /// Capacity units per SM: a kernel whose blocks use a share `s` of their
 /// SMs takes `s * UNITS` of each SM it holds; the rest is free for another

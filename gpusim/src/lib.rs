@@ -63,6 +63,9 @@
 //! in-flight bound). The matrix's `tandem` and `tandem_mps` rows are v2;
 //! `tandem_v1` and `tandem_v1_mps` (on request) are v1 alone.
 
+/// Nanoseconds.
+pub type Ns = u64;
+
 pub mod calibration;
 pub mod gpu;
 pub mod job;

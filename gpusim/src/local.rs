@@ -28,7 +28,7 @@ use tandem_proto::inflight::{admits, CLASS_INFERENCE, CLASS_TRAINING};
 use tandem_proto::{ControlBlock, Mapping};
 
 use crate::gpu::Ns;
-use crate::tandem::func_id;
+use crate::trace::func_id;
 use crate::trace::Kernel;
 
 /// How often a launch waiting at the local bound polls its marks

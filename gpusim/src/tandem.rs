@@ -195,13 +195,7 @@ impl ShimClient {
     }
 }
 
-/// The shim's function id for a kernel: a hash of its name (FNV-1a).
-#[must_use]
-pub fn func_id(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
+pub use crate::trace::func_id;
 
 /// tandem: v1 (the module docs), and with [`TandemV1::v2`] scheduler v2's
 /// shim side on top ([`crate::local`]).

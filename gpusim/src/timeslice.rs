@@ -20,7 +20,7 @@
 //! This module holds the arbiter's state and its decisions; the engine
 //! ([`crate::gpu`]) carries them out.
 
-use crate::gpu::Ns;
+use crate::Ns;
 
 /// What the engine must do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

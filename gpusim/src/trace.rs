@@ -279,6 +279,14 @@ impl Trace {
     }
 }
 
+/// The shim's function id for a kernel: a hash of its name (FNV-1a).
+#[must_use]
+pub fn func_id(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

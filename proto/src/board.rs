@@ -54,10 +54,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
-/// `TANDEMBD`, little-endian.
-pub const BOARD_MAGIC: u64 = u64::from_le_bytes(*b"TANDEMBD");
-/// Layout version; a mismatch means shim and tandemd were built apart.
-pub const BOARD_VERSION: u32 = 1;
+pub use crate::magic::{BOARD_MAGIC, BOARD_VERSION};
 /// GPU slots on the board.
 pub const BOARD_SLOTS: usize = 64;
 /// Bytes of the board (header line + one 128-byte line per slot).

@@ -76,7 +76,7 @@ use core::mem::{align_of, offset_of, size_of};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Gate value: launches may proceed (bit 0 clear; the other bits are the
 /// limit sequence and say nothing about the gate).
@@ -458,25 +458,8 @@ impl ControlBlock {
     }
 }
 
-/// Outcome of a [`futex_wait`] that did not fail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FutexWait {
-    /// Woken by `FUTEX_WAKE` (or spuriously): re-check the word.
-    Woken,
-    /// The word did not hold `expected` when the call started (`EAGAIN`).
-    ValueChanged,
-    /// The timeout expired (`ETIMEDOUT`).
-    TimedOut,
-    /// A signal interrupted the wait (`EINTR`).
-    Interrupted,
-}
-
-fn timespec(d: Duration) -> libc::timespec {
-    libc::timespec {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    }
-}
+/// Outcome of a [`futex_wait`] that did not fail (`tandem_os::futex::Wait`).
+pub use tandem_os::futex::Wait as FutexWait;
 
 /// `FUTEX_WAIT` on `word` while it equals `expected`, for at most `timeout`.
 ///
@@ -484,42 +467,13 @@ fn timespec(d: Duration) -> libc::timespec {
 /// operation is the shared (non-`PRIVATE`) form, so it works across processes
 /// on a `MAP_SHARED` mapping.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Result<FutexWait> {
-    let ts = timespec(timeout);
-    // SAFETY: `word` is a valid, aligned u32 for the duration of the call and
-    // `ts` a valid timespec; FUTEX_WAIT reads both and touches nothing else.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            core::ptr::null::<u32>(),
-            0u32,
-        )
-    };
-    if r == 0 {
-        return Ok(FutexWait::Woken);
-    }
-    let e = Error::last_os("futex(FUTEX_WAIT)");
-    match e.errno() {
-        Some(libc::EAGAIN) => Ok(FutexWait::ValueChanged),
-        Some(libc::ETIMEDOUT) => Ok(FutexWait::TimedOut),
-        Some(libc::EINTR) => Ok(FutexWait::Interrupted),
-        _ => Err(e),
-    }
+    Ok(tandem_os::futex::wait(word, expected, timeout)?)
 }
 
 /// `FUTEX_WAKE` up to `waiters` threads (any process) waiting on `word`.
 /// Returns how many were woken.
 pub fn futex_wake(word: &AtomicU32, waiters: u32) -> Result<u32> {
-    let n = i32::try_from(waiters).unwrap_or(i32::MAX);
-    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE only uses its address.
-    let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
-    if r < 0 {
-        return Err(Error::last_os("futex(FUTEX_WAKE)"));
-    }
-    Ok(r as u32)
+    Ok(tandem_os::futex::wake(word, waiters)?)
 }
 
 #[cfg(test)]

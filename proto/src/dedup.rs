@@ -31,8 +31,8 @@
 //! what it asked for, and the byte comparison happens in the process whose
 //! memory is about to be replaced (B), so a lying peer can only hurt itself.
 
+use crate::bytes::{get_u16, get_u64};
 use crate::error::{Error, Result};
-use crate::wire::{get_u16, get_u64};
 
 /// Body length of a [`Dedup`] message.
 pub const DEDUP_LEN: usize = 56;

@@ -217,8 +217,8 @@ impl fmt::Display for Error {
             Error::BadCapacity { capacity } => write!(
                 f,
                 "ring capacity {capacity} is invalid: it must be a power of two between {} and {} records",
-                crate::ring::MIN_CAPACITY,
-                crate::ring::MAX_CAPACITY
+                crate::magic::MIN_CAPACITY,
+                crate::magic::MAX_CAPACITY
             ),
             Error::RegionTooSmall { len, needed } => write!(
                 f,
@@ -239,13 +239,13 @@ impl fmt::Display for Error {
             Error::RingMagic { found } => write!(
                 f,
                 "ring header magic is {found:#018x}, expected {:#018x}: not a tandem ring or the header was overwritten",
-                crate::ring::RING_MAGIC
+                crate::magic::RING_MAGIC
             ),
             Error::BoardHeader { magic, version } => write!(
                 f,
                 "the GPU board has magic {magic:#018x} and version {version}, expected {:#018x} and {}: not a tandem board, or libtandem.so and tandemd come from different tandem releases (install both from one)",
-                crate::board::BOARD_MAGIC,
-                crate::board::BOARD_VERSION
+                crate::magic::BOARD_MAGIC,
+                crate::magic::BOARD_VERSION
             ),
             Error::LayoutVersion { ours, theirs } => write!(
                 f,
@@ -273,7 +273,7 @@ impl fmt::Display for Error {
             Error::WireMagic { found } => write!(
                 f,
                 "message magic is {found:#010x}, expected {:#010x}: the peer is not speaking the tandem protocol (check $TANDEM_SOCKET points at tandemd)",
-                crate::wire::WIRE_MAGIC
+                crate::magic::WIRE_MAGIC
             ),
             Error::VersionMismatch { ours, theirs } => write!(
                 f,
@@ -304,6 +304,15 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<tandem_os::Error> for Error {
+    fn from(e: tandem_os::Error) -> Self {
+        Error::Os {
+            op: e.op(),
+            errno: e.errno(),
+        }
+    }
+}
 
 impl From<Error> for std::io::Error {
     fn from(e: Error) -> Self {

@@ -45,8 +45,8 @@
 //! and follower must be in one trust group (identity from the kernel, never
 //! from the Hello), and the follower can only ever map the memory read-only.
 
+use crate::bytes::{get_u16, get_u64};
 use crate::error::{Error, Result};
-use crate::wire::{get_u16, get_u64};
 
 /// Body length of a [`Follow`] message.
 pub const FOLLOW_LEN: usize = 96;

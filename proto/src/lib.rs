@@ -17,6 +17,8 @@
 //! * [`follow`]: the follow-mode message ([`wire`] type 9).
 //! * [`mps`]: tandem over MPS: the Welcome's MPS tail and the environment
 //!   variables it becomes in the client.
+//! * [`magic`]: the magic numbers, versions and bounds each layout is
+//!   recognised by (a leaf: the layouts and [`error`] both quote them).
 //! * [`header`]: renders `include/tandem.h`, the C mirror of the above.
 //!
 //! # Connection flow
@@ -43,6 +45,7 @@
 #![warn(missing_docs)]
 
 pub mod board;
+mod bytes;
 pub mod control;
 pub mod dedup;
 pub mod error;
@@ -50,6 +53,7 @@ pub mod estimates;
 pub mod follow;
 pub mod header;
 pub mod inflight;
+pub mod magic;
 pub mod mps;
 pub mod paths;
 pub mod record;

@@ -131,7 +131,7 @@ impl MpsJoin {
                 have: b.len(),
             });
         }
-        let len = usize::from(crate::wire::get_u16(b, 2));
+        let len = usize::from(crate::bytes::get_u16(b, 2));
         if len > MAX_PIPE_DIR_LEN {
             return Err(Error::FieldTooLong {
                 field: "mps pipe directory",

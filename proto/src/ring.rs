@@ -44,14 +44,9 @@ use crate::estimates::EstimateTable;
 use crate::record::{Record, RECORD_SIZE, RECORD_WORDS};
 use crate::shm::Mapping;
 
-/// Magic number at offset 0 of every ring region (`"TANDEMRG"` in ASCII, little-endian).
-pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"TANDEMRG");
+pub use crate::magic::{MAX_CAPACITY, MIN_CAPACITY, RING_MAGIC};
 /// Version of the region layout (header, control block, record). Bump on any change.
 pub const RING_LAYOUT_VERSION: u32 = 4;
-/// Smallest allowed capacity, in records.
-pub const MIN_CAPACITY: u32 = 16;
-/// Largest allowed capacity, in records (256 MiB of records).
-pub const MAX_CAPACITY: u32 = 1 << 22;
 /// A sensible default capacity: 32768 records, 2 MiB.
 pub const DEFAULT_CAPACITY: u32 = 1 << 15;
 /// Alignment the region's base address must have.

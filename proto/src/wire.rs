@@ -46,17 +46,16 @@
 //! a message that encodes also decodes to itself. Encoding writes into a
 //! caller-provided buffer.
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
+use crate::bytes::{get_u16, get_u32, get_u64};
 use crate::dedup::{Dedup, DEDUP_LEN};
 use crate::error::{Error, Result};
 use crate::follow::{Follow, FOLLOW_LEN};
 use crate::mps::MpsJoin;
 use crate::ring::{RingLayout, RING_LAYOUT_VERSION};
 
-/// Wire magic, the first four bytes of every message (`"TNDM"`).
-pub const WIRE_MAGIC: u32 = u32::from_le_bytes(*b"TNDM");
+pub use crate::magic::WIRE_MAGIC;
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
 /// Bytes in the message header.
@@ -444,20 +443,6 @@ pub enum Message<'a> {
 pub struct BoardMsg {
     /// `BOARD_FLAG_*` bits.
     pub flags: u8,
-}
-
-// ---- little-endian cursor helpers (bounds already checked by callers) ----
-
-pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 fn need(what: &'static str, have: usize, need: usize) -> Result<()> {
@@ -940,135 +925,44 @@ pub struct Received {
     pub fd: Option<OwnedFd>,
 }
 
-/// Control-message buffer for one fd, with the alignment `cmsghdr` needs.
-#[repr(C, align(8))]
-struct CmsgBuf([u8; 64]);
-
 /// Send one datagram, optionally with one fd (SCM_RIGHTS). Uses
 /// `MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, never a `SIGPIPE` that
 /// would kill the host job.
 pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<()> {
-    let iov = [IoSlice::new(msg)];
-    let mut cmsg = CmsgBuf([0; 64]);
-    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
-    let mut hdr: libc::msghdr = unsafe { core::mem::zeroed() };
-    hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
-    hdr.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
-        let (space, len) = unsafe {
-            (
-                libc::CMSG_SPACE(size_of_fd()) as usize,
-                libc::CMSG_LEN(size_of_fd()) as usize,
-            )
-        };
-        debug_assert!(space <= cmsg.0.len());
-        hdr.msg_control = cmsg.0.as_mut_ptr().cast();
-        hdr.msg_controllen = space as _;
-        // SAFETY: msg_control points at `space` writable, aligned bytes, so
-        // CMSG_FIRSTHDR is non-null and its data has room for one c_int.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&hdr);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = len as _;
-            core::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd.as_raw_fd());
-        }
+    let sent = tandem_os::msg::send(sock, msg, fd)?;
+    if sent != msg.len() {
+        return Err(Error::BadAncillary {
+            what: "datagram sent short",
+        });
     }
-    loop {
-        // SAFETY: `hdr` points at live iov and control buffers for the call.
-        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
-        if r >= 0 {
-            if r as usize != msg.len() {
-                return Err(Error::BadAncillary {
-                    what: "datagram sent short",
-                });
-            }
-            return Ok(());
-        }
-        let e = Error::last_os("sendmsg");
-        if e.errno() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
-}
-
-fn size_of_fd() -> u32 {
-    core::mem::size_of::<libc::c_int>() as u32
+    Ok(())
 }
 
 /// Receive one datagram into `buf` (size it [`MAX_MESSAGE_LEN`]), with at most
 /// one fd. A datagram longer than `buf`, or more than one fd, is an error (any
 /// fds that arrived are closed). Set `SO_RCVTIMEO` on the socket to bound the wait.
 pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<Received> {
-    let mut iov = [IoSliceMut::new(buf)];
-    let mut cmsg = CmsgBuf([0; 64]);
-    // SAFETY: an all-zero msghdr is valid.
-    let mut hdr: libc::msghdr = unsafe { core::mem::zeroed() };
-    hdr.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = cmsg.0.as_mut_ptr().cast();
-    // SAFETY: pure arithmetic.
-    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(size_of_fd()) } as _;
-    let n = loop {
-        // SAFETY: `hdr` points at live, writable iov and control buffers.
-        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
-        if r >= 0 {
-            break r as usize;
-        }
-        let e = Error::last_os("recvmsg");
-        if e.errno() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    };
-    // Collect every fd first so none leaks, whatever goes wrong next.
-    let mut fd: Option<OwnedFd> = None;
-    let mut extra = false;
-    // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_FIRSTHDR and
-    // CMSG_NXTHDR stay within msg_controllen and return null at the end.
-    let mut c = unsafe { libc::CMSG_FIRSTHDR(&hdr) };
-    while !c.is_null() {
-        // SAFETY: `c` is a valid cmsghdr inside the control buffer.
-        let (level, ty, clen) =
-            unsafe { ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize) };
-        if level == libc::SOL_SOCKET && ty == libc::SCM_RIGHTS {
-            // SAFETY: pure arithmetic.
-            let base = unsafe { libc::CMSG_LEN(0) } as usize;
-            let count = clen.saturating_sub(base) / core::mem::size_of::<libc::c_int>();
-            for i in 0..count {
-                // SAFETY: `count` ints lie within this cmsg's data (cmsg_len
-                // was bounded by the kernel to the buffer).
-                let raw = unsafe {
-                    core::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>().add(i))
-                };
-                // SAFETY: SCM_RIGHTS installed `raw` as a new fd owned by us.
-                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                if fd.is_none() {
-                    fd = Some(owned);
-                } else {
-                    extra = true; // dropped (closed) here
-                }
-            }
-        }
-        // SAFETY: `hdr` and `c` are valid as above.
-        c = unsafe { libc::CMSG_NXTHDR(&hdr, c) };
-    }
-    if hdr.msg_flags & libc::MSG_TRUNC != 0 {
+    let got = tandem_os::msg::recv(sock, buf)?;
+    if got.truncated {
         return Err(Error::BadAncillary {
             what: "datagram longer than the receive buffer (truncated)",
         });
     }
-    if extra || hdr.msg_flags & libc::MSG_CTRUNC != 0 {
+    if got.extra_fds {
         return Err(Error::BadAncillary {
             what: "more than one file descriptor attached",
         });
     }
-    Ok(Received { len: n, fd })
+    Ok(Received {
+        len: got.len,
+        fd: got.fd,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     fn hello() -> Hello<'static> {
         Hello {

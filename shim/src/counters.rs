@@ -27,6 +27,20 @@ pub fn own_call(hook: Hook) {
 static LAUNCH_FAILED: AtomicU64 = AtomicU64::new(0);
 static LAUNCH_CAPTURED: AtomicU64 = AtomicU64::new(0);
 
+/// Kernels run by graph launches, and graph launches of executable graphs
+/// `crate::graphs` does not know.
+static GRAPH_KERNELS: AtomicU64 = AtomicU64::new(0);
+static UNKNOWN_GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+/// A graph launch ran (not captured): `kernels` in it, or `None` when the
+/// executable graph is unknown.
+pub fn graph_launched(kernels: Option<u32>) {
+    match kernels {
+        Some(k) => GRAPH_KERNELS.fetch_add(u64::from(k), Ordering::Relaxed),
+        None => UNKNOWN_GRAPH_LAUNCHES.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
 #[cold]
 pub fn launch_failed() {
     LAUNCH_FAILED.fetch_add(1, Ordering::Relaxed);
@@ -48,7 +62,7 @@ pub fn kernels_launched() -> u64 {
     calls
         .saturating_sub(LAUNCH_FAILED.load(Ordering::Relaxed))
         .saturating_sub(LAUNCH_CAPTURED.load(Ordering::Relaxed))
-        + crate::graphs::graph_kernels()
+        + GRAPH_KERNELS.load(Ordering::Relaxed)
 }
 
 #[inline(always)]
@@ -70,10 +84,12 @@ pub fn reset() {
     }
     LAUNCH_FAILED.store(0, Ordering::Relaxed);
     LAUNCH_CAPTURED.store(0, Ordering::Relaxed);
-    crate::graphs::reset_counts();
+    GRAPH_KERNELS.store(0, Ordering::Relaxed);
+    UNKNOWN_GRAPH_LAUNCHES.store(0, Ordering::Relaxed);
 }
 
-/// `tandem[<pid>]: counts sym=n sym=n ...` (nonzero only), if debug logging is on.
+/// `tandem[<pid>]: counts sym=n sym=n ...` (nonzero only), if debug logging is on
+/// (the crate root's exit handler adds dedup's and follow mode's summaries).
 pub fn dump() {
     if !crate::log::enabled(crate::log::Level::Debug) {
         return;
@@ -111,18 +127,12 @@ pub fn dump() {
                 kernels_launched(),
                 LAUNCH_CAPTURED.load(Ordering::Relaxed),
                 LAUNCH_FAILED.load(Ordering::Relaxed),
-                crate::graphs::unknown_launches()
+                UNKNOWN_GRAPH_LAUNCHES.load(Ordering::Relaxed)
             )
         }
     }
     crate::log!(Debug, "{}", Counts);
     crate::log!(Debug, "{}", Totals);
-    for line in [crate::dedup::summary(), crate::follow::summary()]
-        .into_iter()
-        .flatten()
-    {
-        crate::log!(Debug, "{line}");
-    }
 }
 
 /// How many calls this process made through the hooked driver variant `symbol`

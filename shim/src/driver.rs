@@ -16,104 +16,84 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// glibc's `dlsym`; read by the override's tail jump, so it must be a plain word.
 pub(crate) static TANDEM_REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
-/// Driver functions the shim itself calls to do its work. They are not hooked
-/// and never handed to the program; they are resolved with the hooks.
-#[derive(Clone, Copy, Debug)]
-#[repr(usize)]
-pub enum Support {
-    StreamIsCapturing,
-    StreamIsCapturingPtsz,
-    GraphGetNodes,
-    GraphNodeGetType,
-    GraphChildGraphNodeGetGraph,
-    FuncGetName,
-    CtxGetDevice,
-    DeviceGetUuidV2,
-    DeviceGetUuid,
-    DeviceGetName,
+/// Declares the driver functions the shim itself calls, once: the
+/// [`Support`] enum, [`Support::ALL`] and each one's driver symbol come from
+/// this one list, so they cannot drift apart (the enum's discriminants are
+/// the indices of `ALL` and of the slots; checked at compile time below).
+macro_rules! support_table {
+    ($($(#[$attr:meta])* $variant:ident = $symbol:literal;)*) => {
+        /// Driver functions the shim itself calls to do its work. They are not
+        /// hooked and never handed to the program; they are resolved with the hooks.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Support {
+            $($(#[$attr])* $variant,)*
+        }
+
+        impl Support {
+            /// How many there are.
+            pub const COUNT: usize = [$(stringify!($variant),)*].len();
+            /// Every one, in declaration (= discriminant) order.
+            pub const ALL: [Support; Support::COUNT] = [$(Support::$variant,)*];
+            /// The driver's symbols, indexed by discriminant.
+            const SYMBOLS: [&'static CStr; Support::COUNT] = [$($symbol,)*];
+        }
+    };
+}
+
+support_table! {
+    StreamIsCapturing = c"cuStreamIsCapturing";
+    StreamIsCapturingPtsz = c"cuStreamIsCapturing_ptsz";
+    GraphGetNodes = c"cuGraphGetNodes";
+    GraphNodeGetType = c"cuGraphNodeGetType";
+    GraphChildGraphNodeGetGraph = c"cuGraphChildGraphNodeGetGraph";
+    FuncGetName = c"cuFuncGetName";
+    CtxGetDevice = c"cuCtxGetDevice";
+    DeviceGetUuidV2 = c"cuDeviceGetUuid_v2";
+    DeviceGetUuid = c"cuDeviceGetUuid";
+    DeviceGetName = c"cuDeviceGetName";
     // weight dedup and follow mode (crate::vmm)
-    CtxGetCurrent,
-    CtxSetCurrent,
-    CtxGetStreamPriorityRange,
-    StreamCreateWithPriority,
-    MemGetAllocationGranularity,
-    MemAddressReserve,
-    MemAddressFree,
-    MemSetAccess,
-    MemExportToShareableHandle,
-    MemImportFromShareableHandle,
-    MemcpyDtoHAsyncV2,
+    CtxGetCurrent = c"cuCtxGetCurrent";
+    CtxSetCurrent = c"cuCtxSetCurrent";
+    CtxGetStreamPriorityRange = c"cuCtxGetStreamPriorityRange";
+    StreamCreateWithPriority = c"cuStreamCreateWithPriority";
+    MemGetAllocationGranularity = c"cuMemGetAllocationGranularity";
+    MemAddressReserve = c"cuMemAddressReserve";
+    MemAddressFree = c"cuMemAddressFree";
+    MemSetAccess = c"cuMemSetAccess";
+    MemExportToShareableHandle = c"cuMemExportToShareableHandle";
+    MemImportFromShareableHandle = c"cuMemImportFromShareableHandle";
+    MemcpyDtoHAsyncV2 = c"cuMemcpyDtoHAsync_v2";
     // completion marks (crate::client::marks) and the watcher thread
-    EventCreate,
-    EventRecord,
-    EventRecordPtsz,
-    ThreadExchangeStreamCaptureMode,
+    EventCreate = c"cuEventCreate";
+    EventRecord = c"cuEventRecord";
+    EventRecordPtsz = c"cuEventRecord_ptsz";
+    ThreadExchangeStreamCaptureMode = c"cuThreadExchangeStreamCaptureMode";
 }
 
-impl Support {
-    const ALL: [(Support, &'static CStr); 25] = [
-        (Support::StreamIsCapturing, c"cuStreamIsCapturing"),
-        (Support::StreamIsCapturingPtsz, c"cuStreamIsCapturing_ptsz"),
-        (Support::GraphGetNodes, c"cuGraphGetNodes"),
-        (Support::GraphNodeGetType, c"cuGraphNodeGetType"),
-        (
-            Support::GraphChildGraphNodeGetGraph,
-            c"cuGraphChildGraphNodeGetGraph",
-        ),
-        (Support::FuncGetName, c"cuFuncGetName"),
-        (Support::CtxGetDevice, c"cuCtxGetDevice"),
-        (Support::DeviceGetUuidV2, c"cuDeviceGetUuid_v2"),
-        (Support::DeviceGetUuid, c"cuDeviceGetUuid"),
-        (Support::DeviceGetName, c"cuDeviceGetName"),
-        (Support::CtxGetCurrent, c"cuCtxGetCurrent"),
-        (Support::CtxSetCurrent, c"cuCtxSetCurrent"),
-        (
-            Support::CtxGetStreamPriorityRange,
-            c"cuCtxGetStreamPriorityRange",
-        ),
-        (
-            Support::StreamCreateWithPriority,
-            c"cuStreamCreateWithPriority",
-        ),
-        (
-            Support::MemGetAllocationGranularity,
-            c"cuMemGetAllocationGranularity",
-        ),
-        (Support::MemAddressReserve, c"cuMemAddressReserve"),
-        (Support::MemAddressFree, c"cuMemAddressFree"),
-        (Support::MemSetAccess, c"cuMemSetAccess"),
-        (
-            Support::MemExportToShareableHandle,
-            c"cuMemExportToShareableHandle",
-        ),
-        (
-            Support::MemImportFromShareableHandle,
-            c"cuMemImportFromShareableHandle",
-        ),
-        (Support::MemcpyDtoHAsyncV2, c"cuMemcpyDtoHAsync_v2"),
-        (Support::EventCreate, c"cuEventCreate"),
-        (Support::EventRecord, c"cuEventRecord"),
-        (Support::EventRecordPtsz, c"cuEventRecord_ptsz"),
-        (
-            Support::ThreadExchangeStreamCaptureMode,
-            c"cuThreadExchangeStreamCaptureMode",
-        ),
-    ];
-}
+// Each variant's discriminant is its index in `ALL` (and so in `SYMBOLS` and
+// the slots): a build that breaks this does not compile.
+const _: () = {
+    let mut i = 0;
+    while i < Support::COUNT {
+        assert!(Support::ALL[i] as usize == i);
+        i += 1;
+    }
+};
 
 impl Support {
+    /// The driver's symbol for it, e.g. `cuMemSetAccess`.
+    pub fn symbol(self) -> &'static CStr {
+        Self::SYMBOLS[self as usize]
+    }
+
     /// The driver's name for it, e.g. `cuMemSetAccess`.
     pub fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(w, _)| *w as usize == self as usize)
-            .and_then(|(_, n)| n.to_str().ok())
-            .unwrap_or("?")
+        self.symbol().to_str().unwrap_or("?")
     }
 }
 
-static SUPPORT: [AtomicUsize; Support::ALL.len()] =
-    [const { AtomicUsize::new(0) }; Support::ALL.len()];
+static SUPPORT: [AtomicUsize; Support::COUNT] = [const { AtomicUsize::new(0) }; Support::COUNT];
 
 /// The real driver function `which`, if the driver has it.
 pub fn support(which: Support) -> Option<usize> {
@@ -234,8 +214,8 @@ fn load() -> bool {
             );
         }
     }
-    for (which, name) in Support::ALL {
-        let p = lookup(handle, name);
+    for which in Support::ALL {
+        let p = lookup(handle, which.symbol());
         SUPPORT[which as usize].store(p as usize, Ordering::Release);
     }
     STATE.store(LOADED, Ordering::Release);
@@ -304,4 +284,26 @@ pub fn unavailable(hook: Hook) -> CuResult {
         );
     }
     CuResult::NOT_SUPPORTED
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_support_function_has_its_own_driver_symbol() {
+        let mut seen = std::collections::HashSet::new();
+        for (i, which) in Support::ALL.into_iter().enumerate() {
+            assert_eq!(which as usize, i);
+            let name = which.name();
+            assert!(name.starts_with("cu"), "{which:?} -> {name}");
+            assert!(seen.insert(name), "{name} is listed twice");
+        }
+        assert_eq!(seen.len(), Support::COUNT);
+        assert_eq!(Support::MemSetAccess.name(), "cuMemSetAccess");
+        assert_eq!(
+            Support::ThreadExchangeStreamCaptureMode.symbol(),
+            c"cuThreadExchangeStreamCaptureMode"
+        );
+    }
 }

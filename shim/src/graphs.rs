@@ -9,7 +9,7 @@ use crate::driver::{self, Support};
 use crate::table::Hook;
 use crate::types::{CUgraph, CUgraphExec, CUgraphNode, CUstream, CuResult};
 use core::ffi::{c_char, c_void};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 const CAPACITY: usize = 4096;
 const EMPTY: usize = 0;
@@ -26,11 +26,6 @@ static EXECS: [Entry; CAPACITY] = [const {
         kernels: AtomicU32::new(0),
     }
 }; CAPACITY];
-
-/// Kernels run by graph launches.
-static GRAPH_KERNELS: AtomicU64 = AtomicU64::new(0);
-/// Graph launches of executable graphs the table does not know.
-static UNKNOWN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 fn home(exec: usize) -> usize {
     // Fibonacci hashing; handles are pointers, so drop the alignment bits.
@@ -77,20 +72,6 @@ fn find(exec: usize) -> Option<&'static Entry> {
 /// Kernels per launch of `exec`, if known.
 pub fn kernels_of(exec: CUgraphExec) -> Option<u32> {
     find(exec as usize).map(|e| e.kernels.load(Ordering::Acquire))
-}
-
-pub fn graph_kernels() -> u64 {
-    GRAPH_KERNELS.load(Ordering::Relaxed)
-}
-
-pub fn unknown_launches() -> u64 {
-    UNKNOWN_LAUNCHES.load(Ordering::Relaxed)
-}
-
-/// In a child after fork.
-pub fn reset_counts() {
-    GRAPH_KERNELS.store(0, Ordering::Relaxed);
-    UNKNOWN_LAUNCHES.store(0, Ordering::Relaxed);
 }
 
 const NODE_KERNEL: u32 = 0;
@@ -269,14 +250,7 @@ pub unsafe fn launch(
     let rc = unsafe { real(exec, stream) };
     if rc == CuResult::SUCCESS && !crate::capture::is_capturing(stream, hook.info().per_thread) {
         let kernels = kernels_of(exec);
-        match kernels {
-            Some(k) => {
-                GRAPH_KERNELS.fetch_add(u64::from(k), Ordering::Relaxed);
-            }
-            None => {
-                UNKNOWN_LAUNCHES.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        crate::counters::graph_launched(kernels);
         if let Some(s) = client {
             crate::client::emit::graph_launch(s, hook, exec, kernels, stream);
         }

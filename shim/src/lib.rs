@@ -60,4 +60,7 @@ extern "C" fn after_fork_in_child() {
 
 extern "C" fn at_exit() {
     counters::dump();
+    for line in [dedup::summary(), follow::summary()].into_iter().flatten() {
+        log!(Debug, "{line}");
+    }
 }

@@ -1,10 +1,11 @@
 //! The machinery behind the one table of hooked driver functions.
 //!
-//! [`crate::hooks`] invokes [`hook_table!`] once. From that single list come:
-//! - the exported C symbols (path 1: programs linked against libcuda),
-//! - [`TABLE`]: per-variant metadata that answers `dlsym` (path 2) and
-//!   `cuGetProcAddress` (path 3),
-//! - the real-pointer slots (`crate::driver`) and the counters, both indexed by [`Hook`].
+//! [`crate::hooks`] holds the list and `hook_table!`, which expands it into
+//! the exported C symbols (path 1: programs linked against libcuda), the
+//! [`Hook`] enum and [`TABLE`]. This module holds what the expansion is made
+//! of and the lookups over it: the per-variant metadata ([`HookInfo`], [`Kind`])
+//! that answers `dlsym` (path 2) and `cuGetProcAddress` (path 3), and indexes
+//! the real-pointer slots (`crate::driver`) and the counters (`crate::counters`).
 
 use core::ffi::{c_void, CStr};
 
@@ -166,107 +167,6 @@ impl Hook {
     pub fn by_hook_address(addr: *const c_void) -> Option<Hook> {
         Hook::ALL.iter().copied().find(|h| h.info().hook.0 == addr)
     }
-}
-
-/// Declares every hooked driver function once. See `crate::hooks`.
-///
-/// Entry syntax:
-/// `symbol("gpaName", since, legacy|per_thread) Kind fn(arg: Type, ...) [=> custom_body];`
-///
-/// A plain entry counts the call and forwards it unchanged to the same variant of
-/// the real driver. An entry with `=> path` counts it and calls
-/// `path(hook, client, real, args...)` instead, where `client` is the
-/// coordinator session ([`crate::client::Client`]: `None` without one).
-#[macro_export]
-macro_rules! hook_table {
-    ($(
-        $sym:ident ($gpa:literal, $since:literal, $stream:ident) $kind:ident
-            fn($($arg:ident : $ty:ty),* $(,)?) $(=> $custom:path)?;
-    )*) => {
-        /// One value per hooked driver variant, in table order.
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(usize)]
-        pub enum Hook { $($sym,)* }
-
-        impl Hook {
-            pub const ALL: [Hook; HOOK_COUNT] = [$(Hook::$sym,)*];
-        }
-
-        pub const HOOK_COUNT: usize = [$(stringify!($sym),)*].len();
-
-        pub static TABLE: [$crate::table::HookInfo; HOOK_COUNT] = [$(
-            $crate::table::HookInfo {
-                symbol: match ::core::ffi::CStr::from_bytes_with_nul(
-                    concat!(stringify!($sym), "\0").as_bytes(),
-                ) {
-                    Ok(s) => s,
-                    Err(_) => panic!("symbol names are NUL-free"),
-                },
-                gpa_name: $gpa,
-                since: $since,
-                per_thread: $crate::hook_table!(@per_thread $stream),
-                kind: $crate::table::Kind::$kind,
-                hook: $crate::table::HookFn(exports::$sym as *const ::core::ffi::c_void),
-            },
-        )*];
-
-        /// The exported driver entry points.
-        pub mod exports {
-            #[allow(unused_imports)]
-            use super::*;
-            $(
-                #[doc = concat!("Interposes `", stringify!($sym), "`.")]
-                ///
-                /// # Safety
-                /// Called by the host with the argument contract of the CUDA driver
-                /// function of the same name; the arguments are passed on unchanged.
-                #[no_mangle]
-                pub unsafe extern "C" fn $sym($($arg: $ty),*) -> $crate::types::CuResult {
-                    const ID: Hook = Hook::$sym;
-                    let Some(real) = $crate::driver::real(ID) else {
-                        return $crate::driver::unavailable(ID);
-                    };
-                    type Real = unsafe extern "C" fn($($ty),*) -> $crate::types::CuResult;
-                    // SAFETY: the slot for ID only ever holds the real driver's own
-                    // `$sym` (or what its cuGetProcAddress returned for that variant),
-                    // whose C signature is the one declared in this table.
-                    let real = unsafe { ::core::mem::transmute::<usize, Real>(real) };
-                    $crate::counters::hit(ID);
-                    // One load: the coordinator session, or None (fail-open). The
-                    // first hooked call of a process connects (cold, bounded).
-                    let client = $crate::client::current();
-                    const KIND: $crate::table::Kind = $crate::table::Kind::$kind;
-                    // Submissions stay out of dedup's remaps (a relaxed load when
-                    // this process has no dedup-backed memory; nothing for other kinds).
-                    let bracket = if KIND.submits() {
-                        $crate::dedup::quiesce::Bracket::enter()
-                    } else {
-                        None
-                    };
-                    let rc = $crate::hook_table!(@call ID client real ($($arg),*) $($custom)?);
-                    drop(bracket);
-                    if KIND.reports_faults() && rc == $crate::types::CuResult::ILLEGAL_ADDRESS {
-                        $crate::dedup::illegal_address();
-                        $crate::follow::illegal_address();
-                    }
-                    rc
-                }
-            )*
-        }
-    };
-    (@per_thread legacy) => { false };
-    (@per_thread per_thread) => { true };
-    (@call $id:ident $client:ident $real:ident ($($arg:ident),*)) => {{
-        let _ = $client;
-        // SAFETY: forwarding the caller's arguments, unchanged, to the same variant.
-        unsafe { $real($($arg),*) }
-    }};
-    (@call $id:ident $client:ident $real:ident ($($arg:ident),*) $custom:path) => {
-        // SAFETY: the custom body receives the session, the real function and the
-        // caller's arguments.
-        unsafe { $custom($id, $client, $real, $($arg),*) }
-    };
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! the handshake (Hello or Control first, within a deadline), registered
 //! clients' messages, control requests, and refusals.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use tandem_proto::wire::{
@@ -55,7 +55,7 @@ impl Daemon {
             };
             let token = self.next_token;
             self.next_token += 1;
-            if let Err(e) = self.epoll.add(fd.as_raw_fd(), token) {
+            if let Err(e) = self.epoll.add(fd.as_fd(), token) {
                 warn!(pid = cred.pid, "epoll_ctl failed for a new connection: {e}");
                 continue;
             }

@@ -1,11 +1,13 @@
-//! One bounded registration attempt: connect (non-blocking, 200 ms), Hello,
+//! One bounded registration attempt: connect (non-blocking, 200 ms, through
+//! `tandem_os::socket`, the one connect tandemd's tools use too), Hello,
 //! Welcome or Reject (1 s), map the ring. Cold path: allocates, makes syscalls,
 //! formats log lines; never runs on a hook's fast path.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use tandem_os::socket;
 use tandem_proto::mps::MpsJoin;
 use tandem_proto::wire::{self, Message, RejectReason, PROTOCOL_VERSION};
 use tandem_proto::{ring, Error, Producer, SyncProducer};
@@ -41,112 +43,16 @@ pub enum Outcome {
 static SAID_STALLED: AtomicBool = AtomicBool::new(false);
 static SAID_DENIED: AtomicBool = AtomicBool::new(false);
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// Polls `fd` for `events` until `deadline`; the revents, or 0 on timeout.
-fn poll_until(fd: i32, events: i16, deadline: Instant) -> Result<i16, i32> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(0);
-        }
-        let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
-        let mut p = libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        if r > 0 {
-            return Ok(p.revents);
-        }
-        if r == 0 {
-            continue; // re-check the deadline
-        }
-        let e = errno();
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
-
-/// A connected, non-blocking, close-on-exec SEQPACKET socket to `cfg.socket`.
+/// A connected, non-blocking, close-on-exec SEQPACKET socket to `cfg.socket`
+/// (`tandem_os::socket::connect`, bounded by [`CONNECT_TIMEOUT`]); the errno
+/// when there is none.
 fn connect(cfg: &Config) -> Result<OwnedFd, i32> {
-    // SAFETY: plain socket(2) call.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(errno());
-    }
-    // SAFETY: a fresh descriptor that nothing else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-    HANDSHAKE_FD.store(raw, Ordering::SeqCst);
-    // SAFETY: an all-zero sockaddr_un is valid.
-    let mut addr: libc::sockaddr_un = unsafe { core::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let path = cfg.socket.as_bytes();
-    if path.len() >= addr.sun_path.len() {
-        return Err(libc::ENAMETOOLONG);
-    }
-    for (d, s) in addr.sun_path.iter_mut().zip(path) {
-        *d = *s as libc::c_char;
-    }
-    let len = (core::mem::size_of::<libc::sa_family_t>() + path.len() + 1) as libc::socklen_t;
-    let deadline = Instant::now() + CONNECT_TIMEOUT;
-    loop {
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
-        let r = unsafe {
-            libc::connect(
-                raw,
-                (&addr as *const libc::sockaddr_un).cast::<libc::sockaddr>(),
-                len,
-            )
-        };
-        if r == 0 {
-            return Ok(sock);
-        }
-        match errno() {
-            libc::EINTR => continue,
-            // A full backlog on a unix socket: retry briefly, within the bound.
-            libc::EAGAIN => {
-                if Instant::now() >= deadline {
-                    return Err(libc::ETIMEDOUT);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            libc::EINPROGRESS => {
-                let ev = poll_until(raw, libc::POLLOUT, deadline)?;
-                if ev == 0 {
-                    return Err(libc::ETIMEDOUT);
-                }
-                let mut err: libc::c_int = 0;
-                let mut l = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
-                // SAFETY: SO_ERROR into a c_int of the stated length.
-                let r = unsafe {
-                    libc::getsockopt(
-                        raw,
-                        libc::SOL_SOCKET,
-                        libc::SO_ERROR,
-                        (&mut err as *mut libc::c_int).cast(),
-                        &mut l,
-                    )
-                };
-                if r < 0 {
-                    return Err(errno());
-                }
-                return if err == 0 { Ok(sock) } else { Err(err) };
-            }
-            e => return Err(e),
-        }
-    }
+    let sock = socket::seqpacket(true).map_err(|e| e.errno())?;
+    HANDSHAKE_FD.store(sock.as_raw_fd(), Ordering::SeqCst);
+    let addr = socket::UnixAddr::new(cfg.socket.as_bytes()).map_err(|e| e.errno())?;
+    socket::connect(sock.as_fd(), &addr, Instant::now() + CONNECT_TIMEOUT)
+        .map_err(|e| e.errno())?;
+    Ok(sock)
 }
 
 /// One registration attempt with the coordinator `cfg` names. After a
@@ -211,8 +117,8 @@ fn attempt_inner(cfg: &Config) -> Outcome {
     }
     // ---- Welcome / Reject ----
     let deadline = Instant::now() + ANSWER_TIMEOUT;
-    match poll_until(sock.as_raw_fd(), libc::POLLIN, deadline) {
-        Ok(0) => {
+    match socket::wait(sock.as_fd(), socket::Ready::Readable, deadline) {
+        Ok(false) => {
             if !SAID_STALLED.swap(true, Ordering::Relaxed) {
                 crate::log!(
                     Warn,
@@ -224,13 +130,9 @@ fn attempt_inner(cfg: &Config) -> Outcome {
             }
             return Outcome::Unavailable;
         }
-        Ok(_) => {}
+        Ok(true) => {}
         Err(e) => {
-            crate::log!(
-                Debug,
-                "poll on the coordinator socket failed: {}",
-                std::io::Error::from_raw_os_error(e)
-            );
+            crate::log!(Debug, "waiting on the coordinator socket failed: {e}");
             return Outcome::Unavailable;
         }
     }

@@ -2,7 +2,7 @@
 //! vDSO's), no lock, no allocation, no formatting. One record per event, pushed
 //! through the session's `SyncProducer` (never blocks; a full ring drops).
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use tandem_proto::record::FLAG_PER_THREAD_STREAM;
 use tandem_proto::{monotonic_ns, EventKind, Record};
@@ -10,39 +10,6 @@ use tandem_proto::{monotonic_ns, EventKind, Record};
 use super::session::Session;
 use crate::table::Hook;
 use crate::types::{CUfunction, CUgraphExec, CUstream};
-
-/// Records this process dropped since start (or fork). Bumped only when a push
-/// fails, so the fast path has no shared read-modify-write for counting:
-/// records pushed are read from the rings' own `head` words instead.
-static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Records pushed into the rings of sessions already retired (this process).
-static RETIRED_PUSHED: AtomicU64 = AtomicU64::new(0);
-
-#[cold]
-#[inline(never)]
-pub(super) fn count_drop() {
-    DROPPED.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Notes the final count of a session being retired.
-pub(super) fn retired(pushed: u64) {
-    RETIRED_PUSHED.fetch_add(pushed, Ordering::Relaxed);
-}
-
-/// Records pushed: retired sessions' plus the live session's ring head.
-pub fn pushed() -> u64 {
-    RETIRED_PUSHED.load(Ordering::Relaxed) + super::published().map_or(0, |s| s.ring_head())
-}
-
-pub fn dropped() -> u64 {
-    DROPPED.load(Ordering::Relaxed)
-}
-
-/// In a child after fork.
-pub(super) fn reset() {
-    DROPPED.store(0, Ordering::Relaxed);
-    RETIRED_PUSHED.store(0, Ordering::Relaxed);
-}
 
 /// `FLAG_PER_THREAD_STREAM` for `_ptsz`/`_ptds` variants (folds to a constant:
 /// `hook` is a constant in every hook body).
@@ -146,18 +113,6 @@ pub fn sync(s: &Session, hook: Hook, kind: EventKind, flags: u16, stream: u64) {
     let mut r = Record::new(kind, monotonic_ns());
     r.flags = flags | thread_flag(hook);
     r.stream = stream;
-    s.push(&r);
-}
-
-/// MARK (`bytes`: the session's launch counter) / MARK_DONE, for mark `seq`.
-#[inline]
-pub fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
-    let mut r = Record::new(kind, ts_ns);
-    r.func_id = seq;
-    r.stream = stream;
-    if kind == EventKind::MARK {
-        r.bytes = s.control().launches();
-    }
     s.push(&r);
 }
 

@@ -27,10 +27,8 @@ use std::time::Duration;
 
 use tandem_proto::board::{Announcer, Board, Presence, Slot, BOARD_LEN};
 use tandem_proto::estimates::EstimateTable;
-use tandem_proto::inflight::{admits, CLASS_INFERENCE, CLASS_TRAINING};
+use tandem_proto::inflight::CLASS_INFERENCE;
 use tandem_proto::{monotonic_ns, ControlBlock};
-
-use super::session::Session;
 
 /// Longest one launch waits at the local bound (as at a closed gate).
 pub const MAX_LOCAL_WAIT: Duration = Duration::from_millis(50);
@@ -99,13 +97,13 @@ impl Local {
 
     /// The estimate a launch of `key` is charged.
     #[inline(always)]
-    fn estimate(&self, key: u32, default_ns: u64) -> u64 {
+    pub(super) fn estimate(&self, key: u32, default_ns: u64) -> u64 {
         self.estimates.lookup(key).unwrap_or(default_ns)
     }
 
     /// Whether inference counts as active on this client's GPU at `now`.
     #[inline(always)]
-    fn active(&self, now: u64, hold_ns: u64) -> bool {
+    pub(super) fn active(&self, now: u64, hold_ns: u64) -> bool {
         self.slot()
             .is_some_and(|s| self.presence.active(s.seq(), s.open(), now, hold_ns))
     }
@@ -186,6 +184,21 @@ impl Local {
     }
 
     /// An explicit request began (`begin`) or ended in this process.
+    /// An inference client's launch: bump the board slot when the last bump
+    /// is older than a quarter of the hold period.
+    #[inline(always)]
+    pub(crate) fn announce(&self, cb: &ControlBlock) {
+        let l = self;
+        if !l.writable.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(s) = l.slot() {
+            if l.announcer.due(monotonic_ns(), cb.budgets().hold_ns) {
+                s.bump();
+            }
+        }
+    }
+
     pub(crate) fn request(&self, begin: bool, cb: &ControlBlock) {
         let open = if begin {
             self.open.fetch_add(1, Ordering::Relaxed) + 1
@@ -209,83 +222,5 @@ impl Local {
                 s.end_request();
             }
         }
-    }
-}
-
-impl Session {
-    /// Scheduler v2 before a launch of `key`: an inference client announces
-    /// itself on the board; a training client waits (bounded) until the
-    /// launch fits its local budget, then charges it. Others: nothing.
-    #[inline(always)]
-    pub(crate) fn local_gate(&self, key: u32) {
-        let cb = self.control();
-        match cb.class() {
-            CLASS_TRAINING => self.admit(cb, key),
-            CLASS_INFERENCE => self.announce(cb),
-            _ => {}
-        }
-    }
-
-    #[inline(always)]
-    fn announce(&self, cb: &ControlBlock) {
-        let l = &self.local;
-        if !l.writable.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Some(s) = l.slot() {
-            if l.announcer.due(monotonic_ns(), cb.budgets().hold_ns) {
-                s.bump();
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn admit(&self, cb: &ControlBlock, key: u32) {
-        let b = cb.budgets();
-        let est = self.local.estimate(key, b.default_est_ns);
-        // Without completion marks nothing in flight is ever seen to end:
-        // no bound (tandemd sets none then either).
-        if (b.idle_ns != 0 || b.active_ns != 0) && cb.mark_every_ns() != 0 {
-            let budget = if self.local.active(monotonic_ns(), b.hold_ns) {
-                b.active_ns
-            } else {
-                b.idle_ns
-            };
-            if !admits(budget, cb.inflight_ns(), est) {
-                self.wait_local(cb, est);
-            }
-        }
-        cb.charge(est);
-    }
-
-    /// Waits until a launch estimated at `est` fits, or [`MAX_LOCAL_WAIT`].
-    #[cold]
-    #[inline(never)]
-    fn wait_local(&self, cb: &ControlBlock, est: u64) {
-        let start = monotonic_ns();
-        let max = MAX_LOCAL_WAIT.as_nanos() as u64;
-        loop {
-            // Our queued work can only be seen to complete through a mark
-            // placed after it: make sure one is.
-            super::marks::cover(self, cb.charged_ns());
-            super::marks::poll_here(self);
-            let now = monotonic_ns();
-            let b = cb.budgets();
-            let budget = if self.local.active(now, b.hold_ns) {
-                b.active_ns
-            } else {
-                b.idle_ns
-            };
-            if admits(budget, cb.inflight_ns(), est) || now.saturating_sub(start) >= max {
-                cb.count_local_wait(now.saturating_sub(start));
-                return;
-            }
-            std::thread::sleep(WAIT_SLICE);
-        }
-    }
-
-    /// An explicit request began or ended (the board, when inference).
-    pub(crate) fn request_mark(&self, begin: bool) {
-        self.local.request(begin, self.control());
     }
 }

@@ -34,9 +34,8 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tandem_proto::{monotonic_ns, EventKind};
+use tandem_proto::{monotonic_ns, EventKind, Record};
 
-use super::emit;
 use super::session::Session;
 use crate::calls;
 use crate::table::Hook;
@@ -181,7 +180,7 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
     slot.charged.store(charged, Ordering::Relaxed);
     slot.gen.store(s.gen, Ordering::Relaxed);
     s.local.cover(charged);
-    emit::mark(s, EventKind::MARK, seq, stream as u64, now);
+    mark(s, EventKind::MARK, seq, stream as u64, now);
     s.control().count_mark(false);
     let first = OUTSTANDING.fetch_add(1, Ordering::Relaxed) == 0;
     slot.state.store(ARMED, Ordering::Release);
@@ -191,6 +190,18 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
 }
 
 /// One eventfd write (cold: only when a mark follows an idle spell).
+/// MARK (`bytes`: the session's launch counter) / MARK_DONE, for mark `seq`.
+#[inline]
+fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
+    let mut r = Record::new(kind, ts_ns);
+    r.func_id = seq;
+    r.stream = stream;
+    if kind == EventKind::MARK {
+        r.bytes = s.control().launches();
+    }
+    s.push(&r);
+}
+
 fn wake_watcher() {
     let fd = WAKE.load(Ordering::Relaxed);
     if fd >= 0 {
@@ -304,7 +315,7 @@ fn poll_armed(s: &Session) {
                     s.control()
                         .complete_through(slot.charged.load(Ordering::Relaxed));
                 }
-                emit::mark(s, EventKind::MARK_DONE, seq, stream, monotonic_ns());
+                mark(s, EventKind::MARK_DONE, seq, stream, monotonic_ns());
                 s.control().count_mark(true);
             }
             Err(e) => crate::log!(Debug, "dropping completion mark {seq}: {e}"),

@@ -8,8 +8,9 @@
 //! - The first hooked call of a process registers, synchronously and bounded
 //!   (connect 200 ms, answer 1 s), then starts the [`watcher`] thread, which
 //!   notices a hang-up, unpublishes the session and re-registers every 200 ms.
-//! - With a session, launches obey the gate and every reported event is one
-//!   ring record ([`emit`]); names of kernels and the device go out once per
+//! - With a session, launches pass the gate ([`gate`]: the local in-flight
+//!   bound of [`local`], then the coordinator's gate) and every reported
+//!   event is one ring record ([`emit`]); names of kernels and the device go out once per
 //!   session as FuncName / Device messages ([`funcs`]).
 //! - Sessions are leaked (`&'static`), never freed: a launching thread may
 //!   still hold one that was just retired (its ring is then swapped for
@@ -17,6 +18,11 @@
 //! - Where the coordinator asks for them, launches are followed by completion
 //!   marks (driver events) that the watcher reports as they complete
 //!   ([`marks`]).
+//! - The modules form one direction: [`session`] (the state, the ring push
+//!   and its counters) and [`local`] (the board and estimates) at the
+//!   bottom; [`marks`] over the session; [`gate`] and [`emit`] over both;
+//!   this module (publication, registration) on top. Dedup and follow mode
+//!   name [`session::Session`] directly.
 //! - After `fork` the child unpublishes and abandons the parent's session and
 //!   registers as a new client on its own next CUDA call.
 //! - Under tandem over MPS, the first registration also puts the MPS
@@ -28,10 +34,11 @@ pub mod emit;
 mod config;
 mod connect;
 mod funcs;
+mod gate;
 mod local;
 mod marks;
 pub(crate) mod mps;
-mod session;
+pub(crate) mod session;
 mod watcher;
 
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -156,7 +163,7 @@ fn retire(s: &'static Session) {
     let _ = CURRENT.compare_exchange(addr, IDLE, Ordering::AcqRel, Ordering::Acquire);
     // A thread that loaded `s` just before may still push a record or two after
     // this count: those go into a ring nobody reads any more, uncounted.
-    emit::retired(s.ring_head());
+    session::retired(s.ring_head());
     s.retire();
     crate::dedup::session_lost();
     RETIRING.store(0, Ordering::SeqCst);
@@ -184,21 +191,21 @@ pub fn after_fork_in_child() {
     watcher::after_fork_in_child();
     marks::after_fork_in_child();
     mps::after_fork_in_child();
-    emit::reset();
+    session::reset_counts();
 }
 
 /// Records this process pushed into its coordinator ring since it started (or
 /// forked). Declared in `include/tandem.h`.
 #[no_mangle]
 pub extern "C" fn tandem_records_pushed() -> u64 {
-    emit::pushed()
+    session::retired_pushed() + published().map_or(0, |s| s.ring_head())
 }
 
 /// Records this process dropped (ring full or busy) since it started (or forked).
 /// Declared in `include/tandem.h`.
 #[no_mangle]
 pub extern "C" fn tandem_records_dropped() -> u64 {
-    emit::dropped()
+    session::dropped()
 }
 
 /// The coordinator's id for this process, or 0 when it is not registered now.

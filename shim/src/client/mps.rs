@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use tandem_proto::mps::{MpsJoin, CLIENT_PRIORITY_ENV, PIPE_DIR_ENV, THREAD_PERCENTAGE_ENV};
 use tandem_proto::wire::HELLO_FLAG_MPS;
 
-use crate::hooks::Hook;
+use crate::table::Hook;
 use crate::types::CuResult;
 
 /// Threads inside `super::first_call` now (the one registering, and any

@@ -15,17 +15,49 @@ use tandem_proto::{ControlBlock, Record, SyncProducer};
 /// checked against proto by a unit test below).
 pub const RING_HEAD_OFFSET: usize = 128;
 
-/// Longest a closed gate holds one launch (contract: 50 ms).
-pub const MAX_GATE_WAIT: Duration = Duration::from_millis(50);
-
 /// How long a retiring session waits for threads still sending on its socket
 /// before it leaks the descriptor instead of closing it under them.
 const SENDER_DRAIN: Duration = Duration::from_millis(100);
 
+// ---- records pushed and dropped, per process ----
+
+/// Records this process dropped since start (or fork). Bumped only when a push
+/// fails, so the fast path has no shared read-modify-write for counting:
+/// records pushed are read from the rings' own `head` words instead.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Records pushed into the rings of sessions already retired (this process).
+static RETIRED_PUSHED: AtomicU64 = AtomicU64::new(0);
+
+#[cold]
+#[inline(never)]
+fn count_drop() {
+    DROPPED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Notes the final count of a session being retired.
+pub(super) fn retired(pushed: u64) {
+    RETIRED_PUSHED.fetch_add(pushed, Ordering::Relaxed);
+}
+
+/// Records pushed into the rings of retired sessions.
+pub(super) fn retired_pushed() -> u64 {
+    RETIRED_PUSHED.load(Ordering::Relaxed)
+}
+
+pub(super) fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// In a child after fork.
+pub(super) fn reset_counts() {
+    DROPPED.store(0, Ordering::Relaxed);
+    RETIRED_PUSHED.store(0, Ordering::Relaxed);
+}
+
 pub struct Session {
     // ---- read on every hooked call with a session ----
     producer: SyncProducer<'static>,
-    control: &'static ControlBlock,
+    pub(super) control: &'static ControlBlock,
     /// The board and the estimates (scheduler v2, [`super::local`]).
     pub(crate) local: super::local::Local,
     /// Which session this is in this process (never 0); FuncName resend tracking.
@@ -33,12 +65,12 @@ pub struct Session {
     /// Whether the Device message went out (or was attempted) on this session.
     pub(crate) device_sent: AtomicBool,
     /// Gate waits give up when the heartbeat stands still this long.
-    stale_after: Duration,
+    pub(super) stale_after: Duration,
     /// The heartbeat last seen by a gate wait, and when (monotonic ns): a
     /// coordinator that stopped beating stops costing waits after `stale_after`
     /// in total, not per launch.
-    last_beat: AtomicU64,
-    beat_seen_ns: AtomicU64,
+    pub(super) last_beat: AtomicU64,
+    pub(super) beat_seen_ns: AtomicU64,
     // ---- cold ----
     /// The coordinator's id for this client.
     pub(crate) client_id: u64,
@@ -85,48 +117,16 @@ impl Session {
         }
     }
 
-    /// Before a launch of kernel `key` (`tandem_proto::estimates::kernel_key`):
-    /// first scheduler v2's local part ([`super::local`]: a training client
-    /// waits, bounded, until the launch fits its in-flight budget; an
-    /// inference client announces itself on the board), then the
-    /// coordinator's gate and launch limit, then the launch is counted: when
-    /// allowed, two Acquire loads (gate, limit), one Relaxed load and one
-    /// `fetch_add` of the session's launch counter; when the gate is closed or
-    /// the launch is beyond the limit, a bounded wait first (at most 50 ms;
-    /// less when the coordinator looks dead). Call once per launch (a graph
-    /// launch is one), just before the real call.
-    #[inline(always)]
-    pub fn gate(&self, key: u32) {
-        self.local_gate(key);
-        if !self.control.launch_allowed() {
-            self.wait_gate();
-        }
-        self.control.count_launch();
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn wait_gate(&self) {
-        let now = tandem_proto::monotonic_ns();
-        let beat = self.control.heartbeat();
-        if beat != self.last_beat.swap(beat, Ordering::Relaxed) {
-            self.beat_seen_ns.store(now, Ordering::Relaxed);
-        } else {
-            let still = now.saturating_sub(self.beat_seen_ns.load(Ordering::Relaxed));
-            if u128::from(still) >= self.stale_after.as_nanos() {
-                // The coordinator stopped beating with the gate closed: fail open
-                // without waiting (the watcher reconnects if it is gone).
-                return;
-            }
-        }
-        let _ = self.control.wait_launch(MAX_GATE_WAIT, self.stale_after);
+    /// An explicit request began or ended (the board, when inference).
+    pub(crate) fn request_mark(&self, begin: bool) {
+        self.local.request(begin, self.control());
     }
 
     /// Pushes one record (never blocks: a full or busy ring drops it, counted).
     #[inline(always)]
     pub fn push(&self, record: &Record) {
         if !self.producer.push(record) {
-            super::emit::count_drop();
+            count_drop();
         }
     }
 
@@ -215,17 +215,8 @@ impl Session {
         // the same size and protection, so every pointer into it stays valid;
         // zero is a valid value for every field there (all atomics: an open gate,
         // empty ring).
-        let p = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        let replaced = unsafe { tandem_os::mm::replace_with_anonymous(base as *mut u8, len) };
+        if replaced.is_err() {
             crate::log!(
                 Debug,
                 "could not release the old ring mapping; keeping it (never written again)"

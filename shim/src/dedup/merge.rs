@@ -17,7 +17,7 @@ use super::hash::{hash128, is_uniform};
 use super::quiesce::{self, Bracket};
 use super::{ctx_of, send, shared_changed, state, State};
 use super::{BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
-use crate::client::Session;
+use crate::client::session::Session;
 use crate::types::{CUdeviceptr, CuResult};
 use crate::vmm::{self, Access, DriverError};
 

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tandem_proto::dedup::{Dedup, DedupOp, DEDUP_LEN};
 use tandem_proto::wire::{Message, HEADER_LEN};
 
-use crate::client::Session;
+use crate::client::session::Session;
 use crate::types::{CUcontext, CUdeviceptr, CuResult};
 use granules::{Backing, Rule, Table};
 

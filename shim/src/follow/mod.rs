@@ -40,7 +40,7 @@ use tandem_proto::follow::MAX_REGION_LEN;
 use tandem_proto::follow::{api, valid_name, Follow, FollowOp, FollowStatus, FOLLOW_LEN};
 use tandem_proto::wire::{Message, HEADER_LEN};
 
-use crate::client::Session;
+use crate::client::session::Session;
 use crate::types::{CUdeviceptr, CUmemGenericAllocationHandle, CuResult};
 use crate::vmm::{self, Access, DriverError};
 use mailbox::Mailbox;

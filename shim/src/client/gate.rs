@@ -1,0 +1,120 @@
+//! The gate stage on the shim's side: what a launch passes through before
+//! the real driver call (`Session::gate`).
+//!
+//! First scheduler v2's local part (`super::local`: an inference client
+//! announces itself on the GPU board; a training client waits, bounded,
+//! until the launch fits its in-flight budget, making sure a completion mark
+//! (`super::marks`) covers its queued work and polling the marks itself),
+//! then the coordinator's gate and launch limit in the control block
+//! (`tandem_proto::control`), waiting at most [`MAX_GATE_WAIT`] and less when
+//! the coordinator's heartbeat stands still.
+
+use core::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tandem_proto::inflight::{admits, CLASS_INFERENCE, CLASS_TRAINING};
+use tandem_proto::{monotonic_ns, ControlBlock};
+
+use super::local::{MAX_LOCAL_WAIT, WAIT_SLICE};
+use super::marks;
+use super::session::Session;
+
+/// Longest a closed gate holds one launch (contract: 50 ms).
+pub const MAX_GATE_WAIT: Duration = Duration::from_millis(50);
+
+impl Session {
+    /// Before a launch of kernel `key` (`tandem_proto::estimates::kernel_key`):
+    /// first scheduler v2's local part ([`super::local`]: a training client
+    /// waits, bounded, until the launch fits its in-flight budget; an
+    /// inference client announces itself on the board), then the
+    /// coordinator's gate and launch limit, then the launch is counted: when
+    /// allowed, two Acquire loads (gate, limit), one Relaxed load and one
+    /// `fetch_add` of the session's launch counter; when the gate is closed or
+    /// the launch is beyond the limit, a bounded wait first (at most 50 ms;
+    /// less when the coordinator looks dead). Call once per launch (a graph
+    /// launch is one), just before the real call.
+    #[inline(always)]
+    pub fn gate(&self, key: u32) {
+        self.local_gate(key);
+        if !self.control.launch_allowed() {
+            self.wait_gate();
+        }
+        self.control.count_launch();
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_gate(&self) {
+        let now = tandem_proto::monotonic_ns();
+        let beat = self.control.heartbeat();
+        if beat != self.last_beat.swap(beat, Ordering::Relaxed) {
+            self.beat_seen_ns.store(now, Ordering::Relaxed);
+        } else {
+            let still = now.saturating_sub(self.beat_seen_ns.load(Ordering::Relaxed));
+            if u128::from(still) >= self.stale_after.as_nanos() {
+                // The coordinator stopped beating with the gate closed: fail open
+                // without waiting (the watcher reconnects if it is gone).
+                return;
+            }
+        }
+        let _ = self.control.wait_launch(MAX_GATE_WAIT, self.stale_after);
+    }
+
+    /// Scheduler v2 before a launch of `key`: an inference client announces
+    /// itself on the board; a training client waits (bounded) until the
+    /// launch fits its local budget, then charges it. Others: nothing.
+    #[inline(always)]
+    pub(crate) fn local_gate(&self, key: u32) {
+        let cb = self.control();
+        match cb.class() {
+            CLASS_TRAINING => self.admit(cb, key),
+            CLASS_INFERENCE => self.local.announce(cb),
+            _ => {}
+        }
+    }
+
+    #[inline(always)]
+    fn admit(&self, cb: &ControlBlock, key: u32) {
+        let b = cb.budgets();
+        let est = self.local.estimate(key, b.default_est_ns);
+        // Without completion marks nothing in flight is ever seen to end:
+        // no bound (tandemd sets none then either).
+        if (b.idle_ns != 0 || b.active_ns != 0) && cb.mark_every_ns() != 0 {
+            let budget = if self.local.active(monotonic_ns(), b.hold_ns) {
+                b.active_ns
+            } else {
+                b.idle_ns
+            };
+            if !admits(budget, cb.inflight_ns(), est) {
+                self.wait_local(cb, est);
+            }
+        }
+        cb.charge(est);
+    }
+
+    /// Waits until a launch estimated at `est` fits, or [`MAX_LOCAL_WAIT`].
+    #[cold]
+    #[inline(never)]
+    fn wait_local(&self, cb: &ControlBlock, est: u64) {
+        let start = monotonic_ns();
+        let max = MAX_LOCAL_WAIT.as_nanos() as u64;
+        loop {
+            // Our queued work can only be seen to complete through a mark
+            // placed after it: make sure one is.
+            marks::cover(self, cb.charged_ns());
+            marks::poll_here(self);
+            let now = monotonic_ns();
+            let b = cb.budgets();
+            let budget = if self.local.active(now, b.hold_ns) {
+                b.active_ns
+            } else {
+                b.idle_ns
+            };
+            if admits(budget, cb.inflight_ns(), est) || now.saturating_sub(start) >= max {
+                cb.count_local_wait(now.saturating_sub(start));
+                return;
+            }
+            std::thread::sleep(WAIT_SLICE);
+        }
+    }
+}
