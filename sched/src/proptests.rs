@@ -494,3 +494,95 @@ proptest! {
         run(&cfg, &ops).map_err(TestCaseError::fail)?;
     }
 }
+
+/// Scheduler v2's outputs on a random stream: after every step, each
+/// client's local bound (as last emitted) follows the rules of
+/// [`local_budget`], Budget outputs are changes only, and published
+/// estimates are in range and never for the graph pseudo-kernel.
+fn check_local(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<(), String> {
+    let mut s = Scheduler::new(cfg.clone());
+    let mut seqs = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut last: BTreeMap<u64, Option<LocalBudget>> = BTreeMap::new();
+    let mut now = 10 * MS;
+    for (step, lag, op) in ops {
+        now += step;
+        match to_input(op, now.saturating_sub(*lag), &mut seqs) {
+            Some(input) => {
+                if let Input::Depart { client } = input {
+                    last.remove(&client);
+                }
+                s.handle(now, input, &mut out);
+            }
+            None => {
+                s.tick(now, &mut out);
+            }
+        }
+        for o in out.drain(..) {
+            match o {
+                Output::Budget { client, budget } => {
+                    let prev = last.insert(client, budget).flatten();
+                    if prev == budget {
+                        return Err(format!("repeated local bound {o:?}"));
+                    }
+                }
+                Output::Estimate { key, ns, .. } => {
+                    if key == GRAPH_FUNC || !(MIN_KERNEL_NS..=MAX_KERNEL_NS).contains(&ns) {
+                        return Err(format!("bad estimate {o:?}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let snap = s.snapshot();
+        for c in &snap.clients {
+            let inference_on_gpu = snap
+                .clients
+                .iter()
+                .any(|o| o.gpu == c.gpu && o.class == Class::Inference);
+            let inference_anywhere = snap.clients.iter().any(|o| o.class == Class::Inference);
+            match c.budget {
+                None => {}
+                Some(_) if c.class == Class::Inference => {
+                    return Err(format!("inference client bounded: {c:?}"));
+                }
+                Some(_) if cfg.mark_every_ns == 0 => {
+                    return Err(format!("bounded without marks: {c:?}"));
+                }
+                Some(_) if !inference_on_gpu && !(c.gpu == 0 && inference_anywhere) => {
+                    return Err(format!("bounded with nothing to protect: {c:?}"));
+                }
+                Some(b) => {
+                    let n = snap
+                        .clients
+                        .iter()
+                        .filter(|o| o.gpu == c.gpu && o.class == Class::Training)
+                        .count() as u64;
+                    let ok = if c.measured {
+                        b.active_ns <= b.idle_ns
+                            && b.idle_ns <= (cfg.idle_budget_ns / n.max(1)).max(1)
+                            && b.active_ns <= (cfg.max_active_budget_ns / n.max(1)).max(1)
+                    } else {
+                        (b.idle_ns, b.active_ns) == (1, 1)
+                    };
+                    if !ok || b.hold_ns != cfg.request_hold_ns {
+                        return Err(format!(
+                            "local bound {b:?} breaks the rules for {c:?} (n {n})"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Scheduler v2: local bounds and estimates follow their rules.
+    #[test]
+    fn local_bounds_follow_their_rules(cfg in cfg(), ops in stream()) {
+        check_local(&cfg, &ops).map_err(TestCaseError::fail)?;
+    }
+}
