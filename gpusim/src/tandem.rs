@@ -21,7 +21,7 @@
 //!
 //! # v1 ([`TandemV1`]): today's code, as it runs
 //!
-//! * **Shim gate** (`shim/src/client/session.rs`): the real
+//! * **Shim gate** (`shim/src/client/gate.rs`): the real
 //!   [`ControlBlock`] of `tandem-proto` in real shared memory; a launch
 //!   proceeds iff `launch_allowed()` (gate open, launch limit not reached)
 //!   and is counted with `count_launch()`. Otherwise the thread waits,
@@ -557,8 +557,11 @@ mod tests {
 
     #[test]
     fn the_shims_bounds_are_the_shims() {
-        let session = include_str!("../../shim/src/client/session.rs");
-        assert!(session.contains("MAX_GATE_WAIT: Duration = Duration::from_millis(50)"));
+        let gate = include_str!("../../shim/src/client/gate.rs");
+        assert!(gate.contains("MAX_GATE_WAIT: Duration = Duration::from_millis(50)"));
+        // The local bound's wait has the same bound in the shim and here.
+        let local = include_str!("../../shim/src/client/local.rs");
+        assert!(local.contains("MAX_LOCAL_WAIT: Duration = Duration::from_millis(50)"));
         assert_eq!(MAX_GATE_WAIT_NS, 50_000_000);
         let marks = include_str!("../../shim/src/client/marks.rs");
         assert!(marks.contains("POLL_EVERY: Duration = Duration::from_micros(200)"));
