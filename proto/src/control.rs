@@ -63,10 +63,10 @@
 //! different time namespaces, so only the shim's own clock measures staleness.
 
 use core::mem::{align_of, offset_of, size_of};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Gate value: launches may proceed (bit 0 clear; the other bits are the
 /// limit sequence and say nothing about the gate).
@@ -425,20 +425,7 @@ fn timespec(d: Duration) -> libc::timespec {
 /// operation is the shared (non-`PRIVATE`) form, so it works across processes
 /// on a `MAP_SHARED` mapping.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Result<FutexWait> {
-    let ts = timespec(timeout);
-    // SAFETY: `word` is a valid, aligned u32 for the duration of the call and
-    // `ts` a valid timespec; FUTEX_WAIT reads both and touches nothing else.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            core::ptr::null::<u32>(),
-            0u32,
-        )
-    };
+    let r = crate::sync::futex_wait(word, expected, &timespec(timeout));
     if r == 0 {
         return Ok(FutexWait::Woken);
     }
@@ -455,8 +442,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Result<
 /// Returns how many were woken.
 pub fn futex_wake(word: &AtomicU32, waiters: u32) -> Result<u32> {
     let n = i32::try_from(waiters).unwrap_or(i32::MAX);
-    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE only uses its address.
-    let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
+    let r = crate::sync::futex_wake(word, n);
     if r < 0 {
         return Err(Error::last_os("futex(FUTEX_WAKE)"));
     }

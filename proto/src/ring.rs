@@ -36,12 +36,12 @@
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::mem::{align_of, offset_of, size_of};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::control::ControlBlock;
 use crate::error::{Error, Result};
 use crate::record::{Record, RECORD_SIZE, RECORD_WORDS};
 use crate::shm::Mapping;
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Magic number at offset 0 of every ring region (`"TANDEMRG"` in ASCII, little-endian).
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"TANDEMRG");

@@ -1,0 +1,73 @@
+//! What the models share: a region for one execution, records whose every
+//! word depends on their sequence number (a torn or stale record shows), and
+//! the model's bound.
+
+// Each test file uses a part of this module.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use tandem_models::record::{EventKind, Record};
+use tandem_models::ring::{Consumer, Producer, RingLayout};
+use tandem_models::shm::Mapping;
+
+/// Run `f` under loom over every interleaving with at most
+/// `LOOM_MAX_PREEMPTIONS` (default 3) preemptions.
+pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = runs.clone();
+    b.check(move || {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    eprintln!("loom: {} executions", runs.load(std::sync::atomic::Ordering::Relaxed));
+}
+
+/// Record number `seq`: each of its eight words is a function of `seq`.
+pub fn rec(seq: u64) -> Record {
+    let mut r = Record::new(EventKind::LAUNCH, seq);
+    r.shared_mem_bytes = seq as u32 ^ 0x5A5A;
+    r.stream = seq.wrapping_mul(3) + 1;
+    r.func_id = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    r.bytes = !seq;
+    r.addr = seq ^ 0xDEAD_BEEF_0000;
+    r.grid_x = seq as u32 + 7;
+    r.block_x = seq as u16 + 9;
+    r
+}
+
+/// The sequence number of `r`, after checking every word agrees with it.
+pub fn seq_of(r: &Record) -> u64 {
+    let want = rec(r.ts_ns);
+    assert_eq!(*r, want, "a torn or stale record");
+    r.ts_ns
+}
+
+/// A fresh ring of `capacity` records, its consumer (tandemd) and producer
+/// (the shim), for one execution. The producer may move to another thread.
+pub struct Ring {
+    // Declared first, dropped first: both point into `map`.
+    pub producer: Option<Producer<'static>>,
+    pub consumer: Consumer<'static>,
+    pub map: Arc<Mapping>,
+}
+
+pub fn ring(capacity: u32) -> Ring {
+    let layout = RingLayout::new(capacity).expect("layout");
+    let map = Arc::new(Mapping::anonymous_shared(layout.region_len()).expect("mmap"));
+    // SAFETY: the mapping lives in an Arc that every holder of the consumer
+    // or the producer also holds (the Ring, or the thread the producer moved
+    // to keeps a clone), and it is only accessed through atomics.
+    let consumer = unsafe { Consumer::init_raw(map.as_ptr(), map.len(), layout, 1) }.expect("init");
+    // SAFETY: as above; the only producer of the region.
+    let producer = unsafe { Producer::attach_raw(map.as_ptr(), map.len(), layout) }.expect("attach");
+    Ring {
+        producer: Some(producer),
+        consumer,
+        map,
+    }
+}
