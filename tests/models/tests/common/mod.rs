@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tandem_models::record::{EventKind, Record};
 use tandem_models::ring::{Consumer, Producer, RingLayout};
 use tandem_models::shm::Mapping;
+use tandem_models::sync::{AtomicU64, Ordering};
 
 /// Run `f` under loom over every interleaving with at most
 /// `LOOM_MAX_PREEMPTIONS` (default 3) preemptions.
@@ -65,6 +66,14 @@ pub fn ring(capacity: u32) -> Ring {
     let consumer = unsafe { Consumer::init_raw(map.as_ptr(), map.len(), layout, 1) }.expect("init");
     // SAFETY: as above; the only producer of the region.
     let producer = unsafe { Producer::attach_raw(map.as_ptr(), map.len(), layout) }.expect("attach");
+    // Create the loom atomic of every record word now, on this thread, so
+    // both sides' threads start after every creation (loom would otherwise
+    // flag a word the consumer reads before it learnt of its creation).
+    let first = map.as_ptr().wrapping_add(layout.records_offset()).cast::<AtomicU64>();
+    for i in 0..layout.capacity() as usize * 8 {
+        // SAFETY: inside the slots area of the live mapping, 8-aligned.
+        unsafe { &*first.add(i) }.load(Ordering::Relaxed);
+    }
     Ring {
         producer: Some(producer),
         consumer,
