@@ -13,7 +13,11 @@ pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// `futex(FUTEX_WAIT)` on `word` while it holds `expected`, for at most
 /// `timeout`: the system call's return value (0, or -1 with `errno` set).
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: &libc::timespec) -> libc::c_long {
+pub(crate) fn futex_wait(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: &libc::timespec,
+) -> libc::c_long {
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call and
     // `timeout` a valid timespec; FUTEX_WAIT reads both and touches nothing else.
     unsafe {

@@ -115,7 +115,9 @@ fn ring(dir: &Path) {
     p.extend([2, 8]);
     write(dir, "fill-wrap-drain", &p);
     // limit 2, three launches, raise, gate closed then opened.
-    let mut g = vec![1u8, 5, 2, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 5, 3, 0, 0, 0, 0, 0, 0, 0];
+    let mut g = vec![
+        1u8, 5, 2, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 5, 3, 0, 0, 0, 0, 0, 0, 0,
+    ];
     g.extend([6, 0, 6, 2, 6, 1, 9, 4]);
     write(dir, "gate-limit", &g);
     // head written 17 ahead (word 16 is head), then pop, then re-attach.
@@ -168,7 +170,10 @@ fn drain(dir: &Path) {
 
 fn stats_http(dir: &Path) {
     for (name, head) in [
-        ("stats", &b"GET /stats HTTP/1.1\r\nHost: localhost\r\n\r\n"[..]),
+        (
+            "stats",
+            &b"GET /stats HTTP/1.1\r\nHost: localhost\r\n\r\n"[..],
+        ),
         ("metrics", b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"),
         ("absolute", b"HEAD http://localhost/stats HTTP/1.1\r\n\r\n"),
         ("post", b"POST /stats HTTP/1.1\r\n\r\n"),

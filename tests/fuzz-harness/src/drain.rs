@@ -106,7 +106,8 @@ pub fn run(data: &[u8]) {
                 let h = emitted[k];
                 let slot = (h % u64::from(RING_CAPACITY)) as usize;
                 for i in 0..8 {
-                    word(&p.map, RECORDS_OFFSET / 8 + slot * 8 + i).store(u.u64(), Ordering::Relaxed);
+                    word(&p.map, RECORDS_OFFSET / 8 + slot * 8 + i)
+                        .store(u.u64(), Ordering::Relaxed);
                 }
                 emitted[k] = h.wrapping_add(1);
                 head.store(emitted[k], Ordering::Release);
@@ -135,7 +136,14 @@ pub fn run(data: &[u8]) {
                 let ordinal = u.u32();
                 let uuid: [u8; 16] = if u.u8() & 1 == 0 { GPU } else { u.array() };
                 let name = u.bytes(32);
-                shared.registry().device(p.id, &Device { ordinal, uuid, name });
+                shared.registry().device(
+                    p.id,
+                    &Device {
+                        ordinal,
+                        uuid,
+                        name,
+                    },
+                );
             }
             6 => {
                 if let Some(p) = peers[k].take() {

@@ -54,7 +54,11 @@ pub fn run(data: &[u8]) {
                 } else {
                     refused += 1;
                     if honest {
-                        assert_eq!(expect.len() as u64, cap, "an honest ring drops only when full");
+                        assert_eq!(
+                            expect.len() as u64,
+                            cap,
+                            "an honest ring drops only when full"
+                        );
                     }
                 }
             }
@@ -75,7 +79,10 @@ pub fn run(data: &[u8]) {
                         assert!(n as u64 <= cap, "a drain is at most a ring's worth");
                         if honest {
                             let want: Vec<u64> = expect.drain(..).collect();
-                            assert_eq!(got, want, "a drain returns every accepted record, in order");
+                            assert_eq!(
+                                got, want,
+                                "a drain returns every accepted record, in order"
+                            );
                         }
                     }
                     Err(e) => assert!(!honest, "an honest ring errs: {e}"),
@@ -113,7 +120,12 @@ pub fn run(data: &[u8]) {
                         let _ = cb.wait_launch(Duration::ZERO, Duration::ZERO);
                     }
                 }
-                let _ = (cb.client_counters(), cb.gate(), cb.heartbeat(), cb.launches());
+                let _ = (
+                    cb.client_counters(),
+                    cb.gate(),
+                    cb.heartbeat(),
+                    cb.launches(),
+                );
             }
             7 => {
                 // A shim re-attaching (after exec, or a second mapping).

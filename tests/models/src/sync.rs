@@ -119,7 +119,8 @@ macro_rules! shadow {
                 success: Ordering,
                 failure: Ordering,
             ) -> Result<$t, $t> {
-                self.model().compare_exchange(current, new, success, failure)
+                self.model()
+                    .compare_exchange(current, new, success, failure)
             }
         }
     };

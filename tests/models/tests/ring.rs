@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{model, ring, rec, seq_of};
+use common::{model, rec, ring, seq_of};
 use loom::thread;
 
 /// Wrap-around: with the ring's indices two short of its end, the producer
@@ -38,7 +38,9 @@ fn wrap_around_delivers_whole_records_in_order() {
             }
         }
         shim.join().expect("shim");
-        r.consumer.drain(|rec| got.push(seq_of(rec))).expect("an honest ring");
+        r.consumer
+            .drain(|rec| got.push(seq_of(rec)))
+            .expect("an honest ring");
         assert_eq!(got, [14, 15, 16, 17]);
         assert_eq!(r.consumer.stats().dropped_full, 0);
     });
@@ -64,14 +66,24 @@ fn full_ring_drops_are_counted_and_never_overwrite() {
             let _keep = keep;
             (16..18).filter(|&s| p.push(&rec(s))).collect::<Vec<u64>>()
         });
-        let first = r.consumer.pop().expect("an honest ring").expect("a full ring has a record");
+        let first = r
+            .consumer
+            .pop()
+            .expect("an honest ring")
+            .expect("a full ring has a record");
         assert_eq!(seq_of(&first), 0);
         let accepted = shim.join().expect("shim");
         let mut got = Vec::new();
-        r.consumer.drain(|rec| got.push(seq_of(rec))).expect("an honest ring");
+        r.consumer
+            .drain(|rec| got.push(seq_of(rec)))
+            .expect("an honest ring");
         let want: Vec<u64> = (1..16).chain(accepted.iter().copied()).collect();
         assert_eq!(got, want, "every accepted record, in order");
         assert!(accepted.len() <= 1, "one slot was freed");
-        assert_eq!(r.consumer.stats().dropped_full, 2 - accepted.len() as u64, "drops counted");
+        assert_eq!(
+            r.consumer.stats().dropped_full,
+            2 - accepted.len() as u64,
+            "drops counted"
+        );
     });
 }

@@ -25,7 +25,10 @@ pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
         n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         f()
     });
-    eprintln!("loom: {} executions", runs.load(std::sync::atomic::Ordering::Relaxed));
+    eprintln!(
+        "loom: {} executions",
+        runs.load(std::sync::atomic::Ordering::Relaxed)
+    );
 }
 
 /// Record number `seq`: each of its eight words is a function of `seq`.
@@ -65,11 +68,15 @@ pub fn ring(capacity: u32) -> Ring {
     // to keeps a clone), and it is only accessed through atomics.
     let consumer = unsafe { Consumer::init_raw(map.as_ptr(), map.len(), layout, 1) }.expect("init");
     // SAFETY: as above; the only producer of the region.
-    let producer = unsafe { Producer::attach_raw(map.as_ptr(), map.len(), layout) }.expect("attach");
+    let producer =
+        unsafe { Producer::attach_raw(map.as_ptr(), map.len(), layout) }.expect("attach");
     // Create the loom atomic of every record word now, on this thread, so
     // both sides' threads start after every creation (loom would otherwise
     // flag a word the consumer reads before it learnt of its creation).
-    let first = map.as_ptr().wrapping_add(layout.records_offset()).cast::<AtomicU64>();
+    let first = map
+        .as_ptr()
+        .wrapping_add(layout.records_offset())
+        .cast::<AtomicU64>();
     for i in 0..layout.capacity() as usize * 8 {
         // SAFETY: inside the slots area of the live mapping, 8-aligned.
         unsafe { &*first.add(i) }.load(Ordering::Relaxed);
