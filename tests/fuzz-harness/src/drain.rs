@@ -80,8 +80,10 @@ fn word(map: &Mapping, idx: usize) -> &AtomicU64 {
 /// One input.
 pub fn run(data: &[u8]) {
     let mut u = Input::new(data);
-    let mut cfg = Config::default();
-    cfg.ring_capacity = RING_CAPACITY;
+    let cfg = Config {
+        ring_capacity: RING_CAPACITY,
+        ..Config::default()
+    };
     let shared = Shared::new(
         cfg,
         PathBuf::from("/nonexistent/tandemd.toml"),

@@ -18,8 +18,11 @@ pub mod ring;
 pub mod stats_http;
 pub mod wire;
 
+/// A target's body: one input.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name `fuzz/` and `scripts/fuzz` use.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("wire", wire::run),
     ("ring", ring::run),
     ("drain", drain::run),

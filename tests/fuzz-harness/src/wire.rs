@@ -46,7 +46,7 @@ fn check(dgram: &[u8]) {
             return;
         }
     };
-    assert_eq!(ty.is_some(), true, "a decoded datagram has a header");
+    assert!(ty.is_some(), "a decoded datagram has a header");
     let _ = format!("{msg:?} {}", msg.type_name());
     match &msg {
         Message::Reject(r) => {
