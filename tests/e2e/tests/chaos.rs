@@ -1,6 +1,7 @@
 //! The chaos soak (`scripts/chaos` runs the full one; `cargo test` a short
-//! one): 16 launchers (`tests/hosts/launcher.c`: paced launches, a 4 KiB
-//! allocation and free every 16 launches) against a real tandemd on the fake
+//! one): 16 launchers (`tests/hosts/launcher.c`: paced launches, 500/s or
+//! 20000/s, a 4 KiB allocation and free every 16 launches; rings of 16
+//! records, so the fast ones drop) against a real tandemd on the fake
 //! driver, a dedup group (two `replica`s of one model sharing weights) and a
 //! follow region (a `follower` sharing, another mapping it) live throughout,
 //! while tandemd is killed with -9 and restarted at random intervals and
@@ -94,15 +95,19 @@ struct Launcher {
     killed: Option<f64>,
 }
 
+/// A launcher on `path`: 500 launches/s, or in bursts of 20 a millisecond
+/// (20000/s: more than a 16-record ring holds between two reader passes)
+/// for the `gpa` path, one launcher in four.
 fn launcher(env: &Env, path: &'static str) -> Launcher {
     let born = mono();
+    let rate = if path == "gpa" { "20000" } else { "500" };
     let p = spawn_host(
         "launcher",
         &[
             "--path",
             path,
             "--rate",
-            "500",
+            rate,
             "--alloc-every",
             "16",
             "--until-stdin",
@@ -178,7 +183,15 @@ fn chaos_soak() {
     let mut rng = Rng(seed | 1);
     let started = Instant::now();
     let dir = TestDir::new("chaos");
+    // The smallest ring (16 records), so that a launcher's ring fills
+    // whenever tandemd's reader falls behind and drops are part of what the
+    // accounting checks.
     let config = without_marks(tandem_e2e::coord::default_config());
+    let config = config.replacen("\nring_capacity = 32768\n", "\nring_capacity = 16\n", 1);
+    assert!(
+        config.contains("\nring_capacity = 16\n"),
+        "the default config sets ring_capacity"
+    );
 
     // A fresh tandemd before any client: the fds the last one must return to.
     let mut d = Tandemd::start_with_config(&dir, &config);
