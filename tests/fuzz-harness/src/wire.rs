@@ -14,26 +14,34 @@ use tandem_proto::wire::{message_type, Message, HEADER_LEN, PROTOCOL_VERSION, WI
 
 /// One input.
 pub fn run(data: &[u8]) {
-    let Some((&mode, rest)) = data.split_first() else {
-        return;
-    };
-    if mode & 1 == 0 {
-        check(rest);
-        return;
+    if let Some(d) = datagram(data) {
+        check(&d);
     }
-    let Some((&ty, body)) = rest.split_first() else {
-        return;
-    };
-    let Ok(body_len) = u32::try_from(body.len()) else {
-        return;
-    };
+}
+
+/// The datagram an input stands for (see the module docs).
+fn datagram(data: &[u8]) -> Option<Vec<u8>> {
+    let (&mode, rest) = data.split_first()?;
+    if mode & 1 == 0 {
+        return Some(rest.to_vec());
+    }
+    let (&ty, body) = rest.split_first()?;
+    let body_len = u32::try_from(body.len()).ok()?;
     let mut dgram = Vec::with_capacity(HEADER_LEN + body.len());
     dgram.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
     dgram.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     dgram.extend_from_slice(&u16::from(ty % 10).to_le_bytes());
     dgram.extend_from_slice(&body_len.to_le_bytes());
     dgram.extend_from_slice(body);
-    check(&dgram);
+    Some(dgram)
+}
+
+/// The message type an input decodes to, if it decodes (for the figures:
+/// how many corpus inputs reach each decoder's success path).
+#[must_use]
+pub fn decoded_type(data: &[u8]) -> Option<&'static str> {
+    let d = datagram(data)?;
+    Message::decode(&d).ok().map(|m| m.type_name())
 }
 
 fn check(dgram: &[u8]) {
