@@ -21,7 +21,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// while the word is unchanged) and the opener's (clear the bit, then wake).
 #[test]
 fn opening_the_gate_always_wakes_the_waiter() {
-    model(|| {
+    model("opening_the_gate_always_wakes_the_waiter", || {
         let r = ring(16);
         let layout = RingLayout::new(16).expect("layout");
         let cb = control_block(&r.map, layout).expect("control block");
@@ -43,7 +43,7 @@ fn opening_the_gate_always_wakes_the_waiter() {
 /// futex wait return instead of sleeping on an unchanged word.
 #[test]
 fn raising_the_launch_limit_always_wakes_the_waiter() {
-    model(|| {
+    model("raising_the_launch_limit_always_wakes_the_waiter", || {
         let r = ring(16);
         let layout = RingLayout::new(16).expect("layout");
         let cb = control_block(&r.map, layout).expect("control block");

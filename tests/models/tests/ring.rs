@@ -16,7 +16,7 @@ use loom::thread;
 /// new head must see the record) and the masked slot index.
 #[test]
 fn wrap_around_delivers_whole_records_in_order() {
-    model(|| {
+    model("wrap_around_delivers_whole_records_in_order", || {
         let mut r = ring(16);
         let mut p = r.producer.take().expect("producer");
         for s in 0..14 {
@@ -55,7 +55,7 @@ fn wrap_around_delivers_whole_records_in_order() {
 /// slot before it publishes `tail` past it, and the drop counter.
 #[test]
 fn full_ring_drops_are_counted_and_never_overwrite() {
-    model(|| {
+    model("full_ring_drops_are_counted_and_never_overwrite", || {
         let mut r = ring(16);
         let mut p = r.producer.take().expect("producer");
         for s in 0..16 {

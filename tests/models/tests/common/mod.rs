@@ -12,22 +12,25 @@ use tandem_models::ring::{Consumer, Producer, RingLayout};
 use tandem_models::shm::Mapping;
 use tandem_models::sync::{AtomicU64, Ordering};
 
-/// Run `f` under loom over every interleaving with at most
-/// `LOOM_MAX_PREEMPTIONS` (default 3) preemptions.
-pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+/// Run model `name` under loom over every interleaving (no preemption
+/// bound unless `LOOM_MAX_PREEMPTIONS` sets one: these models are small
+/// enough to explore exhaustively in about a second) and print how many
+/// executions that took.
+pub fn model<F: Fn() + Sync + Send + 'static>(name: &str, f: F) {
+    let b = loom::model::Builder::new();
+    let bound = b.preemption_bound;
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let n = runs.clone();
     b.check(move || {
         n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         f()
     });
     eprintln!(
-        "loom: {} executions",
-        runs.load(std::sync::atomic::Ordering::Relaxed)
+        "loom: {name}: {} executions ({})",
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        bound.map_or("exhaustive".to_string(), |b| format!(
+            "at most {b} preemptions"
+        ))
     );
 }
 
