@@ -163,7 +163,7 @@ fn drain(dir: &Path) {
     p.extend([7, 3]);
     write(dir, "two-clients", &p);
     // Head written far ahead of tail in the training client's ring (word 16).
-    let mut g = vec![0u8, 0x81, 16, 0, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 2, 0, 3];
+    let mut g = vec![0u8, 0x81, 16, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 2, 0, 3];
     g.extend([6, 0x86, 0x86, 0, 2, 0]);
     write(dir, "garbage-head-reclaim", &g);
 }

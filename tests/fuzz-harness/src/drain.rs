@@ -8,7 +8,8 @@
 //!
 //! Input: a program of operations, one byte each plus operands: emit a
 //! record (64 bytes of the input, published by advancing `head`, as a shim
-//! does), write any 64-bit word of a region, poll (at a time up to 255 ms
+//! does), write a 64-bit word of a region (the header and control block
+//! half the time), poll (at a time up to 255 ms
 //! ahead), snapshot and render, FuncName, Device, reclaim and re-register.
 //!
 //! Oracle: nothing panics, and a client whose ring was garbage is detached,
@@ -116,7 +117,15 @@ pub fn run(data: &[u8]) {
             }
             1 => {
                 let Some(p) = &peers[k] else { continue };
-                let idx = usize::from(u.u16()) % (p.map.len() / 8);
+                // Half the writes hit the header and control block (words
+                // 0-79, where every field tandemd reads as a claim lives),
+                // the rest any word of the region.
+                let sel = u.u8();
+                let idx = if sel & 0x80 == 0 {
+                    usize::from(sel) % (RECORDS_OFFSET / 8)
+                } else {
+                    usize::from(u.u16()) % (p.map.len() / 8)
+                };
                 word(&p.map, idx).store(u.u64(), Ordering::Relaxed);
             }
             2 => {
