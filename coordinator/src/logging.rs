@@ -30,7 +30,15 @@ pub fn init(level: Level) -> Box<dyn Fn(Level) + Send> {
     let (filter, handle) = reload::Layer::new(LevelFilter::from_level(level));
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(fmt::layer().with_writer(std::io::stderr).with_target(false))
+        // Plain text, whatever features tracing-subscriber was built with: a
+        // workspace build unifies them (loom, in tests/models, turns on its
+        // `ansi` default), and colour codes do not belong in the journal.
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_ansi(false),
+        )
         .try_init();
     Box::new(move |l| {
         let _ = handle.modify(|f| *f = LevelFilter::from_level(l));

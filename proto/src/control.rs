@@ -73,10 +73,10 @@
 //! different time namespaces, so only the shim's own clock measures staleness.
 
 use core::mem::{align_of, offset_of, size_of};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Gate value: launches may proceed (bit 0 clear; the other bits are the
 /// limit sequence and say nothing about the gate).
@@ -467,13 +467,13 @@ pub use tandem_os::futex::Wait as FutexWait;
 /// operation is the shared (non-`PRIVATE`) form, so it works across processes
 /// on a `MAP_SHARED` mapping.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Result<FutexWait> {
-    Ok(tandem_os::futex::wait(word, expected, timeout)?)
+    Ok(crate::sync::futex_wait(word, expected, timeout)?)
 }
 
 /// `FUTEX_WAKE` up to `waiters` threads (any process) waiting on `word`.
 /// Returns how many were woken.
 pub fn futex_wake(word: &AtomicU32, waiters: u32) -> Result<u32> {
-    Ok(tandem_os::futex::wake(word, waiters)?)
+    Ok(crate::sync::futex_wake(word, waiters)?)
 }
 
 #[cfg(test)]

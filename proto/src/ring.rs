@@ -36,13 +36,13 @@
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::mem::{align_of, offset_of, size_of};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::control::ControlBlock;
 use crate::error::{Error, Result};
 use crate::estimates::EstimateTable;
 use crate::record::{Record, RECORD_SIZE, RECORD_WORDS};
 use crate::shm::Mapping;
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 pub use crate::magic::{MAX_CAPACITY, MIN_CAPACITY, RING_MAGIC};
 /// Version of the region layout (header, control block, record). Bump on any change.

@@ -3,7 +3,7 @@
  * for the coordinator tests and benchmarks.
  *
  *   launcher [--path linked|linked-ptds|dlopen|gpa] [--rate HZ] [--count N]
- *            [--seconds S] [--until-stdin] [--hold]
+ *            [--seconds S] [--until-stdin] [--hold] [--alloc-every K]
  *
  * The driver is resolved the way --path says (default linked), then the host
  * launches `noop` with cuLaunchKernel (cuLaunchKernel_ptsz for linked-ptds)
@@ -12,16 +12,27 @@
  * default) launches as fast as it can; otherwise launches are paced to HZ per
  * second on average. With --hold it then waits for end-of-file on stdin
  * before exiting, so a test can read the coordinator's view of this
- * still-connected client.
+ * still-connected client. With --alloc-every K, every K-th launch is followed
+ * by a cuMemAlloc_v2 of 4 KiB and its cuMemFree_v2 (two more ring records).
  *
  * Output (stdout, flushed line by line):
  *   READY pid=<pid> path=<path> shim=<0|1> client_id=<id|->
  *       after the driver is initialised, before the first launch
- *   IDCHANGE from=<id> to=<id> launched=<n>
+ *   IDCHANGE from=<id> to=<id> launched=<n> t=<s>
  *       tandem_client_id() changed; checked before every launch, so every
- *       launch after this line (launches n+1, n+2, ...) ran with id `to`
+ *       launch after this line (launches n+1, n+2, ...) ran with id `to`;
+ *       t is CLOCK_MONOTONIC in seconds when it was seen
  *   DONE launched=<n> pushed=<n|-> dropped=<n|-> client_id=<id|-> idchanges=<n>
+ *        session_pushed=<n|-> session_dropped=<n|-> session_exact=<0|1> seconds=<s>
  * `-` means the shim does not export that function (or is not loaded).
+ * session_pushed / session_dropped: records pushed into / dropped from the
+ * ring of the session in force at DONE. Only this thread pushes records, so
+ * while tandem_client_id() reads 0 (no session) tandem_records_pushed() and
+ * tandem_records_dropped() hold still at the totals of the sessions already
+ * retired; the launcher re-reads them on every pass that sees id 0 and
+ * subtracts the last values (0 and 0 for the process's first session).
+ * session_exact is 0 when the id went from one session straight to another
+ * without a pass seeing 0 (then the split is unknown).
  * Exit codes as every host (workload.h): 0, 2 usage, 3 a driver call failed.
  */
 #define _GNU_SOURCE
@@ -85,7 +96,7 @@ static void print_opt(const char *key, u64_fn f)
 static int usage(void)
 {
     fprintf(stderr, "usage: launcher [--path linked|linked-ptds|dlopen|gpa] [--rate HZ] "
-                    "[--count N] [--seconds S] [--until-stdin] [--hold]\n");
+                    "[--count N] [--seconds S] [--until-stdin] [--hold] [--alloc-every K]\n");
     return WL_EXIT_USAGE;
 }
 
@@ -103,7 +114,7 @@ int main(int argc, char **argv)
 {
     const char *path = "linked";
     double rate = 0, seconds = 0;
-    uint64_t count = 0;
+    uint64_t count = 0, alloc_every = 0;
     int until_stdin = 0, hold = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -120,6 +131,9 @@ int main(int argc, char **argv)
             i++;
         } else if (v && strcmp(a, "--count") == 0) {
             count = strtoull(v, NULL, 10);
+            i++;
+        } else if (v && strcmp(a, "--alloc-every") == 0) {
+            alloc_every = strtoull(v, NULL, 10);
             i++;
         } else if (v && strcmp(a, "--seconds") == 0) {
             seconds = atof(v);
@@ -171,6 +185,8 @@ int main(int argc, char **argv)
     CK(((PFN_cuModuleGetFunction)d.fn[SLOT_cuModuleGetFunction])(&noop, mod, "noop"));
     CK(((PFN_cuStreamCreate)d.fn[SLOT_cuStreamCreate])(&stream, CU_STREAM_DEFAULT));
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)d.fn[SLOT_cuLaunchKernel];
+    PFN_cuMemAlloc mem_alloc = (PFN_cuMemAlloc)d.fn[SLOT_cuMemAlloc];
+    PFN_cuMemFree mem_free = (PFN_cuMemFree)d.fn[SLOT_cuMemFree];
 
     u64_fn client_id = shim_fn("tandem_client_id");
     u64_fn pushed = shim_fn("tandem_records_pushed");
@@ -185,6 +201,8 @@ int main(int argc, char **argv)
     void *params[3] = {&arg0, &arg1, &arg2};
     uint64_t launched = 0, idchanges = 0;
     uint64_t last_id = client_id ? client_id() : 0;
+    uint64_t base_pushed = 0, base_dropped = 0;
+    int exact = 1;
     double start = now_s(), t = start;
     for (;;) {
         if (count && launched >= count)
@@ -208,22 +226,40 @@ int main(int argc, char **argv)
         if (client_id) {
             uint64_t id = client_id();
             if (id != last_id) {
-                printf("IDCHANGE from=%" PRIu64 " to=%" PRIu64 " launched=%" PRIu64 "\n", last_id,
-                       id, launched);
+                printf("IDCHANGE from=%" PRIu64 " to=%" PRIu64 " launched=%" PRIu64 " t=%.6f\n",
+                       last_id, id, launched, now_s());
                 fflush(stdout);
+                if (last_id != 0 && id != 0)
+                    exact = 0;
                 last_id = id;
                 idchanges++;
+            }
+            if (id == 0 && pushed && dropped) {
+                base_pushed = pushed();
+                base_dropped = dropped();
+                exact = 1;
             }
         }
         CK(launch(noop, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
         launched++;
+        if (alloc_every && launched % alloc_every == 0) {
+            CUdeviceptr p;
+            CK(mem_alloc(&p, 4096));
+            CK(mem_free(p));
+        }
     }
 
     printf("DONE launched=%" PRIu64, launched);
     print_opt("pushed", pushed);
     print_opt("dropped", dropped);
     print_opt("client_id", client_id);
-    printf(" idchanges=%" PRIu64 " seconds=%.3f\n", idchanges, now_s() - start);
+    printf(" idchanges=%" PRIu64, idchanges);
+    if (pushed && dropped)
+        printf(" session_pushed=%" PRIu64 " session_dropped=%" PRIu64 " session_exact=%d",
+               pushed() - base_pushed, dropped() - base_dropped, exact);
+    else
+        printf(" session_pushed=- session_dropped=- session_exact=0");
+    printf(" seconds=%.3f\n", now_s() - start);
     fflush(stdout);
     if (until_stdin || hold)
         pthread_join(reader, NULL);

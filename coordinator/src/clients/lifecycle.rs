@@ -291,7 +291,8 @@ impl Registry {
             b.repair(cb.board_slot(), cb.requests_open());
         }
         self.retired_launches += c.stats.launches;
-        self.retired_dropped += c.dropped;
+        // A claim from the client's ring header: saturate, never overflow.
+        self.retired_dropped = self.retired_dropped.saturating_add(c.dropped);
         if let Some(g) = c.gpu {
             self.gpus.entry(g).or_default().retired_launches += c.stats.launches;
         }
@@ -554,5 +555,44 @@ mod tests {
             register(&grouped, HELLO_FLAG_FOLLOW | HELLO_FLAG_SHARE_WEIGHTS),
             (WELCOME_FLAG_FOLLOW, None, Some("models".into()))
         );
+    }
+
+    /// The drop counts are the clients' claims (their ring headers): two
+    /// clients claiming u64::MAX drops overflowed the totals, in the
+    /// snapshot and at reclaim (found with the `drain` fuzz target; inputs in
+    /// fuzz/regressions/drain/). Totals saturate instead.
+    #[test]
+    fn drop_claims_saturate_the_totals() {
+        use std::os::fd::AsFd;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let cfg = Config::default();
+        let mut r = Registry::default();
+        let mut maps = Vec::new();
+        for pid in [7, 8] {
+            let who = Who {
+                pid,
+                ..Who::default()
+            };
+            let hello = Hello {
+                pid,
+                class: ClientClass::Training,
+                flags: 0,
+                exe: b"/x",
+                cgroup: b"/",
+            };
+            let (w, fd) = r.register(&cfg, 0, who, &hello, None).unwrap();
+            let map = tandem_proto::shm::map_received(fd.as_fd(), w.region_len as usize).unwrap();
+            // SAFETY: the header's dropped_full word (byte 136) of the live,
+            // 128-aligned mapping, which both sides access only atomically.
+            let dropped = unsafe { &*map.as_ptr().add(136).cast::<AtomicU64>() };
+            dropped.store(u64::MAX, Ordering::Relaxed);
+            maps.push((w.client_id, map));
+        }
+        r.poll(Instant::now());
+        assert_eq!(r.snapshot(Instant::now()).2.dropped, u64::MAX);
+        for (id, _) in &maps {
+            assert!(r.reclaim(*id, "test"));
+        }
+        assert_eq!(r.snapshot(Instant::now()).2.dropped, u64::MAX);
     }
 }

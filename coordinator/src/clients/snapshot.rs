@@ -53,7 +53,11 @@ impl Registry {
         let mut totals = self.totals.clone();
         totals.clients = self.clients.len() as u64;
         totals.launches = self.retired_launches + clients.iter().map(|c| c.launches).sum::<u64>();
-        totals.dropped = self.retired_dropped + clients.iter().map(|c| c.dropped).sum::<u64>();
+        // Each client's drop count is its own claim (its ring header): any
+        // u64, so the total saturates rather than overflow.
+        totals.dropped = clients
+            .iter()
+            .fold(self.retired_dropped, |t, c| t.saturating_add(c.dropped));
         (gpus, clients, totals)
     }
 }

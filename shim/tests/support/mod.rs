@@ -610,8 +610,8 @@ pub fn spawn_client_host(socket: &Path, args: &[&str], vars: &[(&str, &str)]) ->
         }
     }
     cmd.env("LD_LIBRARY_PATH", &a.lib_dir)
-        .env("LD_PRELOAD", &a.shim)
         .env("TANDEM_SOCKET", socket);
+    tandem_e2e::preload_shim(&mut cmd, &a.shim);
     for (k, v) in vars {
         cmd.env(k, v);
     }

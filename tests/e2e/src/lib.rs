@@ -420,6 +420,30 @@ pub fn host(name: &str) -> PathBuf {
     }
 }
 
+/// Sets `LD_PRELOAD` to the shim for a host about to run. When
+/// `TANDEM_TEST_LSAN` names a directory (`scripts/leaks`), LeakSanitizer's
+/// runtime (`TANDEM_TEST_LSAN_LIB`, default GCC's `liblsan.so.0`) is preloaded
+/// first and each process that exits with leaks writes its report to
+/// `<dir>/lsan.<pid>`; its exit status is left alone (`exitcode=0`), so the
+/// tests judge the hosts exactly as without it.
+pub fn preload_shim(cmd: &mut Command, shim: &Path) {
+    match std::env::var_os("TANDEM_TEST_LSAN") {
+        Some(dir) if !dir.is_empty() => {
+            let lib =
+                std::env::var_os("TANDEM_TEST_LSAN_LIB").unwrap_or_else(|| "liblsan.so.0".into());
+            let mut preload = lib;
+            preload.push(":");
+            preload.push(shim);
+            let mut opts = std::ffi::OsString::from("exitcode=0:log_path=");
+            opts.push(Path::new(&dir).join("lsan"));
+            cmd.env("LD_PRELOAD", preload).env("LSAN_OPTIONS", opts);
+        }
+        _ => {
+            cmd.env("LD_PRELOAD", shim);
+        }
+    }
+}
+
 /// The environment a host runs in. Starts hermetic: no LD_PRELOAD, no
 /// TANDEM_* / FAKECUDA_* from the caller, LD_LIBRARY_PATH = the e2e lib dir,
 /// TANDEM_SOCKET pointing at a path where no coordinator listens.
@@ -482,7 +506,7 @@ impl Env {
             a.profile_dir.join("e2e/no-coordinator/tandemd.sock"),
         );
         if self.shim {
-            cmd.env("LD_PRELOAD", &a.shim);
+            preload_shim(cmd, &a.shim);
         }
         for (k, v) in &self.vars {
             match v {

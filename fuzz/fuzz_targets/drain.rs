@@ -1,0 +1,5 @@
+//! libFuzzer target `drain`: see `tandem_fuzz_harness::drain` for the input's
+//! shape and the oracle.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tandem_fuzz_harness::drain::run(data));
