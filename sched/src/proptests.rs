@@ -526,10 +526,10 @@ fn check_local(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<(), String> 
                         return Err(format!("repeated local bound {o:?}"));
                     }
                 }
-                Output::Estimate { key, ns, .. } => {
-                    if key == GRAPH_FUNC || !(MIN_KERNEL_NS..=MAX_KERNEL_NS).contains(&ns) {
-                        return Err(format!("bad estimate {o:?}"));
-                    }
+                Output::Estimate { key, ns, .. }
+                    if key == GRAPH_FUNC || !(MIN_KERNEL_NS..=MAX_KERNEL_NS).contains(&ns) =>
+                {
+                    return Err(format!("bad estimate {o:?}"));
                 }
                 _ => {}
             }
@@ -549,7 +549,7 @@ fn check_local(cfg: &SchedConfig, ops: &[(u64, u64, Op)]) -> Result<(), String> 
                 Some(_) if cfg.mark_every_ns == 0 => {
                     return Err(format!("bounded without marks: {c:?}"));
                 }
-                Some(_) if !inference_on_gpu && !(c.gpu == 0 && inference_anywhere) => {
+                Some(_) if !(inference_on_gpu || c.gpu == 0 && inference_anywhere) => {
                     return Err(format!("bounded with nothing to protect: {c:?}"));
                 }
                 Some(b) => {
