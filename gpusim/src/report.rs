@@ -32,7 +32,9 @@ pub fn markdown(rows: &[Row], fits: &[Fit], bad: &[String], matrix: &str, wall_s
         "# Co-location matrix in the GPU-sharing model ({MODEL_VERSION})\n\n\
          Model, not GPU: `scripts/sim` ({matrix} matrix, {wall_s:.0} s on this machine). Sources of the \
          traces per row; every figure a median over the seeds with min-max.\n\
-         `tandem_mps` is tandem v1's gates with both jobs under MPS at default priority.\n\n\
+         `tandem` is scheduler v2 (the shims' local bound on the GPU board, v1's gates and limits \
+         behind it) over time-slicing; `tandem_mps` is tandem over MPS: training at client priority 1, \
+         no gate or launch limit, the `[mps]` in-flight bound (2 ms). Scheduler defaults as shipped.\n\n\
          | inference | training | mode | p50 ms | p99 ms | p99 ratio (min-max) | train fraction (min-max) | source |\n\
          | --- | --- | --- | ---: | ---: | ---: | ---: | --- |\n"
     );

@@ -462,12 +462,13 @@ def check_bin(bin_dir):
 
 
 @contextlib.contextmanager
-def tandemd(bin_dir, sock_dir):
-    """tandemd from bin_dir with built-in defaults on a private socket in
-    sock_dir (scripts/gpu/coordinator.py's start_tandemd); stopped on exit."""
+def tandemd(bin_dir, sock_dir, config=None):
+    """tandemd from bin_dir with built-in defaults (or the TOML text
+    `config`) on a private socket in sock_dir (scripts/gpu/coordinator.py's
+    start_tandemd); stopped on exit."""
     os.makedirs(sock_dir, exist_ok=True)
     try:
-        proc, sock, stats_sock = ctl.start_tandemd(os.path.abspath(bin_dir), sock_dir)
+        proc, sock, stats_sock = ctl.start_tandemd(os.path.abspath(bin_dir), sock_dir, config)
     except SystemExit as e:  # its way of saying "did not answer"
         raise BenchError(str(e)) from None
     t = Tandemd(proc, sock, stats_sock, os.path.join(sock_dir, "tandemd.log"))

@@ -13,7 +13,9 @@ Pairs are INF:TRAIN with
 and modes alone (the baselines), plain (both at once), mps (a private MPS control
 daemon), mps_lowprio (training client CUDA_MPS_CLIENT_PRIORITY=1), tandem (tandemd
 from --bin on a private socket, default config, both jobs under libtandem.so with
-TANDEM_CLASS=inference / training), tandem_mps (tandem over MPS).
+TANDEM_CLASS=inference / training), tandem_mps (tandem over MPS: the same with
+[mps] enabled, so tandemd starts the MPS daemon and training joins it at
+CUDA_MPS_CLIENT_PRIORITY=1).
 
 Each job is its own process (`colocation.py worker ...`). Inference: open-loop
 Poisson arrivals from a seeded RNG (one thread sleeps until each arrival; the
@@ -73,6 +75,21 @@ TRAINING = {
 MODES = ["alone", "plain", "mps", "mps_lowprio", "tandem", "tandem_mps"]
 MPS_MODES = {"mps", "mps_lowprio", "tandem_mps"}
 TANDEM_MODES = {"tandem", "tandem_mps"}
+# tandem over MPS: tandemd owns the MPS daemon (its pipe directory beside its
+# socket) and tells each job how to join (training at low priority), so the
+# benchmark starts no daemon of its own and sets no MPS variable for it.
+TANDEM_OVER_MPS = {"tandem_mps"}
+TANDEM_MPS_CONFIG = "[mps]\nenabled = true\n"
+
+
+def own_mps(mode):
+    """Modes for which the benchmark runs its own MPS daemon."""
+    return mode in MPS_MODES and mode not in TANDEM_OVER_MPS
+
+
+def tandemd_config(mode):
+    """The tandemd.toml text of a tandem mode (None: built-in defaults)."""
+    return TANDEM_MPS_CONFIG if mode in TANDEM_OVER_MPS else None
 TARGET_P99_RATIO = 1.10
 TARGET_TRAIN_FRACTION = 0.80
 # Rough seconds from a worker's start to READY (imports, model, cuDNN autotune);
@@ -179,7 +196,7 @@ def cell_procs(doc, rep, mode, config, bin_dir, cell_dir, rate, python=sys.execu
                "--batch", train["batch"], "--seq", train.get("seq", 512),
                "--seed", config["seed"], *common]
     envs = {"inference": {}, "training": {}}
-    if mode in MPS_MODES:
+    if own_mps(mode):
         for e in envs.values():
             e.update(bl.mps_dirs(cell_dir))
     if mode == "mps_lowprio":
@@ -197,8 +214,12 @@ def describe_cell(doc, rep, mode, config, bin_dir, cell_dir, rate):
     lines = []
     if mode in TANDEM_MODES:
         _, tandemd, sock = bl.tandemd_paths(bin_dir, os.path.join(cell_dir, "td"))
-        lines.append(f"  start tandemd: {tandemd} --no-config --socket {sock}")
-    if mode in MPS_MODES:
+        if tandemd_config(mode):
+            lines.append(f"  start tandemd: {tandemd} --config <td>/tandemd.toml ([mps] enabled: "
+                         f"tandemd starts MPS, training joins at priority 1) --socket {sock}")
+        else:
+            lines.append(f"  start tandemd: {tandemd} --no-config --socket {sock}")
+    if own_mps(mode):
         dirs = bl.mps_dirs(cell_dir)
         lines.append(f"  start MPS: {bl.show_cmd([bl.MPS_CONTROL, '-d'], dirs)}")
     for role, argv, extra in cell_procs(doc, rep, mode, config, bin_dir, cell_dir, rate):
@@ -213,7 +234,7 @@ def describe_cell(doc, rep, mode, config, bin_dir, cell_dir, rate):
     lines.append("  stop both workers (stdin closed; SIGKILL to the process group after 20 s)")
     if mode in TANDEM_MODES:
         lines.append("  read /stats: each client's class, gate waits, scheduler view")
-    if mode in MPS_MODES:
+    if own_mps(mode):
         lines.append(f"  stop MPS: echo quit | {bl.MPS_CONTROL} (same pipe directory); "
                      "kill its processes if still there after 15 s")
     if mode in TANDEM_MODES:
@@ -755,9 +776,10 @@ def run_cell(doc, rep, mode, args, config, cell_dir, info):
     with contextlib.ExitStack() as stack:
         poller = None
         if mode in TANDEM_MODES:
-            td = stack.enter_context(bl.tandemd(args.bin, os.path.join(cell_dir, "td")))
+            td = stack.enter_context(
+                bl.tandemd(args.bin, os.path.join(cell_dir, "td"), tandemd_config(mode)))
             poller = stack.enter_context(bl.StatsPoller(td))
-        if mode in MPS_MODES:
+        if own_mps(mode):
             stack.enter_context(bl.mps_daemon(cell_dir))
         kids = {}
         for role, argv, extra in cell_procs(doc, rep, mode, config, args.bin, cell_dir, rate):

@@ -385,9 +385,16 @@ class ColocationPlan(unittest.TestCase):
         self.assertEqual(t["training"]["TANDEM_SOCKET"], "/w/c/td/tandemd.sock")
         self.assertNotIn("CUDA_MPS_PIPE_DIRECTORY", t["training"])
         tm = envs("tandem_mps")
-        self.assertIn("CUDA_MPS_PIPE_DIRECTORY", tm["training"])
+        # tandem over MPS: tandemd's [mps] starts the daemon and the shims
+        # set the MPS variables; a job's own CUDA_MPS_PIPE_DIRECTORY would
+        # make its shim keep the job's MPS settings, so none is set here.
+        self.assertNotIn("CUDA_MPS_PIPE_DIRECTORY", tm["training"])
         self.assertIn("LD_PRELOAD", tm["training"])
         self.assertNotIn("CUDA_MPS_CLIENT_PRIORITY", tm["training"])
+        self.assertEqual(co.tandemd_config("tandem_mps"), "[mps]\nenabled = true\n")
+        self.assertIsNone(co.tandemd_config("tandem"))
+        self.assertFalse(co.own_mps("tandem_mps"))
+        self.assertTrue(co.own_mps("mps_lowprio"))
         argv = co.cell_procs(doc, 2, "plain", cfg, "/b", "/w/c", "100")[0][1]
         self.assertEqual(argv[argv.index("--seed") + 1], 1002)  # arrivals differ per rep
 

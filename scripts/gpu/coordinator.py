@@ -65,11 +65,20 @@ def stats(stats_sock):
     return json.loads(body)
 
 
-def start_tandemd(bin_dir, sock_dir):
+def start_tandemd(bin_dir, sock_dir, config=None):
+    """tandemd on a private socket in sock_dir: built-in defaults, or the
+    TOML text `config` (written to sock_dir/tandemd.toml)."""
     sock = os.path.join(sock_dir, "tandemd.sock")
+    if config is None:
+        cfg_args = ["--no-config"]
+    else:
+        path = os.path.join(sock_dir, "tandemd.toml")
+        with open(path, "w") as f:
+            f.write(config)
+        cfg_args = ["--config", path]
     log = open(os.path.join(sock_dir, "tandemd.log"), "w")
     p = subprocess.Popen(
-        [os.path.join(bin_dir, "tandemd"), "--no-config", "--socket", sock],
+        [os.path.join(bin_dir, "tandemd"), *cfg_args, "--socket", sock],
         stdout=log, stderr=subprocess.STDOUT,
     )
     log.close()  # tandemd holds its own descriptor
