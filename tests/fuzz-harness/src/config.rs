@@ -10,10 +10,9 @@
 //! Oracle: nothing panics; an accepted configuration passes the checks the
 //! daemon relies on later (a valid ring layout, a heartbeat in range).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tandem_coordinator::config::Config;
-use tandem_coordinator::shared::Shared;
 use tandem_proto::wire::MAX_HEARTBEAT_INTERVAL_MS;
 use tandem_proto::RingLayout;
 
@@ -32,13 +31,6 @@ pub fn run(data: &[u8]) {
     assert!(RingLayout::new(cfg.ring_capacity).is_ok());
     assert!((1..=MAX_HEARTBEAT_INTERVAL_MS).contains(&cfg.heartbeat_interval_ms));
     let _ = (cfg.stats_tcp(), cfg.level());
-    let shared = Shared::new(
-        cfg,
-        PathBuf::from("/nonexistent/tandemd.toml"),
-        PathBuf::from("/nonexistent/tandemd.sock"),
-        PathBuf::from("/nonexistent/stats.sock"),
-        0,
-        tandem_coordinator::mps::Mps::off(),
-    );
+    let shared = crate::shared_state(cfg);
     let _ = shared.snapshot();
 }

@@ -16,7 +16,6 @@
 //! never trusted: the snapshot's counts stay what tandemd counted.
 
 use std::os::fd::AsFd;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -89,14 +88,7 @@ pub fn run(data: &[u8]) {
         ring_capacity: RING_CAPACITY,
         ..Config::default()
     };
-    let shared = Shared::new(
-        cfg,
-        PathBuf::from("/nonexistent/tandemd.toml"),
-        PathBuf::from("/nonexistent/tandemd.sock"),
-        PathBuf::from("/nonexistent/stats.sock"),
-        0,
-        tandem_coordinator::mps::Mps::off(),
-    );
+    let shared = crate::shared_state(cfg);
     let flags = u.u8();
     let mut peers: Vec<Option<Peer>> = vec![
         register(&shared, 0, ClientClass::Inference, flags),

@@ -12,7 +12,6 @@
 //! before a whole request head.
 
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use tandem_coordinator::client::parse_response;
@@ -51,16 +50,7 @@ impl Write for Conn<'_> {
 
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
-    SHARED.get_or_init(|| {
-        Shared::new(
-            Config::default(),
-            PathBuf::from("/nonexistent/tandemd.toml"),
-            PathBuf::from("/nonexistent/tandemd.sock"),
-            PathBuf::from("/nonexistent/stats.sock"),
-            0,
-            tandem_coordinator::mps::Mps::off(),
-        )
-    })
+    SHARED.get_or_init(|| crate::shared_state(Config::default()))
 }
 
 /// One input.
