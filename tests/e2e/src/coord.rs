@@ -682,6 +682,26 @@ impl Proc {
         }
     }
 
+    /// Sends `cmd` and returns the answer: the next new stdout line starting
+    /// with `prefix`; panics with the output if the process exits first or
+    /// no answer comes within `timeout`.
+    #[track_caller]
+    pub fn ask(&mut self, cmd: &str, prefix: &str, timeout: Duration) -> String {
+        let before = self.lines(prefix).len();
+        self.send_line(cmd);
+        let start = Instant::now();
+        loop {
+            if let Some(l) = self.lines(prefix).get(before) {
+                return l.clone();
+            }
+            assert!(
+                self.try_wait().is_none() && start.elapsed() < timeout,
+                "no answer to {cmd:?}:\n{self}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Closes the process's stdin (end-of-file).
     pub fn close_stdin(&mut self) {
         self.stdin = None;

@@ -160,19 +160,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// The answer to a follower command: its next new line starting with `prefix`.
 fn ask(p: &mut Proc, cmd: &str, prefix: &str) -> String {
-    let before = p.lines(prefix).len();
-    p.send_line(cmd);
-    let start = Instant::now();
-    loop {
-        if let Some(l) = p.lines(prefix).get(before) {
-            return l.clone();
-        }
-        assert!(
-            p.try_wait().is_none() && start.elapsed() < EXIT,
-            "no answer to {cmd:?}:\n{p}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    p.ask(cmd, prefix, EXIT)
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! descriptors, and the fake driver's VMM (memfd-backed: a followed region
 //! really is the sharer's memory, and a read-only mapping really is read-only).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use tandem_e2e::coord::{client_by_pid, client_env, kv, poll, spawn_host, Proc, Tandemd, TestDir};
@@ -40,19 +40,7 @@ fn first_rc(p: &mut Proc, prefix: &str) -> (i64, bool) {
 /// Sends `cmd` and returns the answer: the next new line starting with `prefix`.
 #[track_caller]
 fn ask(p: &mut Proc, cmd: &str, prefix: &str) -> String {
-    let before = p.lines(prefix).len();
-    p.send_line(cmd);
-    let start = Instant::now();
-    loop {
-        if let Some(l) = p.lines(prefix).get(before) {
-            return l.clone();
-        }
-        assert!(
-            p.try_wait().is_none() && start.elapsed() < WAIT,
-            "no answer to {cmd:?}:\n{p}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    p.ask(cmd, prefix, WAIT)
 }
 
 fn field(line: &str, key: &str) -> String {
