@@ -41,8 +41,9 @@ pub struct MpsConfig {
     /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of training clients (1..=100);
     /// none: no cap.
     pub training_thread_percentage: Option<u32>,
-    /// The shallow bound on a GPU's training work in flight under MPS, in
-    /// estimated ns (0: none beyond `[scheduler]`).
+    /// The shallow bound on the work in flight of a training job that joined
+    /// below normal priority, in estimated ns (0: none); such a job is held
+    /// by no gate or launch limit (`crate::grant::mps_adjust`).
     pub training_inflight_ns: u64,
 }
 

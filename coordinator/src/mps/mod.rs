@@ -17,9 +17,10 @@
 //!   in its pipe directory. Every shim that registers is told, in its Welcome
 //!   ([`tandem_proto::mps`]), to join it before CUDA initialises: training
 //!   jobs at `[mps] training_priority` (below normal by default) and
-//!   optionally capped in SMs, inference jobs at normal priority. The gates
-//!   still hold training back, and `[mps] training_inflight_ns` is the
-//!   shallow bound on a GPU's training work in flight on top.
+//!   optionally capped in SMs, inference jobs at normal priority. A training
+//!   job that joined at low priority is held by no gate or launch limit:
+//!   its priority keeps inference first, and `[mps] training_inflight_ns`
+//!   is its shim's shallow in-flight bound (`crate::grant::mps_adjust`).
 //!
 //! The trade-off of MPS: the clients on one GPU share one MPS server
 //! context, so a fatal fault in one of them (an illegal memory access, say)

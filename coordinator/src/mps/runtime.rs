@@ -73,7 +73,7 @@ pub struct MpsSnapshot {
     pub training_priority: u32,
     /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of training jobs, if capped.
     pub training_thread_percentage: Option<u32>,
-    /// The shallow bound on a GPU's training work in flight (ns, 0: none).
+    /// The in-flight bound of training jobs that joined below normal (ns, 0: none).
     pub training_inflight_ns: u64,
     /// Why it is not in force, when it is not.
     pub error: Option<String>,
@@ -230,7 +230,7 @@ impl Mps {
                     describe: format!(
                         "tandem over MPS: the MPS control daemon in {} ({}{}); jobs that register \
                          join it, training at {} priority{cap}, inference at normal priority; \
-                         tandem's gates still hold training back; a fatal fault in one MPS job \
+                         training below normal is bounded only by its in-flight limit; a fatal fault in one MPS job \
                          reaches the other MPS jobs on its GPU",
                         info.pipe_dir.display(),
                         if r.owned {
