@@ -120,8 +120,9 @@ impl Local {
             CLASS_TRAINING if !self.charged_pending => {
                 let key = kernel_key(func_id(&k.name), k.grid);
                 let e = est.lookup(key).unwrap_or(b.default_est_ns);
-                let bounded = (b.idle_ns != 0 || b.active_ns != 0) && cb.mark_every_ns() != 0;
-                if bounded && !admits(self.budget(now, cb, board), cb.inflight_ns(), e) {
+                if cb.bounds_locally(&b)
+                    && !admits(self.budget(now, cb, board), cb.inflight_ns(), e)
+                {
                     if self.waiting.is_none() {
                         self.waits += 1;
                     }
@@ -157,11 +158,7 @@ impl Local {
     fn budget(&self, now: Ns, cb: &ControlBlock, board: &NodeBoard) -> u64 {
         let b = cb.budgets();
         let s = board.slot();
-        if self.presence.active(s.seq(), s.open(), now, b.hold_ns) {
-            b.active_ns
-        } else {
-            b.idle_ns
-        }
+        b.in_force(self.presence.active(s.seq(), s.open(), now, b.hold_ns))
     }
 
     /// A waiting launch's second look at `now` (a completion was seen, the

@@ -66,8 +66,39 @@ pub struct Budgets {
     pub hold_ns: u64,
 }
 
+impl Budgets {
+    /// Whether tandemd set a bound at all (it writes zeros for none).
+    #[inline(always)]
+    #[must_use]
+    pub const fn bounded(&self) -> bool {
+        self.idle_ns != 0 || self.active_ns != 0
+    }
+
+    /// The budget in force: the active one while inference is active on the
+    /// client's GPU, the idle one otherwise.
+    #[inline(always)]
+    #[must_use]
+    pub const fn in_force(&self, inference_active: bool) -> u64 {
+        if inference_active {
+            self.active_ns
+        } else {
+            self.idle_ns
+        }
+    }
+}
+
 impl ControlBlock {
     // ---------------- shim side ----------------
+
+    /// Whether the shim holds its launches to `b` (this block's budgets):
+    /// only when tandemd set a bound and asks for completion marks, since
+    /// without marks nothing in flight is ever seen to end (tandemd sets no
+    /// bound then either).
+    #[inline(always)]
+    #[must_use]
+    pub fn bounds_locally(&self, b: &Budgets) -> bool {
+        b.bounded() && self.mark_every_ns() != 0
+    }
 
     /// The class tandemd granted ([`CLASS_NONE`], [`CLASS_INFERENCE`],
     /// [`CLASS_TRAINING`]; anything else reads as none).

@@ -146,9 +146,9 @@ impl KernelTable {
     }
 
     /// The kernels whose estimates changed enough to publish since the last
-    /// call, with their new estimates (drained into `out`).
-    pub(crate) fn take_changed(&mut self, out: &mut Vec<(u64, u64)>) {
-        out.append(&mut self.changed);
+    /// call, with their new estimates (taken: the list is empty after).
+    pub(crate) fn drain_changed(&mut self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.changed.drain(..)
     }
 
     /// Whether a drain point has measured any of this client's launches

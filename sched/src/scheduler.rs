@@ -915,9 +915,7 @@ impl Scheduler {
 /// Emit the estimates `c`'s last measurement set or moved (as
 /// [`Output::Estimate`]s).
 fn publish_estimates(id: ClientId, c: &mut Client, out: &mut Vec<Output>) {
-    let mut changed = Vec::new();
-    c.kernels.take_changed(&mut changed);
-    out.extend(changed.into_iter().map(|(key, ns)| Output::Estimate {
+    out.extend(c.kernels.drain_changed().map(|(key, ns)| Output::Estimate {
         client: id,
         key,
         ns,

@@ -77,17 +77,10 @@ impl Session {
     fn admit(&self, cb: &ControlBlock, key: u32) {
         let b = cb.budgets();
         let est = self.local.estimate(key, b.default_est_ns);
-        // Without completion marks nothing in flight is ever seen to end:
-        // no bound (tandemd sets none then either).
-        if (b.idle_ns != 0 || b.active_ns != 0) && cb.mark_every_ns() != 0 {
-            let budget = if self.local.active(monotonic_ns(), b.hold_ns) {
-                b.active_ns
-            } else {
-                b.idle_ns
-            };
-            if !admits(budget, cb.inflight_ns(), est) {
-                self.wait_local(cb, est);
-            }
+        if cb.bounds_locally(&b)
+            && !admits(self.local.budget(monotonic_ns(), &b), cb.inflight_ns(), est)
+        {
+            self.wait_local(cb, est);
         }
         cb.charge(est);
     }
@@ -104,12 +97,7 @@ impl Session {
             marks::cover(self, cb.charged_ns());
             marks::poll_here(self);
             let now = monotonic_ns();
-            let b = cb.budgets();
-            let budget = if self.local.active(now, b.hold_ns) {
-                b.active_ns
-            } else {
-                b.idle_ns
-            };
+            let budget = self.local.budget(now, &cb.budgets());
             if admits(budget, cb.inflight_ns(), est) || now.saturating_sub(start) >= max {
                 cb.count_local_wait(now.saturating_sub(start));
                 return;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tandem_proto::board::{Announcer, Board, Presence, Slot, BOARD_LEN};
 use tandem_proto::estimates::EstimateTable;
-use tandem_proto::inflight::CLASS_INFERENCE;
+use tandem_proto::inflight::{Budgets, CLASS_INFERENCE};
 use tandem_proto::{monotonic_ns, ControlBlock};
 
 /// Longest one launch waits at the local bound (as at a closed gate).
@@ -101,11 +101,14 @@ impl Local {
         self.estimates.lookup(key).unwrap_or(default_ns)
     }
 
-    /// Whether inference counts as active on this client's GPU at `now`.
+    /// The budget of `b` in force at `now`: the active one while the board
+    /// says inference is active on this client's GPU.
     #[inline(always)]
-    pub(super) fn active(&self, now: u64, hold_ns: u64) -> bool {
-        self.slot()
-            .is_some_and(|s| self.presence.active(s.seq(), s.open(), now, hold_ns))
+    pub(super) fn budget(&self, now: u64, b: &Budgets) -> u64 {
+        b.in_force(
+            self.slot()
+                .is_some_and(|s| self.presence.active(s.seq(), s.open(), now, b.hold_ns)),
+        )
     }
 
     /// The GPU became known (first launch's Device report).
@@ -188,12 +191,11 @@ impl Local {
     /// is older than a quarter of the hold period.
     #[inline(always)]
     pub(crate) fn announce(&self, cb: &ControlBlock) {
-        let l = self;
-        if !l.writable.load(Ordering::Relaxed) {
+        if !self.writable.load(Ordering::Relaxed) {
             return;
         }
-        if let Some(s) = l.slot() {
-            if l.announcer.due(monotonic_ns(), cb.budgets().hold_ns) {
+        if let Some(s) = self.slot() {
+            if self.announcer.due(monotonic_ns(), cb.budgets().hold_ns) {
                 s.bump();
             }
         }
