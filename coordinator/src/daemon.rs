@@ -377,7 +377,9 @@ impl Daemon {
                 }
                 if old.mps.needs_restart(&cfg.mps) {
                     warn!(
-                        "[mps] enabled, control_binary, pipe_dir or log_dir changed; they take                          effect when tandemd restarts (the training_* values apply to jobs that                          register from now on)"
+                        "[mps] enabled, control_binary, pipe_dir or log_dir changed; they take \
+                         effect when tandemd restarts (the training_* values apply to jobs that \
+                         register from now on)"
                     );
                 }
                 if let Some(f) = &self.set_log_level {
