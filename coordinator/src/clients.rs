@@ -142,6 +142,11 @@ pub struct Client {
     /// ([`grant::mps_adjust`]).
     pub mps_inflight_ns: Option<u64>,
     pub(crate) warned_kind: bool,
+    /// The GPU board its shim was sent: `None` before (and when its shim did
+    /// not ask), else whether writable. A client granted the inference class
+    /// after it got a read-only board is owed a writable one
+    /// ([`Registry::take_owed_boards`]).
+    pub(crate) board_sent: Option<bool>,
 }
 
 /// A GPU seen in Device messages.
@@ -178,6 +183,10 @@ pub struct Registry {
     /// The node's GPU board (`None`: it could not be created; shims then
     /// have only the gates and limits).
     pub(crate) board: Option<NodeBoard>,
+    /// Clients granted the inference class after their shim got a read-only
+    /// board: the daemon sends each a writable one
+    /// ([`Registry::take_owed_boards`]).
+    boards_owed: Vec<u64>,
 }
 
 impl Default for Registry {
@@ -229,7 +238,15 @@ impl Registry {
                     None
                 }
             },
+            boards_owed: Vec::new(),
         }
+    }
+
+    /// The clients owed a writable board since the last call (granted the
+    /// inference class after their shim got a read-only one). No allocation
+    /// when there are none.
+    pub(crate) fn take_owed_boards(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.boards_owed)
     }
 
     /// Feed one input to the scheduler now and apply its gate changes.
@@ -237,16 +254,21 @@ impl Registry {
         // The shim learns its class from its control block (scheduler v2:
         // inference announces itself on the board, training bounds itself).
         if let Input::Register { client, class, .. } | Input::SetClass { client, class } = input {
-            if let Some(cb) = self
-                .clients
-                .get(&client)
-                .and_then(|c| c.ring.as_ref())
-                .and_then(Ring::control)
-            {
-                cb.set_class(match class {
-                    Class::Inference => tandem_proto::inflight::CLASS_INFERENCE,
-                    Class::Training => tandem_proto::inflight::CLASS_TRAINING,
-                });
+            if let Some(c) = self.clients.get(&client) {
+                if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
+                    cb.set_class(match class {
+                        Class::Inference => tandem_proto::inflight::CLASS_INFERENCE,
+                        Class::Training => tandem_proto::inflight::CLASS_TRAINING,
+                    });
+                }
+                // Its shim announces itself on the board only through a
+                // writable mapping (an operator's set-class, a reload).
+                if class == Class::Inference
+                    && c.board_sent == Some(false)
+                    && !self.boards_owed.contains(&client)
+                {
+                    self.boards_owed.push(client);
+                }
             }
         }
         self.sched

@@ -438,7 +438,10 @@ pub enum Message<'a> {
 }
 
 /// Coordinator -> shim, after the Welcome, in answer to
-/// [`HELLO_FLAG_BOARD`]: the GPU board ([`crate::board`]).
+/// [`HELLO_FLAG_BOARD`]: the GPU board ([`crate::board`]). Sent once more,
+/// writable, when a client that got it read-only is granted the inference
+/// class later (an operator's set-class, a reload); the shim then replaces
+/// its read-only mapping. A writable board is never taken back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BoardMsg {
     /// `BOARD_FLAG_*` bits.

@@ -135,6 +135,7 @@ impl Registry {
                     .filter(|j| j.priority == tandem_proto::mps::PRIORITY_BELOW_NORMAL)
                     .map(|_| cfg.mps.training_inflight_ns),
                 warned_kind: false,
+                board_sent: None,
                 who,
             },
         );
@@ -157,20 +158,24 @@ impl Registry {
     /// A descriptor of the GPU board for client `id` and the Board message
     /// flags: writable only for a client granted the inference class (it
     /// announces itself there; a training client only reads). `None`: no
-    /// board, or no such client.
-    pub fn board_for(&self, id: u64) -> Option<(OwnedFd, u8)> {
+    /// board, or no such client. Remembered as sent: a client given a
+    /// read-only board and later the inference class is owed a writable one.
+    pub fn board_for(&mut self, id: u64) -> Option<(OwnedFd, u8)> {
         let board = self.board.as_ref()?;
-        let c = self.clients.get(&id)?;
+        let c = self.clients.get_mut(&id)?;
         let writable = c.decision.class == ClientClass::Inference;
         match board.descriptor(writable) {
-            Ok(fd) => Some((
-                fd,
-                if writable {
-                    tandem_proto::wire::BOARD_FLAG_WRITABLE
-                } else {
-                    0
-                },
-            )),
+            Ok(fd) => {
+                c.board_sent = Some(writable);
+                Some((
+                    fd,
+                    if writable {
+                        tandem_proto::wire::BOARD_FLAG_WRITABLE
+                    } else {
+                        0
+                    },
+                ))
+            }
             Err(e) => {
                 warn!(client = id, "cannot hand out the GPU board: {e}");
                 None
@@ -594,5 +599,35 @@ mod tests {
             assert!(r.reclaim(*id, "test"));
         }
         assert_eq!(r.snapshot(Instant::now()).2.dropped, u64::MAX);
+    }
+
+    #[test]
+    fn a_job_made_inference_after_a_read_only_board_is_owed_a_writable_one() {
+        let cfg = Config::default();
+        let mut r = Registry::default();
+        assert!(r.board.is_some(), "the GPU board (a memfd) was created");
+        let t = hello(ClientClass::Training, tandem_proto::wire::HELLO_FLAG_BOARD);
+        let (a, _fd) = r.register(&cfg, 0, who(7), &t, None).unwrap();
+        let (b, _fd) = r.register(&cfg, 0, who(7), &t, None).unwrap();
+        let (a, b) = (a.client_id, b.client_id);
+        // `a` got its read-only board; `b` has not been sent one yet.
+        let (_fd, flags) = r.board_for(a).unwrap();
+        assert_eq!(flags, 0, "training: read-only");
+        r.set_class(&cfg, 0, b, ClientClass::Inference, 0).unwrap();
+        assert_eq!(
+            r.take_owed_boards(),
+            Vec::<u64>::new(),
+            "b gets it writable when sent"
+        );
+        r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+        r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+        assert_eq!(r.take_owed_boards(), vec![a], "owed once");
+        assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
+        let (_fd, flags) = r.board_for(a).unwrap();
+        assert_eq!(flags, tandem_proto::wire::BOARD_FLAG_WRITABLE);
+        // Back to training and to inference again: it has a writable board.
+        r.set_class(&cfg, 0, a, ClientClass::Training, 0).unwrap();
+        r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+        assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
     }
 }

@@ -151,6 +151,22 @@ impl Daemon {
         }
     }
 
+    /// Sends a writable board to each client granted the inference class
+    /// since it got a read-only one (an operator's `set-class`, a reload):
+    /// its shim then announces its requests without reconnecting.
+    pub(super) fn send_owed_boards(&mut self) {
+        let owed = self.shared.registry().take_owed_boards();
+        for id in owed {
+            if let Some(&token) = self.client_tokens.get(&id) {
+                info!(
+                    client = id,
+                    "inference now: sending it a writable GPU board"
+                );
+                self.send_board(token, id);
+            }
+        }
+    }
+
     fn first_message(&mut self, token: u64) {
         let Some(c) = self.conns.get(&token) else {
             return;

@@ -90,7 +90,7 @@ impl Local {
             return None;
         }
         // SAFETY: a non-zero `board` is the address of a leaked, validated
-        // Board mapping (set once in `attach_board`, never unmapped).
+        // Board mapping (set in `attach_board`, never unmapped).
         let b = unsafe { &*(b as *const Board) };
         b.slot(i - 1)
     }
@@ -117,9 +117,16 @@ impl Local {
         self.resolve_slot(cb);
     }
 
-    /// Maps the board tandemd sent (watcher thread; once per session).
+    /// Maps the board tandemd sent (watcher thread). Once per session, but
+    /// for one upgrade: a client given a read-only board and later granted
+    /// the inference class (an operator's set-class, a reload) is sent a
+    /// writable one, which replaces it. The replaced mapping stays (launching
+    /// threads may hold it); both map the same memory, so a slot keeps its
+    /// index.
     pub(crate) fn attach_board(&self, fd: OwnedFd, writable: bool, cb: &ControlBlock) {
-        if self.board.load(Ordering::Acquire) != 0 {
+        if self.board.load(Ordering::Acquire) != 0
+            && (!writable || self.writable.load(Ordering::Acquire))
+        {
             return;
         }
         let map = if writable {
@@ -138,12 +145,14 @@ impl Local {
         let (base, len) = map.leak();
         // SAFETY: a live shared mapping of `len` bytes that is never unmapped,
         // accessed only through atomics (and only read when mapped read-only:
-        // the shim writes a slot only when `writable`).
+        // the shim writes a slot only after loading `writable` as true with
+        // Acquire, which orders this Release store of the writable mapping's
+        // address before it).
         match unsafe { Board::from_raw(base, len) } {
             Ok(b) => {
-                self.writable.store(writable, Ordering::Relaxed);
                 self.board
                     .store(b as *const Board as usize, Ordering::Release);
+                self.writable.store(writable, Ordering::Release);
                 self.resolve_slot(cb);
             }
             Err(e) => crate::log!(Debug, "ignoring the GPU board: {e}"),
@@ -166,7 +175,7 @@ impl Local {
         }
         // SAFETY: as in `slot`.
         let b = unsafe { &*(b as *const Board) };
-        let found = if self.writable.load(Ordering::Relaxed) {
+        let found = if self.writable.load(Ordering::Acquire) {
             b.claim(gpu)
         } else {
             b.find(gpu)
@@ -191,7 +200,8 @@ impl Local {
     /// is older than a quarter of the hold period.
     #[inline(always)]
     pub(crate) fn announce(&self, cb: &ControlBlock) {
-        if !self.writable.load(Ordering::Relaxed) {
+        // Acquire: a writable board seen here is the mapping `slot` loads.
+        if !self.writable.load(Ordering::Acquire) {
             return;
         }
         if let Some(s) = self.slot() {
@@ -214,7 +224,8 @@ impl Local {
             }
         };
         cb.set_requests_open(open);
-        if !self.writable.load(Ordering::Relaxed) || cb.class() != CLASS_INFERENCE {
+        // Acquire: as in `announce`.
+        if !self.writable.load(Ordering::Acquire) || cb.class() != CLASS_INFERENCE {
             return;
         }
         if let Some(s) = self.slot() {

@@ -23,8 +23,11 @@
 //! a second). The assertion is on the fake driver's own queue, not on what
 //! tandem believes.
 
+use std::process::Stdio;
+
 use tandem_e2e::coord::{
-    client_by_pid, client_env, kv, kv_u64, poll, spawn_host, Proc, Tandemd, TestDir, EXIT, SETTLE,
+    client_by_pid, client_env, kv, kv_u64, poll, spawn_host, tandemctl, Proc, Tandemd, TestDir,
+    EXIT, SETTLE,
 };
 use tandem_e2e::Env;
 
@@ -75,9 +78,28 @@ fn done(p: &mut Proc, what: &str) -> String {
 
 #[test]
 fn shims_alone_hold_training_under_the_active_bound_with_tandemd_stopped() {
+    hold_training_with_tandemd_stopped(false);
+}
+
+/// The inference job registers as training (so its shim is handed a
+/// read-only board) and an operator makes it inference with `tandemctl
+/// set-class`: tandemd sends it a writable board, and its shim announces
+/// itself without reconnecting. Without that second Board message the
+/// trainer never sees inference on the board and floods the device.
+#[test]
+fn a_job_made_inference_by_the_operator_announces_itself_on_the_board() {
+    hold_training_with_tandemd_stopped(true);
+}
+
+fn hold_training_with_tandemd_stopped(reclassified: bool) {
     let dir = TestDir::new("local-bound");
     let mut d = Tandemd::start_with_config(&dir, &config());
     let dev = dir.path().join("dev");
+    let infer_class = if reclassified {
+        "training"
+    } else {
+        "inference"
+    };
 
     // Inference first, its device known to tandemd: a trainer on a GPU with
     // no inference job is not bounded, and one that never syncs would flood
@@ -94,15 +116,37 @@ fn shims_alone_hold_training_under_the_active_bound_with_tandemd_stopped() {
             "--kernel-us",
             "200",
         ],
-        &env(&d, &dev, "inference"),
+        &env(&d, &dev, infer_class),
     );
-    poll(SETTLE, "the inference job's first launch", || {
+    let id = poll(SETTLE, "the inference job's first launch", || {
         let st = d.try_stats()?;
         match client_by_pid(&st, infer.pid()) {
-            Some(c) if c["launches"].as_u64().unwrap_or(0) > 0 => Ok(()),
+            Some(c) if c["launches"].as_u64().unwrap_or(0) > 0 => Ok(c["id"].as_u64()),
             other => Err(format!("{other:?}")),
         }
-    });
+    })
+    .expect("a client id");
+    if reclassified {
+        let id_s = id.to_string();
+        let out = tandemctl(d.socket(), &["set-class", &id_s, "inference"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tandemctl");
+        assert!(
+            out.status.success(),
+            "tandemctl set-class failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        poll(SETTLE, "tandemd to send the writable board", || {
+            let log = d.log();
+            if log.contains("sending it a writable GPU board") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        });
+    }
     let mut train = spawn_host(
         "train",
         &[
