@@ -816,6 +816,24 @@ pub fn tandemctl(socket: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// Runs `tandemctl <args>` (no stdin) and returns its stdout; panics, with
+/// both of its outputs, when it fails.
+#[track_caller]
+pub fn tandemctl_ok(socket: &Path, args: &[&str]) -> String {
+    let out = tandemctl(socket, args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tandemctl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "tandemctl {args:?} failed ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Parses `key=value` tokens of a host output line.
 pub fn kv(line: &str) -> BTreeMap<String, String> {
     line.split_whitespace()

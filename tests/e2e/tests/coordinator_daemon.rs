@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 
 use tandem_e2e::coord::{
     client_by_pid, clients, coordinator_bins, default_config, hello_bytes, http_get, kv_u64, num,
-    parse_prometheus, poll, ready_client_id, spawn_launchers, tandemctl, total, warn_lines, Peer,
-    Tandemd, TestDir, EXIT, SETTLE,
+    parse_prometheus, poll, ready_client_id, spawn_launchers, tandemctl_ok, total, warn_lines,
+    Peer, Tandemd, TestDir, EXIT, SETTLE,
 };
 
 /// The metric families the contract lists, with their Prometheus types.
@@ -336,11 +336,7 @@ fn reload_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
     );
 
     std::fs::write(&cfg, default_config()).expect("write config");
-    let out = tandemctl(d.socket(), &["reload"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("tandemctl reload");
-    assert!(out.status.success(), "{out:?}");
+    tandemctl_ok(d.socket(), &["reload"]);
     poll(
         SETTLE,
         "tandemctl reload to apply",

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tandem_e2e::coord::{
     client_by_id, client_by_pid, connect_as, control_bytes, control_reply, hello_bytes, kv_u64,
-    num, poll, ready_client_id, spawn_launchers, tandemctl, total, warn_lines, Peer, Proc, Tandemd,
-    TestDir, EXIT, SETTLE,
+    num, poll, ready_client_id, spawn_launchers, tandemctl, tandemctl_ok, total, warn_lines, Peer,
+    Proc, Tandemd, TestDir, EXIT, SETTLE,
 };
 use tandem_proto::wire::{ControlOp, HEADER_LEN, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
 use tandem_proto::{ClientClass, EventKind, Message, Record, RejectReason};
@@ -382,16 +382,7 @@ fn unprivileged_peer_cannot_use_control_operations() {
 
     // Root may.
     for args in [&["reload"][..], &["set-class", &id_s, other][..]] {
-        let out = tandemctl(d.socket(), args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tandemctl");
-        assert!(
-            out.status.success(),
-            "tandemctl {args:?} as root failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        tandemctl_ok(d.socket(), args);
     }
     poll(SETTLE, "set-class to take effect", || {
         let st = d.try_stats()?;

@@ -23,10 +23,8 @@
 //! a second). The assertion is on the fake driver's own queue, not on what
 //! tandem believes.
 
-use std::process::Stdio;
-
 use tandem_e2e::coord::{
-    client_by_pid, client_env, kv, kv_u64, poll, spawn_host, tandemctl, Proc, Tandemd, TestDir,
+    client_by_pid, client_env, kv, kv_u64, poll, spawn_host, tandemctl_ok, Proc, Tandemd, TestDir,
     EXIT, SETTLE,
 };
 use tandem_e2e::Env;
@@ -128,16 +126,7 @@ fn hold_training_with_tandemd_stopped(reclassified: bool) {
     .expect("a client id");
     if reclassified {
         let id_s = id.to_string();
-        let out = tandemctl(d.socket(), &["set-class", &id_s, "inference"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tandemctl");
-        assert!(
-            out.status.success(),
-            "tandemctl set-class failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        tandemctl_ok(d.socket(), &["set-class", &id_s, "inference"]);
         poll(SETTLE, "tandemd to send the writable board", || {
             let log = d.log();
             if log.contains("sending it a writable GPU board") {
