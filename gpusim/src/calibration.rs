@@ -157,14 +157,19 @@ pub fn check(rows: &[Row]) -> (Vec<Fit>, Vec<String>) {
         let frac_ok = r.train_fraction.is_some_and(|x| (flo..=fhi).contains(&x));
         if !ratio_ok {
             bad.push(format!(
-                "{} {}: p99 ratio {:?} outside {rlo:.2}-{rhi:.2}",
-                t.inference, t.mode, r.p99_ratio
+                "{} {}: p99 ratio {} outside {rlo:.2}-{rhi:.2}",
+                t.inference,
+                t.mode,
+                r.p99_ratio.map_or("missing".into(), |x| format!("{x:.3}"))
             ));
         }
         if !frac_ok {
             bad.push(format!(
-                "{} {}: training fraction {:?} outside {flo:.2}-{fhi:.2}",
-                t.inference, t.mode, r.train_fraction
+                "{} {}: training fraction {} outside {flo:.2}-{fhi:.2}",
+                t.inference,
+                t.mode,
+                r.train_fraction
+                    .map_or("missing".into(), |x| format!("{x:.3}"))
             ));
         }
         fits.push(Fit {

@@ -71,6 +71,7 @@ pub mod gpu;
 pub mod job;
 pub mod local;
 pub mod matrix;
+pub mod measured;
 pub mod mps;
 pub mod params;
 pub mod report;

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use tandem_gpusim::calibration::check;
 use tandem_gpusim::matrix::{load_trace, run_matrix, MatrixCfg, INFERENCE, TRAINING};
+use tandem_gpusim::measured;
 use tandem_gpusim::params::{Params, MODEL_VERSION};
 use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
@@ -38,6 +39,22 @@ fn main() -> ExitCode {
     };
     let traces = value("--traces").map(PathBuf::from);
     let mut params = Params::calibrated();
+    // GPU measurements first, so that `--set` still overrides them.
+    let measured = match traces.as_deref().map(|d| measured::apply(&mut params, d)) {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => {
+            eprintln!("tandem-sim: {e}");
+            return ExitCode::from(1);
+        }
+        None => Vec::new(),
+    };
+    if !measured.is_empty() {
+        eprintln!(
+            "tandem-sim: measured on a GPU ({}): {}",
+            measured::FILE,
+            measured.join(", ")
+        );
+    }
     for (i, a) in args.iter().enumerate() {
         if a == "--set" {
             let Some((k, v)) = args.get(i + 1).and_then(|kv| kv.split_once('=')) else {
@@ -140,7 +157,7 @@ fn main() -> ExitCode {
             let wall = start.elapsed().as_secs_f64();
             let (fits, bad) = check(&rows);
             let kind = if reduced { "reduced" } else { "full" };
-            let md = markdown(&rows, &fits, &bad, kind, wall);
+            let md = markdown(&rows, &fits, &bad, kind, wall, &measured);
             print!("{md}");
             if let Some(out) = value("--out").map(PathBuf::from) {
                 let doc = Doc {
@@ -149,6 +166,7 @@ fn main() -> ExitCode {
                     rows: &rows,
                     calibration: &fits,
                     calibration_failures: &bad,
+                    measured_params: &measured,
                 };
                 let json = serde_json::to_string_pretty(&doc).expect("rows serialise");
                 if let Err(e) = std::fs::create_dir_all(&out)

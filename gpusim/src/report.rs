@@ -19,6 +19,9 @@ pub struct Doc<'a> {
     pub calibration: &'a [Fit],
     /// Broken calibration rules (empty: calibrated).
     pub calibration_failures: &'a [String],
+    /// Parameters taken from a GPU measurement (`crate::measured`), one
+    /// phrase each; empty: all fitted or assumed.
+    pub measured_params: &'a [String],
 }
 
 fn f(x: Option<f64>) -> String {
@@ -27,14 +30,33 @@ fn f(x: Option<f64>) -> String {
 
 /// The markdown table.
 #[must_use]
-pub fn markdown(rows: &[Row], fits: &[Fit], bad: &[String], matrix: &str, wall_s: f64) -> String {
+pub fn markdown(
+    rows: &[Row],
+    fits: &[Fit],
+    bad: &[String],
+    matrix: &str,
+    wall_s: f64,
+    measured: &[String],
+) -> String {
+    let params = if measured.is_empty() {
+        "Time slice and context switch: fitted (no GPU measurement in the traces folder yet)."
+            .to_string()
+    } else {
+        format!(
+            "Measured on a GPU (`{}` in the traces folder): {}; every other parameter as in \
+             `gpusim/src/params.rs`.",
+            crate::measured::FILE,
+            measured.join(", ")
+        )
+    };
     let mut s = format!(
         "# Co-location matrix in the GPU-sharing model ({MODEL_VERSION})\n\n\
          Model, not GPU: `scripts/sim` ({matrix} matrix, {wall_s:.0} s on this machine). Sources of the \
          traces per row; every figure a median over the seeds with min-max.\n\
          `tandem` is scheduler v2 (the shims' local bound on the GPU board, v1's gates and limits \
          behind it) over time-slicing; `tandem_mps` is tandem over MPS: training at client priority 1, \
-         no gate or launch limit, the `[mps]` in-flight bound (2 ms). Scheduler defaults as shipped.\n\n\
+         no gate or launch limit, the `[mps]` in-flight bound (2 ms). Scheduler defaults as shipped.\n\
+         {params}\n\n\
          | inference | training | mode | p50 ms | p99 ms | p99 ratio (min-max) | train fraction (min-max) | source |\n\
          | --- | --- | --- | ---: | ---: | ---: | ---: | --- |\n"
     );

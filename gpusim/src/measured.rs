@@ -1,0 +1,155 @@
+//! GPU measurements that replace fitted parameters: the time-slice length
+//! and the context-switch cost `scripts/gpu/trace_capture.py` measures on a
+//! GPU (prove's stage 7), committed as `timeslice.json` beside the captured
+//! traces (`tests/traces/`). `tandem-sim` applies them before any `--set`,
+//! and the matrix's report says which parameters came from a GPU.
+//!
+//! The file is the capture's own output: `{"skipped": null | "why",
+//! "timeslice": {"median_ns": …, "n": …} | null, "switch": {…} | null}`.
+//! A skipped measurement, or a figure with no samples, leaves the fitted
+//! value; a figure outside what a GPU's scheduler can plausibly do is an
+//! error (a broken measurement must not quietly refit the model).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::params::Params;
+
+/// The file's name in the traces folder.
+pub const FILE: &str = "timeslice.json";
+/// Plausible time slices: NVIDIA's configurable levels run from 2 to 30 ms.
+const SLICE_RANGE_NS: (f64, f64) = (100_000.0, 1_000_000_000.0);
+/// Plausible switch costs.
+const SWITCH_RANGE_NS: (f64, f64) = (0.0, 10_000_000.0);
+
+/// Applies `dir/timeslice.json` to `params`. Returns what it changed, one
+/// phrase per parameter (empty: no file, a skipped measurement, or no
+/// samples).
+///
+/// # Errors
+/// A file that does not parse, or a median outside the plausible range.
+pub fn apply(params: &mut Params, dir: &Path) -> Result<Vec<String>, String> {
+    let path = dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    apply_json(params, &text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// [`apply`] on the file's text.
+///
+/// # Errors
+/// As [`apply`].
+pub fn apply_json(params: &mut Params, text: &str) -> Result<Vec<String>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if !v.is_object() {
+        return Err("not a JSON object".into());
+    }
+    if !v["skipped"].is_null() {
+        return Ok(Vec::new());
+    }
+    let mut applied = Vec::new();
+    if let Some(ns) = median(&v, "timeslice", SLICE_RANGE_NS)? {
+        params.timeslice_ns = ns;
+        applied.push(format!("timeslice {:.2} ms", ns as f64 / 1e6));
+    }
+    if let Some(ns) = median(&v, "switch", SWITCH_RANGE_NS)? {
+        params.switch_ns = ns;
+        applied.push(format!("context switch {:.1} us", ns as f64 / 1e3));
+    }
+    Ok(applied)
+}
+
+fn median(v: &Value, key: &str, (lo, hi): (f64, f64)) -> Result<Option<u64>, String> {
+    let m = &v[key];
+    if m.is_null() {
+        return Ok(None);
+    }
+    let x = m["median_ns"]
+        .as_f64()
+        .ok_or_else(|| format!("{key}.median_ns is not a number"))?;
+    if !(lo..=hi).contains(&x) {
+        return Err(format!(
+            "{key}.median_ns = {x} ns is outside {lo}-{hi} ns: not a plausible measurement"
+        ));
+    }
+    Ok(Some(x.round() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_measurement_replaces_the_fitted_slice_and_switch() {
+        let mut p = Params::calibrated();
+        let got = apply_json(
+            &mut p,
+            r#"{"skipped": null, "timeslice": {"n": 40, "median_ns": 2000000.4},
+                "switch": {"n": 39, "median_ns": 31000}, "spin_ms": 300}"#,
+        )
+        .unwrap();
+        assert_eq!((p.timeslice_ns, p.switch_ns), (2_000_000, 31_000));
+        assert_eq!(got, vec!["timeslice 2.00 ms", "context switch 31.0 us"]);
+        // Everything else stays fitted.
+        let mut q = Params::calibrated();
+        q.timeslice_ns = p.timeslice_ns;
+        q.switch_ns = p.switch_ns;
+        assert_eq!(p, q);
+    }
+
+    #[test]
+    fn skipped_or_empty_measurements_leave_the_fit() {
+        let fitted = Params::calibrated();
+        for text in [
+            r#"{"skipped": "the timeslice microbenchmark needs a GPU"}"#,
+            r#"{"skipped": null, "timeslice": null, "switch": null}"#,
+        ] {
+            let mut p = fitted.clone();
+            assert_eq!(apply_json(&mut p, text).unwrap(), Vec::<String>::new());
+            assert_eq!(p, fitted, "{text}");
+        }
+        let mut p = fitted.clone();
+        let got = apply_json(
+            &mut p,
+            r#"{"skipped": null, "timeslice": null, "switch": {"median_ns": 20000}}"#,
+        )
+        .unwrap();
+        assert_eq!(got, vec!["context switch 20.0 us"]);
+        assert_eq!(p.timeslice_ns, fitted.timeslice_ns);
+    }
+
+    #[test]
+    fn implausible_or_malformed_measurements_are_errors() {
+        let mut p = Params::calibrated();
+        for text in [
+            r#"{"skipped": null, "timeslice": {"median_ns": 50}}"#,
+            r#"{"skipped": null, "switch": {"median_ns": 20000000}}"#,
+            r#"{"skipped": null, "timeslice": {"median_ns": "2ms"}}"#,
+            "[1, 2]",
+            "not json",
+        ] {
+            assert!(apply_json(&mut p, text).is_err(), "{text}");
+        }
+        assert_eq!(p, Params::calibrated(), "nothing applied on an error");
+    }
+
+    #[test]
+    fn no_file_is_no_change() {
+        let dir = std::env::temp_dir().join(format!("gpusim-measured-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut p = Params::calibrated();
+        assert_eq!(apply(&mut p, &dir).unwrap(), Vec::<String>::new());
+        std::fs::write(
+            dir.join(FILE),
+            r#"{"skipped": null, "timeslice": {"median_ns": 3e6}}"#,
+        )
+        .unwrap();
+        assert_eq!(apply(&mut p, &dir).unwrap(), vec!["timeslice 3.00 ms"]);
+        assert_eq!(p.timeslice_ns, 3_000_000);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
