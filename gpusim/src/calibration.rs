@@ -252,12 +252,18 @@ mod tests {
     use crate::params::Params;
 
     /// What `scripts/test` runs: the reduced matrix (the two measured pairs,
-    /// the baseline modes, one seed) must stay inside the measured ranges.
-    /// A change to the engine, the jobs or the parameters that moves a
+    /// the baseline modes, one seed) must stay inside the measured ranges,
+    /// with the model's inputs as `scripts/sim` uses them: the traces and
+    /// the time-slice measurement a GPU run committed under `tests/traces/`,
+    /// the synthetic traces and fitted values where there are none. A change
+    /// to the engine, the jobs, the parameters or those inputs that moves a
     /// baseline out of them fails here.
     #[test]
     fn the_reduced_matrix_stays_calibrated() {
-        let rows = run_matrix(&MatrixCfg::reduced(Params::calibrated()), None).unwrap();
+        let traces = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/traces"));
+        let mut params = Params::calibrated();
+        crate::measured::apply(&mut params, traces).unwrap();
+        let rows = run_matrix(&MatrixCfg::reduced(params), Some(traces)).unwrap();
         let (fits, bad) = check(&rows);
         assert_eq!(fits.len(), TARGETS.len());
         assert!(bad.is_empty(), "calibration broken:\n{}", bad.join("\n"));
