@@ -50,7 +50,10 @@
 //! are never released (a node has far fewer GPUs than [`BOARD_SLOTS`]).
 
 use core::mem::{align_of, offset_of, size_of};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+// Through the facade, so that `tests/models` checks this file's claims and
+// counts under loom (the facade is std's atomics: nothing changes here).
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 

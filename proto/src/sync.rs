@@ -1,10 +1,11 @@
-//! The atomics and the futex that the ring ([`crate::ring`]) and the control
-//! block ([`crate::control`]) are written against: std's atomics and the
-//! `futex(2)` system call (through the OS layer, `tandem_os::futex`).
+//! The atomics and the futex that the ring ([`crate::ring`]), the control
+//! block ([`crate::control`]) and the GPU board ([`crate::board`]) are
+//! written against: std's atomics and the `futex(2)` system call (through
+//! the OS layer, `tandem_os::futex`).
 //!
 //! They are named here, and only here, so that the model checker can put
-//! its own in their place: `tests/models` compiles `ring.rs` and
-//! `control.rs` unchanged against loom's atomics and a loom-modelled futex
+//! its own in their place: `tests/models` compiles `ring.rs`, `control.rs`
+//! and `board.rs` unchanged against loom's atomics and a loom-modelled futex
 //! (a `sync` module of the same shape) and checks the protocols over every
 //! interleaving its bound allows. Keep this module's surface small: whatever
 //! it exports, the stand-in must export too.

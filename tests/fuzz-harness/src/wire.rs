@@ -1,16 +1,22 @@
 //! Every wire decoder: Hello, Welcome, Reject, FuncName, Device, Control,
-//! ControlReply, Dedup and Follow, through [`Message::decode`] as tandemd
-//! and the shim call it on each datagram.
+//! ControlReply, Dedup, Follow and Board, through [`Message::decode`] as
+//! tandemd and the shim call it on each datagram.
 //!
 //! Input: byte 0 even, the rest is a whole datagram (header included); byte
-//! 0 odd, byte 1 picks the type code (`% 10`: the nine types and an unknown
-//! one) and the rest is a body, framed by a correct header, so the fuzzer
-//! spends its time inside the body decoders.
+//! 0 odd, byte 1 picks the type code (`% TYPE_CODES`: the ten types, codes 1
+//! to 10, and the unknown code 0) and the rest is a body, framed by a correct
+//! header, so the fuzzer spends its time inside the body decoders.
 //!
 //! Oracle: a message that decodes encodes again (decode checks everything
 //! encode checks) to a datagram that decodes to the same message.
 
-use tandem_proto::wire::{message_type, Message, HEADER_LEN, PROTOCOL_VERSION, WIRE_MAGIC};
+use tandem_proto::wire::{
+    message_type, Message, BOARD_FLAG_WRITABLE, HEADER_LEN, PROTOCOL_VERSION, WIRE_MAGIC,
+};
+
+/// Type codes the body mode frames: 0 (no such type) to 10 (Board), the
+/// highest code [`Message::decode`] knows.
+const TYPE_CODES: u8 = 11;
 
 /// One input.
 pub fn run(data: &[u8]) {
@@ -30,7 +36,7 @@ fn datagram(data: &[u8]) -> Option<Vec<u8>> {
     let mut dgram = Vec::with_capacity(HEADER_LEN + body.len());
     dgram.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
     dgram.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
-    dgram.extend_from_slice(&u16::from(ty % 10).to_le_bytes());
+    dgram.extend_from_slice(&u16::from(ty % TYPE_CODES).to_le_bytes());
     dgram.extend_from_slice(&body_len.to_le_bytes());
     dgram.extend_from_slice(body);
     Some(dgram)
@@ -69,6 +75,9 @@ fn check(dgram: &[u8]) {
             let layout = w.layout().expect("a decoded Welcome has a valid layout");
             assert_eq!(layout.region_len() as u64, w.region_len);
         }
+        // The shim maps the board writable on this bit alone: no other bit
+        // a peer sets may survive decoding.
+        Message::Board(b) => assert_eq!(b.flags & !BOARD_FLAG_WRITABLE, 0, "unknown Board flags"),
         _ => {}
     }
     let mut out = vec![0u8; msg.encoded_len()];

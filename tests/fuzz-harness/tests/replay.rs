@@ -44,3 +44,31 @@ fn fixed_crashes_stay_fixed() {
     }
     eprintln!("{n} crash inputs replayed");
 }
+
+/// Each committed `wire` seed, whole datagram or framed body, decodes as the
+/// message its name says (`board-body`: Board): every decoder's success path
+/// is in the corpus from the first input, and a body mode that cannot frame
+/// a type (as when it took the code `% 10` and so never reached Board, 10)
+/// fails here.
+#[test]
+fn every_wire_seed_decodes_as_the_message_it_is_named_for() {
+    let seeds = inputs(&fuzz_dir().join("seeds").join("wire"));
+    let mut types = std::collections::BTreeSet::new();
+    for s in &seeds {
+        let stem = s.file_stem().and_then(|n| n.to_str()).expect("seed name");
+        let (name, _mode) = stem.rsplit_once('-').expect("NAME-MODE");
+        let want: String = name
+            .split('_')
+            .map(|w| w[..1].to_uppercase() + &w[1..])
+            .collect();
+        let data = std::fs::read(s).expect("read seed");
+        assert_eq!(
+            tandem_fuzz_harness::wire::decoded_type(&data),
+            Some(want.as_str()),
+            "{}",
+            s.display()
+        );
+        types.insert(want);
+    }
+    assert_eq!(types.len(), 10, "a seed of each message type: {types:?}");
+}

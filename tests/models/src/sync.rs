@@ -122,6 +122,29 @@ macro_rules! shadow {
                 self.model()
                     .compare_exchange(current, new, success, failure)
             }
+
+            pub fn fetch_update<F: FnMut($t) -> Option<$t>>(
+                &self,
+                set_order: Ordering,
+                fetch_order: Ordering,
+                f: F,
+            ) -> Result<$t, $t> {
+                self.model().fetch_update(set_order, fetch_order, f)
+            }
+        }
+
+        // Process-local state (the board's `Presence`) derives these.
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new(0)
+            }
+        }
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                // No load: formatting is not part of any protocol modelled.
+                f.write_str(stringify!($name))
+            }
         }
     };
 }

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use tandem_models::board::{Board, BOARD_LEN, BOARD_SLOTS};
 use tandem_models::record::{EventKind, Record};
 use tandem_models::ring::{Consumer, Producer, RingLayout};
 use tandem_models::shm::Mapping;
@@ -89,4 +90,36 @@ pub fn ring(capacity: u32) -> Ring {
         consumer,
         map,
     }
+}
+
+/// A fresh, initialised GPU board for one execution (tandemd's, from
+/// `Board::init`), and the mapping it lives in, which threads that map the
+/// board again (`Board::from_raw`, as a shim does) keep alive.
+pub struct NodeBoard {
+    pub board: &'static Board,
+    pub map: Arc<Mapping>,
+}
+
+impl NodeBoard {
+    /// The board as another process maps it: the header checked again.
+    pub fn view(map: &Mapping) -> &'static Board {
+        // SAFETY: the caller holds an Arc of the live mapping for as long as
+        // it uses the view; accessed only through atomics.
+        unsafe { Board::from_raw(map.as_ptr(), map.len()) }.expect("a valid board")
+    }
+}
+
+pub fn board() -> NodeBoard {
+    let map = Arc::new(Mapping::anonymous_shared(BOARD_LEN).expect("mmap"));
+    // SAFETY: a fresh writable shared mapping of BOARD_LEN bytes, page-aligned,
+    // kept alive by the NodeBoard's Arc and by every thread's clone of it.
+    let board = unsafe { Board::init(map.as_ptr(), map.len()) }.expect("init");
+    // Create the loom atomic of every slot word a model may touch now, on
+    // this thread, before any other starts (as for the ring's records):
+    // each slot's `gpu` (a claim or find scans them), `seq` and `open`.
+    for i in 0..BOARD_SLOTS {
+        let s = board.slot(i).expect("slot");
+        let _ = (s.gpu(), s.seq(), s.open());
+    }
+    NodeBoard { board, map }
 }

@@ -1,0 +1,170 @@
+//! The GPU board (`proto/src/board.rs`) under loom: the claims of a GPU's
+//! slot by tandemd and by inference shims, the shims' request counts and
+//! bumps as a training shim reads them, and tandemd's repair of the count a
+//! dead client left, each racing the others in every interleaving and with
+//! every value the board's relaxed and acquire loads may return.
+//!
+//! The processes are threads here; each has its own view of the board
+//! (`Board::from_raw`, the header checked) of the one shared mapping, taken
+//! before the threads start, as is a shim's slot (found or claimed when it
+//! learns its GPU): what races is what the shims and tandemd do after.
+
+mod common;
+
+use common::{board, model, NodeBoard};
+use loom::thread;
+use tandem_models::board::BOARD_SLOTS;
+
+const GPU: u64 = 7;
+const OTHER_GPU: u64 = 9;
+
+/// tandemd claims GPU 7's slot (a client reported GPU 7) while an inference
+/// shim on GPU 7 claims it too (it found none) and a shim on GPU 9 claims
+/// its own. Both claims of GPU 7 return the same slot, GPU 9 gets another,
+/// and the board ends with exactly one slot per GPU, each holding its key.
+/// Guards the compare-and-swap from 0 (a load-then-store claim lets two
+/// GPUs take one slot) and the "already mine" answer when the swap fails
+/// on the same key (without it a second claimer takes a second slot).
+#[test]
+fn concurrent_claims_of_a_gpu_agree_on_one_slot() {
+    model("concurrent_claims_of_a_gpu_agree_on_one_slot", || {
+        let nb = board();
+        let claimer = |gpu: u64| {
+            let map = nb.map.clone();
+            let b = NodeBoard::view(&map);
+            thread::spawn(move || {
+                let _keep = map;
+                b.claim(gpu)
+            })
+        };
+        let shim = claimer(GPU);
+        let other = claimer(OTHER_GPU);
+        let by_tandemd = nb.board.claim(GPU).expect("a free slot");
+        let by_shim = shim.join().expect("shim").expect("a free slot");
+        let other = other.join().expect("shim").expect("a free slot");
+        assert_eq!(by_shim, by_tandemd, "two slots for one GPU");
+        assert_ne!(other, by_tandemd, "one slot for two GPUs");
+        let b = nb.board;
+        assert_eq!(b.slot(by_tandemd).expect("slot").gpu(), GPU);
+        assert_eq!(b.slot(other).expect("slot").gpu(), OTHER_GPU);
+        let claimed: Vec<u64> = (0..BOARD_SLOTS)
+            .map(|i| b.slot(i).expect("slot").gpu())
+            .filter(|&g| g != 0)
+            .collect();
+        assert_eq!(claimed.len(), 2, "slots claimed: {claimed:?}");
+        assert_eq!(b.find(GPU), Some(by_tandemd));
+        assert_eq!(b.find(OTHER_GPU), Some(other));
+    });
+}
+
+/// Two inference shims on one GPU each begin an explicit request (count it
+/// open, then bump) while a training shim reads the slot as its launch path
+/// does: `seq` (Acquire), then `open` (Relaxed). Whatever bumps it sees, it
+/// sees the requests they announced: `open >= seq`. Guards the Release bump
+/// after the count, the reader's Acquire load of `seq`, and the order
+/// inside `begin_request` (count, then bump).
+#[test]
+fn a_reader_that_sees_a_bump_sees_the_request_it_announced() {
+    model(
+        "a_reader_that_sees_a_bump_sees_the_request_it_announced",
+        || {
+            let nb = board();
+            // tandemd claimed the slot at the GPU's first client.
+            let i = nb.board.claim(GPU).expect("a free slot");
+            let inference = || {
+                let map = nb.map.clone();
+                // Its slot, resolved when it learnt its GPU.
+                let b = NodeBoard::view(&map);
+                let s = b.slot(b.claim(GPU).expect("the slot")).expect("slot");
+                thread::spawn(move || {
+                    let _keep = map;
+                    s.begin_request();
+                })
+            };
+            let (a, c) = (inference(), inference());
+            // The training shim: a read-only view, its slot found.
+            let view = NodeBoard::view(&nb.map);
+            let s = view.slot(view.find(GPU).expect("claimed")).expect("slot");
+            let seq = s.seq();
+            let open = s.open();
+            assert!(open >= seq, "saw {seq} bumps but only {open} open requests");
+            a.join().expect("shim");
+            c.join().expect("shim");
+            let s = nb.board.slot(i).expect("slot");
+            assert_eq!((s.seq(), s.open()), (2, 2));
+        },
+    );
+}
+
+/// A client that died with two requests open is repaired by tandemd
+/// (`end_requests(slot, 2)`, from its control block) while a live inference
+/// shim on the same GPU begins and ends a request, and tandemd then reads
+/// the count as a training shim would, racing the live shim. The repair
+/// never uncounts the live request (between its begin and its end the shim
+/// sees at least its own request open), no read sees more than the three
+/// requests ever open, and the count ends at exactly zero. Guards the
+/// repair's single read-modify-write: a load then a store loses the live
+/// shim's begin or end.
+#[test]
+fn a_repair_never_uncounts_a_live_request() {
+    model("a_repair_never_uncounts_a_live_request", || {
+        let nb = board();
+        let i = nb.board.claim(GPU).expect("a free slot");
+        // The dead client's two requests.
+        let s = nb.board.slot(i).expect("slot");
+        s.begin_request();
+        s.begin_request();
+        let map = nb.map.clone();
+        let s2 = NodeBoard::view(&map).slot(i).expect("slot");
+        let live = thread::spawn(move || {
+            let (_keep, s) = (map, s2);
+            s.begin_request();
+            let during = s.open();
+            s.end_request();
+            during
+        });
+        nb.board.end_requests(i, 2);
+        let seen = s.open();
+        let during = live.join().expect("shim");
+        assert!(during >= 1, "the live request was uncounted: open {during}");
+        assert!(
+            seen <= 3 && during <= 3,
+            "open {seen} / {during}: more than ever began"
+        );
+        assert_eq!(s.open(), 0, "every request ended");
+        assert_eq!(s.seq(), 4, "two bumps each for the dead and the live");
+    });
+}
+
+/// A repair that overstates what its client left (the client died after
+/// counting a request in its control block but before counting it on the
+/// board, or lied there: three claimed, one counted) races a live shim's
+/// request. The count floors at zero: no reader ever sees it wrap, and it
+/// ends at zero, not below. Guards the saturating subtraction in
+/// `end_requests` (and so in every `end_request`).
+#[test]
+fn an_overstated_repair_stops_at_zero() {
+    model("an_overstated_repair_stops_at_zero", || {
+        let nb = board();
+        let i = nb.board.claim(GPU).expect("a free slot");
+        let s = nb.board.slot(i).expect("slot");
+        s.begin_request();
+        let map = nb.map.clone();
+        let s2 = NodeBoard::view(&map).slot(i).expect("slot");
+        let live = thread::spawn(move || {
+            let (_keep, s) = (map, s2);
+            s.begin_request();
+            let during = s.open();
+            s.end_request();
+            during
+        });
+        nb.board.end_requests(i, 3);
+        let seen = s.open();
+        let during = live.join().expect("shim");
+        assert!(
+            seen <= 2 && during <= 2,
+            "open {seen} / {during}: wrapped below zero"
+        );
+        assert_eq!(s.open(), 0);
+    });
+}
