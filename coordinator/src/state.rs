@@ -265,6 +265,14 @@ pub struct GpuSnapshot {
     /// view; null while it tracks no client there).
     #[serde(default)]
     pub inference_active: Option<bool>,
+    /// The GPU board's slot of this GPU (what the training shims react to
+    /// without tandemd): explicit requests the inference shims count open
+    /// on it now, and their announcements so far. Null without a slot.
+    #[serde(default)]
+    pub board_requests_open: Option<u64>,
+    /// See `board_requests_open`.
+    #[serde(default)]
+    pub board_announcements: Option<u64>,
     /// Weight deduplication on it (`dedup_*` fields).
     #[serde(flatten)]
     pub dedup: GpuDedupStats,

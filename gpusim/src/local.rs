@@ -178,17 +178,20 @@ impl Local {
 
     /// An explicit request began or ended (an inference job).
     pub fn request(&mut self, begin: bool, cb: &ControlBlock, board: &NodeBoard) {
-        if cb.class() != CLASS_INFERENCE {
-            return;
-        }
+        // As the shim: only an inference client counts a request, and what
+        // was counted is uncounted whatever the class is by then.
         if begin {
+            if cb.class() != CLASS_INFERENCE {
+                return;
+            }
             self.open += 1;
+            cb.count_request();
             board.slot().begin_request();
         } else if self.open > 0 {
             self.open -= 1;
             board.slot().end_request();
+            cb.uncount_request();
         }
-        cb.set_requests_open(self.open);
     }
 }
 

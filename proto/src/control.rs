@@ -30,7 +30,7 @@
 //! | 192 | `done_ns: u64` | shim | the part of `charged_ns` seen complete (marks, syncs) |
 //! | 200 | `local_waits: u64` | shim | launches that waited at the local in-flight bound |
 //! | 208 | `local_wait_ns: u64` | shim | ns they waited |
-//! | 216 | `requests_open: u64` | shim | explicit requests open (tandemd repairs the board with it) |
+//! | 216 | `requests_open: u64` | shim | explicit requests the shim counted on the board and has not ended (tandemd uncounts them there when the client leaves) |
 //! | 224 | `board_slot: u64` | shim | board slot in use, plus one; 0: none |
 //! | 232 | `pad1` | - | to 256 |
 //!

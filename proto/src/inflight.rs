@@ -162,9 +162,22 @@ impl ControlBlock {
         self.local_wait_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// The shim's count of its open explicit requests.
-    pub fn set_requests_open(&self, n: u64) {
-        self.requests_open.store(n, Ordering::Relaxed);
+    /// The shim counted one more explicit request on its GPU's board
+    /// (`requests_open` is what tandemd uncounts there when the client
+    /// leaves, so it holds only requests the board counted). Called before
+    /// the board's count: a process killed in between is repaired one too
+    /// many, which the board stops at zero, rather than leaving the board
+    /// counting a request nobody will end.
+    pub fn count_request(&self) {
+        self.requests_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The shim uncounted one of them on the board (called after the
+    /// board's, for the same reason). Never below zero.
+    pub fn uncount_request(&self) {
+        let _ = self
+            .requests_open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
     }
 
     /// The board slot the shim uses (`None`: none).
@@ -226,6 +239,23 @@ mod tests {
             "a long kernel never joins a queue"
         );
         assert!(!admits(1_000, u64::MAX, 1), "saturates, never wraps");
+    }
+
+    #[test]
+    fn counted_requests_never_go_below_zero() {
+        let layout = RingLayout::new(16).unwrap();
+        let m = Mapping::anonymous_shared(layout.region_len()).unwrap();
+        let _c = Consumer::init(&m, layout, 3).unwrap();
+        let cb = control_block(&m, layout).unwrap();
+        cb.count_request();
+        cb.count_request();
+        assert_eq!(cb.requests_open(), 2);
+        cb.uncount_request();
+        cb.uncount_request();
+        cb.uncount_request();
+        assert_eq!(cb.requests_open(), 0, "an extra end uncounts nothing");
+        cb.count_request();
+        assert_eq!(cb.requests_open(), 1);
     }
 
     #[test]

@@ -2,7 +2,7 @@
  * infer: an open-loop inference job for the scheduling tests.
  *
  *   infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] [--seed N] [--explicit]
- *         [--closed] [--probe]
+ *         [--closed] [--probe] [--leave-open S]
  *
  * Requests arrive as a Poisson process of rate HZ (default 50/s; seeded, so
  * the arrival times are the same in every run) for S seconds (default 3).
@@ -16,6 +16,10 @@
  * With --probe, at each arrival the work queued on the fake driver's shared
  * device (fakecuda_shared_device_backlog_ns: everyone's, and this job's own
  * earlier requests have all returned) is printed before the request launches.
+ * With --leave-open S (needs --explicit), after DONE one more request begins
+ * and is left open: OPEN is printed, then the job sleeps S seconds and ends
+ * it, or with S = 0 exits at once with the request still open (as a job that
+ * dies mid-request).
  *
  * Output (stdout):
  *   READY pid=<pid> shim=<0|1> client_id=<id>
@@ -23,6 +27,7 @@
  *   REQ i=<n> latency_us=<x>                        one per request, in order
  *   RESULT launches=<n> sum=<hex>                   the device buffer's checksum (sched_host.h)
  *   DONE requests=<n> p50_us=<x> p99_us=<x> max_us=<x> mean_us=<x> explicit=<0|1>
+ *   OPEN                                            with --leave-open, once the request began
  * Percentiles are nearest-rank. Exit codes as every host (workload.h).
  */
 #include "sched_host.h"
@@ -59,13 +64,13 @@ static uint64_t rank(const uint64_t *sorted, size_t n, double p)
 static int usage(void)
 {
     fprintf(stderr, "usage: infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] "
-                    "[--seed N] [--explicit] [--closed] [--probe]\n");
+                    "[--seed N] [--explicit] [--closed] [--probe] [--leave-open S]\n");
     return WL_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
-    double rate = 50, seconds = 3, kernel_us = 200;
+    double rate = 50, seconds = 3, kernel_us = 200, leave_open = -1;
     unsigned long kernels = 5;
     unsigned long long seed = 1;
     int explicit_api = 0, closed = 0, probe = 0;
@@ -96,11 +101,14 @@ int main(int argc, char **argv)
             kernel_us = atof(v);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--leave-open") == 0)
+            leave_open = atof(v);
         else
             return usage();
         i++;
     }
-    if (!(rate > 0) || !(seconds > 0) || kernels == 0 || kernel_us < 0)
+    if (!(rate > 0) || !(seconds > 0) || kernels == 0 || kernel_us < 0 ||
+        (leave_open >= 0 && !explicit_api))
         return usage();
     g_rng = seed ? seed : 1;
 
@@ -191,5 +199,14 @@ int main(int argc, char **argv)
     fflush(stdout);
     free(arrival);
     free(lat);
+    if (leave_open >= 0 && begin) {
+        begin();
+        printf("OPEN\n");
+        fflush(stdout);
+        if (leave_open == 0)
+            _exit(WL_EXIT_OK);
+        sh_sleep_until(sh_now_ns() + (uint64_t)(leave_open * 1e9));
+        end();
+    }
     return WL_EXIT_OK;
 }

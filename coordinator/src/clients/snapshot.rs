@@ -31,7 +31,13 @@ impl Registry {
                     .values()
                     .filter(|c| c.gpu == Some(*uuid))
                     .collect();
+                let slot = self.board.as_ref().and_then(|nb| {
+                    let b = nb.board()?;
+                    b.slot(b.find(gpu_key(uuid))?)
+                });
                 GpuSnapshot {
+                    board_requests_open: slot.map(|s| s.open()),
+                    board_announcements: slot.map(|s| s.seq()),
                     uuid: format_uuid(uuid),
                     name: g.name.clone(),
                     clients: on.iter().map(|c| c.id).collect(),

@@ -47,7 +47,8 @@ pub struct Local {
     gpu: AtomicU64,
     presence: Presence,
     announcer: Announcer,
-    /// Explicit requests this process has open (it alone decrements them).
+    /// Explicit requests this process counted on the board and has not
+    /// ended (it alone decrements them).
     open: AtomicU64,
     /// `charged_ns` covered by the latest completion mark placed.
     covered: AtomicU64,
@@ -195,7 +196,6 @@ impl Local {
             && self.gpu.load(Ordering::Relaxed) != 0
     }
 
-    /// An explicit request began (`begin`) or ended in this process.
     /// An inference client's launch: bump the board slot when the last bump
     /// is older than a quarter of the hold period.
     #[inline(always)]
@@ -211,29 +211,39 @@ impl Local {
         }
     }
 
+    /// An explicit request began (`begin`) or ended in this process.
     pub(crate) fn request(&self, begin: bool, cb: &ControlBlock) {
-        let open = if begin {
-            self.open.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            match self
-                .open
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
-            {
-                Ok(v) => v - 1,
-                Err(_) => return, // an end without a begin: nothing to uncount
+        // Only requests counted on the board are counted here and in the
+        // control block (tandemd uncounts those on the board when this client
+        // leaves): a request begun without a writable board, a slot or the
+        // inference class is not counted at all, and one that was counted is
+        // uncounted at its end even if the class or the board changed in
+        // between.
+        if begin {
+            // Acquire: as in `announce`.
+            if !self.writable.load(Ordering::Acquire) || cb.class() != CLASS_INFERENCE {
+                return;
             }
-        };
-        cb.set_requests_open(open);
-        // Acquire: as in `announce`.
-        if !self.writable.load(Ordering::Acquire) || cb.class() != CLASS_INFERENCE {
-            return;
-        }
-        if let Some(s) = self.slot() {
-            if begin {
+            if let Some(s) = self.slot() {
+                self.open.fetch_add(1, Ordering::Relaxed);
+                cb.count_request();
                 s.begin_request();
-            } else {
-                s.end_request();
             }
+        } else if self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
+            .is_ok()
+        {
+            // Counted, so the writable board and its slot are there (a
+            // writable board is never replaced by a read-only one); checked
+            // anyway, since a write through a read-only mapping would kill
+            // the program.
+            if self.writable.load(Ordering::Acquire) {
+                if let Some(s) = self.slot() {
+                    s.end_request();
+                }
+            }
+            cb.uncount_request();
         }
     }
 }
