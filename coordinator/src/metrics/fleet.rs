@@ -71,6 +71,22 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
     }
     header(
         out,
+        "tandem_gpu_board_requests_open",
+        "gauge",
+        "Explicit inference requests open on the GPU's board (what training shims react to without tandemd).",
+    );
+    for g in &s.gpus {
+        if let Some(n) = g.board_requests_open {
+            let _ = writeln!(
+                out,
+                "tandem_gpu_board_requests_open{{gpu=\"{}\",UUID=\"{}\"}} {n}",
+                escape_label(&g.uuid),
+                escape_label(&g.uuid),
+            );
+        }
+    }
+    header(
+        out,
         "tandem_gpu_launches_total",
         "counter",
         "Kernel launches on the GPU by every client seen on it.",
@@ -128,7 +144,7 @@ mod tests {
             "version": "9.9", "protocol": 1, "pid": 1, "uptime_s": 1.0, "socket": "s",
             "config_path": "c",
             "gpus": [{{"uuid": "GPU-1", "name": "H100", "clients": [1], "launches": 7,
-                      "inference_active": true}}],
+                      "inference_active": true, "board_requests_open": 2}}],
             "clients": [{{
                 "id": 1, "pid": 11, "uid": 0, "exe": "/usr/bin/python3", "cgroup": "/k",
                 "class": "inference", "class_claimed": "auto", "class_reason": "r",
@@ -163,6 +179,7 @@ mod tests {
             "tandem_clients_by_class{class=\"inference\"} 1".to_string(),
             "tandem_clients_by_class{class=\"training\"} 0".to_string(),
             "tandem_gpu_inference_active{gpu=\"GPU-1\",UUID=\"GPU-1\"} 1".to_string(),
+            "tandem_gpu_board_requests_open{gpu=\"GPU-1\",UUID=\"GPU-1\"} 2".to_string(),
             "tandem_gpu_launches_total{gpu=\"GPU-1\",UUID=\"GPU-1\"} 7".to_string(),
             "tandem_build_info{version=\"9.9\",protocol=\"1\"} 1".to_string(),
             "tandem_version_mismatch_total{peer_protocol=\"0\"} 1".to_string(),
