@@ -7,7 +7,7 @@ use std::time::Duration;
 use tandem_proto::wire::{ClientClass, ControlOp};
 
 use crate::client;
-use crate::state::{ClientSnapshot, Snapshot};
+use crate::state::{ClientSnapshot, GpuSnapshot, Snapshot};
 
 pub mod run;
 pub mod top;
@@ -175,6 +175,52 @@ pub fn row(c: &ClientSnapshot) -> String {
     )
 }
 
+/// How GPU `g` is shared now, for a GPU with jobs on it: its jobs by class,
+/// whether inference is active (the scheduler's view) and how many requests
+/// the GPU board counts open (the training shims' view), training's share
+/// of the recent work and the worst inference p99 measured.
+#[must_use]
+pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<String> {
+    let on: Vec<&ClientSnapshot> = clients
+        .iter()
+        .filter(|c| c.gpu.as_deref() == Some(g.uuid.as_str()))
+        .collect();
+    if on.is_empty() {
+        return None;
+    }
+    let n = |class: &str| on.iter().filter(|c| c.class == class).count();
+    let mut parts = vec![format!(
+        "{} inference, {} training",
+        n("inference"),
+        n("training")
+    )];
+    if let Some(a) = g.inference_active {
+        parts.push(
+            if a {
+                "inference active"
+            } else {
+                "inference idle"
+            }
+            .to_string(),
+        );
+    }
+    if let Some(o) = g.board_requests_open {
+        parts.push(format!("board: {o} requests open"));
+    }
+    if let Some(t) = g.training_share {
+        parts.push(format!("training {:.0}% of recent work", t * 100.0));
+    }
+    let p99 = on
+        .iter()
+        .filter(|c| c.class == "inference")
+        .filter_map(|c| c.sched.as_ref()?.p99_ms)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    if let Some(p) = p99 {
+        parts.push(format!("inference p99 {p:.1} ms"));
+    }
+    Some(format!("{} ({}): {}", g.uuid, g.name, parts.join("; ")))
+}
+
 /// The header line of [`table`].
 pub const HEADER: &str =
     "   ID      PID CLASS     GPU        LAUNCHES   RATE/s  DROPPED       MEM    SHARED     WAIT EXE";
@@ -185,6 +231,10 @@ pub fn table(s: &Snapshot) -> String {
     let mut out = format!("{HEADER}\n");
     for c in &s.clients {
         out.push_str(&row(c));
+        out.push('\n');
+    }
+    for line in s.gpus.iter().filter_map(|g| sharing_line(g, &s.clients)) {
+        out.push_str(&line);
         out.push('\n');
     }
     for g in s.gpus.iter().filter(|g| g.dedup.dedup_saved_bytes > 0) {
@@ -286,11 +336,50 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("GPU-2 ("), "no dedup line without savings: {t}");
+        assert!(
+            t.contains("\nGPU-1 (H100): 0 inference, 1 training\n"),
+            "a sharing line for the GPU with a job, none for the other: {t}"
+        );
         assert_eq!(
             t.lines().last(),
             Some("sharing: time slicing over MPS: an MPS control daemon runs (/tmp/nvidia-mps)"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn the_sharing_line_says_who_shares_the_gpu_and_how() {
+        let g: GpuSnapshot = serde_json::from_str(
+            r#"{"uuid": "GPU-1", "name": "H100", "clients": [1, 2, 3], "launches": 9,
+                "training_share": 0.456, "inference_active": true, "board_requests_open": 2}"#,
+        )
+        .unwrap();
+        let client = |id: u64, class: &str, p99: Option<f64>| -> ClientSnapshot {
+            serde_json::from_value(serde_json::json!({
+                "id": id, "pid": id, "uid": 0, "exe": "/x", "cgroup": "/", "class": class,
+                "class_claimed": "auto", "class_reason": "r", "gpu": "GPU-1", "connected_s": 1.0,
+                "launches": 0, "launches_ex": 0, "graph_launches": 0, "graph_kernels": 0,
+                "launch_rate_hz": 0.0, "records": 0, "dropped": 0, "bad_records": 0,
+                "ring_detached": false, "bytes_allocated": 0, "allocs": 0, "frees": 0,
+                "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0, "gate_waits": 0,
+                "gate_timeouts": 0, "top_kernels": [],
+                "sched": {"backlog_ns": 0, "gate_open": true, "requests": 2, "p50_ms": null,
+                          "p99_ms": p99, "slo_p99_target_ms": null, "train_share": 0.0,
+                          "latency_buckets": [], "latency_sum_ns": 0}
+            }))
+            .unwrap()
+        };
+        let cs = [
+            client(1, "inference", Some(12.34)),
+            client(2, "inference", Some(30.0)),
+            client(3, "training", Some(99.0)),
+        ];
+        assert_eq!(
+            sharing_line(&g, &cs).unwrap(),
+            "GPU-1 (H100): 2 inference, 1 training; inference active; board: 2 requests open; \
+             training 46% of recent work; inference p99 30.0 ms"
+        );
+        assert_eq!(sharing_line(&g, &cs[..0]), None, "no jobs, no line");
     }
 
     /// A daemon that predates `sharing` still parses, and no sharing line is made up.
