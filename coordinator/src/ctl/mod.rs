@@ -205,7 +205,8 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
         );
     }
     if let Some(o) = g.board_requests_open {
-        parts.push(format!("board: {o} requests open"));
+        let s = if o == 1 { "" } else { "s" };
+        parts.push(format!("board: {o} request{s} open"));
     }
     if let Some(t) = g.training_share {
         parts.push(format!("training {:.0}% of recent work", t * 100.0));
