@@ -96,43 +96,71 @@ fn a_reader_that_sees_a_bump_sees_the_request_it_announced() {
     );
 }
 
-/// A client that died with two requests open is repaired by tandemd
-/// (`end_requests(slot, 2)`, from its control block) while a live inference
-/// shim on the same GPU begins and ends a request, and tandemd then reads
-/// the count as a training shim would, racing the live shim. The repair
-/// never uncounts the live request (between its begin and its end the shim
-/// sees at least its own request open), no read sees more than the three
-/// requests ever open, and the count ends at exactly zero. Guards the
-/// repair's single read-modify-write: a load then a store loses the live
-/// shim's begin or end.
+/// What a repair racing a live request saw: the count tandemd read right
+/// after its repair, the count the live shim read during its request, and
+/// the slot's count and sequence once both are done.
+struct Repaired {
+    seen: u64,
+    during: u64,
+    open: u64,
+    seq: u64,
+}
+
+/// A dead client left `counted` requests counted on GPU 7's slot; tandemd
+/// repairs `repair` of them (`end_requests`, from the client's control
+/// block) while a live inference shim on the same GPU begins and ends one.
+fn repair_beside_a_live_request(counted: u64, repair: u64) -> Repaired {
+    let nb = board();
+    let i = nb.board.claim(GPU).expect("a free slot");
+    let s = nb.board.slot(i).expect("slot");
+    for _ in 0..counted {
+        s.begin_request();
+    }
+    let map = nb.map.clone();
+    let s2 = NodeBoard::view(&map).slot(i).expect("slot");
+    let live = thread::spawn(move || {
+        let (_keep, s) = (map, s2);
+        s.begin_request();
+        let during = s.open();
+        s.end_request();
+        during
+    });
+    nb.board.end_requests(i, repair);
+    let seen = s.open();
+    let during = live.join().expect("shim");
+    Repaired {
+        seen,
+        during,
+        open: s.open(),
+        seq: s.seq(),
+    }
+}
+
+/// A client that died with two requests open is repaired by tandemd while a
+/// live inference shim on the same GPU begins and ends a request, and
+/// tandemd then reads the count as a training shim would, racing the live
+/// shim. The repair never uncounts the live request (between its begin and
+/// its end the shim sees at least its own request open), no read sees more
+/// than the three requests ever open, and the count ends at exactly zero.
+/// Guards the repair's single read-modify-write: a load then a store loses
+/// the live shim's begin or end.
 #[test]
 fn a_repair_never_uncounts_a_live_request() {
     model("a_repair_never_uncounts_a_live_request", || {
-        let nb = board();
-        let i = nb.board.claim(GPU).expect("a free slot");
-        // The dead client's two requests.
-        let s = nb.board.slot(i).expect("slot");
-        s.begin_request();
-        s.begin_request();
-        let map = nb.map.clone();
-        let s2 = NodeBoard::view(&map).slot(i).expect("slot");
-        let live = thread::spawn(move || {
-            let (_keep, s) = (map, s2);
-            s.begin_request();
-            let during = s.open();
-            s.end_request();
-            during
-        });
-        nb.board.end_requests(i, 2);
-        let seen = s.open();
-        let during = live.join().expect("shim");
-        assert!(during >= 1, "the live request was uncounted: open {during}");
+        let r = repair_beside_a_live_request(2, 2);
         assert!(
-            seen <= 3 && during <= 3,
-            "open {seen} / {during}: more than ever began"
+            r.during >= 1,
+            "the live request was uncounted: open {}",
+            r.during
         );
-        assert_eq!(s.open(), 0, "every request ended");
-        assert_eq!(s.seq(), 4, "two bumps each for the dead and the live");
+        assert!(
+            r.seen <= 3 && r.during <= 3,
+            "open {} / {}: more than ever began",
+            r.seen,
+            r.during
+        );
+        assert_eq!(r.open, 0, "every request ended");
+        assert_eq!(r.seq, 4, "two bumps each for the dead and the live");
     });
 }
 
@@ -145,26 +173,13 @@ fn a_repair_never_uncounts_a_live_request() {
 #[test]
 fn an_overstated_repair_stops_at_zero() {
     model("an_overstated_repair_stops_at_zero", || {
-        let nb = board();
-        let i = nb.board.claim(GPU).expect("a free slot");
-        let s = nb.board.slot(i).expect("slot");
-        s.begin_request();
-        let map = nb.map.clone();
-        let s2 = NodeBoard::view(&map).slot(i).expect("slot");
-        let live = thread::spawn(move || {
-            let (_keep, s) = (map, s2);
-            s.begin_request();
-            let during = s.open();
-            s.end_request();
-            during
-        });
-        nb.board.end_requests(i, 3);
-        let seen = s.open();
-        let during = live.join().expect("shim");
+        let r = repair_beside_a_live_request(1, 3);
         assert!(
-            seen <= 2 && during <= 2,
-            "open {seen} / {during}: wrapped below zero"
+            r.seen <= 2 && r.during <= 2,
+            "open {} / {}: wrapped below zero",
+            r.seen,
+            r.during
         );
-        assert_eq!(s.open(), 0);
+        assert_eq!(r.open, 0);
     });
 }
