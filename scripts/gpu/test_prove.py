@@ -248,7 +248,7 @@ class DryRun(unittest.TestCase):
             self.assertTrue(all(c["writer_as_expected"] for c in adv.values()))
             col = p3["colocation"]["result"]
             self.assertIn("alone", col["modes"])
-            self.assertGreater(col["pairs"]["resnet50_b4:resnet50_train"]["cells_done"], 0)
+            self.assertGreater(col["pairs"][pv.COLOCATION_PAIRS[0]]["cells_done"], 0)
             # at most 8 files per part come back: here 3 each
             self.assertEqual(sorted(os.listdir(out)), sorted(
                 f"prove-part{k}.{e}" for k in (1, 2, 3) for e in ("json", "tar.gz", "log")))
