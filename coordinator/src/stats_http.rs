@@ -7,12 +7,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tandem_os::poll::{self, Seen};
 use tracing::{debug, warn};
 
 use crate::shared::Shared;
@@ -171,36 +172,22 @@ pub fn serve(shared: Arc<Shared>, unix: UnixListener, tcp: Option<TcpListener>, 
         let _ = t.set_nonblocking(true);
     }
     loop {
-        let mut fds = vec![
-            libc::pollfd {
-                fd: wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: unix.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        if let Some(t) = &tcp {
-            fds.push(libc::pollfd {
-                fd: t.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        // SAFETY: `fds` is a valid array of pollfd for the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if r < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
+        let mut seen = [Seen::default(); 3];
+        let all = [wake.as_fd(), unix.as_fd()];
+        let with_tcp;
+        let fds: &[BorrowedFd<'_>] = match &tcp {
+            Some(t) => {
+                with_tcp = [wake.as_fd(), unix.as_fd(), t.as_fd()];
+                &with_tcp
             }
-            warn!("stats server: poll failed: {}", io::Error::last_os_error());
+            None => &all,
+        };
+        if let Err(e) = poll::wait(fds, &mut seen[..fds.len()], None) {
+            warn!("stats server: {e}");
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        if fds[0].revents != 0 {
+        if seen[0] != Seen::default() {
             return;
         }
         while let Ok((s, _)) = unix.accept() {

@@ -9,6 +9,8 @@
 //! * [`mm`]: the owned shared [`Mapping`].
 //! * [`futex`]: bounded, cross-process `FUTEX_WAIT` / `FUTEX_WAKE`.
 //! * [`epoll`]: tandemd's readiness loop and its wake-up pipe.
+//! * [`poll`]: waiting for a few descriptors at once, and an eventfd to
+//!   wake the thread that waits.
 //!
 //! # One error type
 //!
@@ -41,6 +43,7 @@ pub mod futex;
 pub mod memfd;
 pub mod mm;
 pub mod msg;
+pub mod poll;
 pub mod socket;
 
 pub use error::{Error, Result};

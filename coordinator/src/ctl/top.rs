@@ -1,10 +1,12 @@
 //! `tandemctl top`: the status table refreshed every second, plain ANSI.
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use tandem_os::poll::{self, Seen};
 
 use crate::client;
 
@@ -62,14 +64,14 @@ pub fn run(socket: &Path) -> Result<(), String> {
         };
         let _ = write!(out, "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{screen}");
         let _ = out.flush();
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, 1000) };
-        if r > 0 && pfd.revents & libc::POLLIN != 0 {
+        let mut seen = [Seen::default()];
+        let r = poll::wait(
+            &[stdin.as_fd()],
+            &mut seen,
+            Some(std::time::Duration::from_secs(1)),
+        );
+        let shown = matches!(r, Ok(n) if n > 0);
+        if shown && seen[0].readable {
             let mut b = [0u8; 16];
             // SAFETY: reading into a valid buffer.
             let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
@@ -80,7 +82,7 @@ pub fn run(socket: &Path) -> Result<(), String> {
             {
                 break;
             }
-        } else if r > 0 && pfd.revents & (libc::POLLHUP | libc::POLLNVAL) != 0 {
+        } else if shown && seen[0].closed {
             // stdin closed: keep refreshing until a signal, but do not spin.
             std::thread::sleep(std::time::Duration::from_secs(1));
         }

@@ -32,6 +32,7 @@
 //! context's stream fails to record and is skipped.
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{BorrowedFd, IntoRawFd};
 use std::time::Duration;
 
 use tandem_proto::{monotonic_ns, EventKind, Record};
@@ -189,7 +190,6 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
     }
 }
 
-/// One eventfd write (cold: only when a mark follows an idle spell).
 /// MARK (`bytes`: the session's launch counter) / MARK_DONE, for mark `seq`.
 #[inline]
 fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
@@ -202,15 +202,14 @@ fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
     s.push(&r);
 }
 
+/// One eventfd write (cold: only when a mark follows an idle spell).
 fn wake_watcher() {
     let fd = WAKE.load(Ordering::Relaxed);
     if fd >= 0 {
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write from a valid u64 to the watcher's eventfd
-        // (never closed while this process runs, except in a fork child, which
-        // resets WAKE first); a failure (EAGAIN at the counter's maximum) only
-        // delays the watcher to its next slice.
-        let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        // SAFETY: the watcher's eventfd, never closed while this process runs
+        // (except in a fork child, which resets WAKE first); a failed signal
+        // only delays the watcher to its next slice.
+        tandem_os::poll::eventfd_signal(unsafe { BorrowedFd::borrow_raw(fd) });
     }
 }
 
@@ -222,20 +221,15 @@ pub fn wake_fd() -> Option<i32> {
     if fd >= 0 {
         return Some(fd);
     }
-    // SAFETY: eventfd(2) with valid flags.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
+    // Kept for the life of the process (launching threads write it).
+    let fd = tandem_os::poll::eventfd().ok()?.into_raw_fd();
     WAKE.store(fd, Ordering::Release);
     Some(fd)
 }
 
 /// Clears the wake-up (after the watcher's poll saw it readable).
-pub fn clear_wake(fd: i32) {
-    let mut v: u64 = 0;
-    // SAFETY: an 8-byte read into a valid u64 from our non-blocking eventfd.
-    let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+pub fn clear_wake(fd: BorrowedFd<'_>) {
+    tandem_os::poll::eventfd_clear(fd);
 }
 
 /// The slot's event, created in the calling thread's context the first time.

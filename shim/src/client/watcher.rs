@@ -9,8 +9,10 @@
 //! is outstanding; the first mark after an idle spell wakes it).
 
 use core::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
+use tandem_os::poll::{self, Seen};
 use tandem_proto::wire;
 
 use super::config::Config;
@@ -124,45 +126,31 @@ fn watch(s: &Session) {
         } else {
             slice
         };
-        let wake = super::marks::wake_fd();
-        let mut p = [
-            libc::pollfd {
-                fd,
-                events: libc::POLLIN | libc::POLLRDHUP,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let timeout = libc::timespec {
-            tv_sec: slice.as_secs() as libc::time_t,
-            tv_nsec: slice.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: two valid pollfds (a negative fd is ignored) and a valid
-        // timespec, no signal mask; `fd` stays open (only this thread and a
-        // fork child close a live session's socket).
-        let r = unsafe { libc::ppoll(p.as_mut_ptr(), 2, &timeout, core::ptr::null()) };
-        if r < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
+        // SAFETY: `fd` is the live session's socket: only this thread and a
+        // fork child close it, so it stays open for this turn of the loop.
+        let sock = unsafe { BorrowedFd::borrow_raw(fd) };
+        // SAFETY: the process's eventfd, never closed while the process runs
+        // (a fork child resets it before its own watcher starts).
+        let wake = super::marks::wake_fd().map(|w| unsafe { BorrowedFd::borrow_raw(w) });
+        let mut seen = [Seen::default(); 2];
+        let both;
+        let fds: &[BorrowedFd<'_>] = match wake {
+            Some(w) => {
+                both = [sock, w];
+                &both
             }
+            None => core::slice::from_ref(&sock),
+        };
+        if poll::wait(fds, &mut seen[..fds.len()], Some(slice)).is_err() {
             return;
         }
-        if let Some(w) = wake.filter(|_| p[1].revents & libc::POLLIN != 0) {
+        if let (Some(w), true) = (wake, seen[1].readable) {
             // A mark was placed: the next turn of the loop polls it.
             super::marks::clear_wake(w);
         }
-        let p = p[0];
-        if p.revents == 0 {
-            continue;
-        }
-        if p.revents & libc::POLLIN != 0 {
-            // SAFETY: as above.
-            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            match wire::recv(b, &mut buf) {
+        let p = seen[0];
+        if p.readable {
+            match wire::recv(sock, &mut buf) {
                 Ok(got) if got.len == 0 => return,
                 Ok(got) => match wire::Message::decode(&buf[..got.len]) {
                     Ok(wire::Message::Dedup(d)) => crate::dedup::on_message(s, d, got.fd),
@@ -187,7 +175,7 @@ fn watch(s: &Session) {
             }
             continue;
         }
-        if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP | libc::POLLNVAL) != 0 {
+        if p.closed {
             return;
         }
     }
