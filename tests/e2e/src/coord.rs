@@ -821,7 +821,7 @@ pub fn tandemctl(socket: &Path, args: &[&str]) -> Command {
 #[track_caller]
 pub fn tandemctl_ok(socket: &Path, args: &[&str]) -> String {
     let out = tandemctl(socket, args)
-        .stdin(std::process::Stdio::null())
+        .stdin(Stdio::null())
         .output()
         .expect("run tandemctl");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -832,6 +832,23 @@ pub fn tandemctl_ok(socket: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Runs `cmd` (no stdin), which must fail, and returns its stdout and
+/// stderr joined; panics, with them, when it succeeds. `what` names it.
+#[track_caller]
+pub fn output_of_failing(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{what} succeeded: {text}");
+    text
 }
 
 /// Parses `key=value` tokens of a host output line.

@@ -6,13 +6,12 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tandem_e2e::coord::{
     client_by_id, client_by_pid, connect_as, control_bytes, control_reply, hello_bytes, kv_u64,
-    num, poll, ready_client_id, spawn_launchers, tandemctl, tandemctl_ok, total, warn_lines, Peer,
-    Proc, Tandemd, TestDir, EXIT, SETTLE,
+    num, output_of_failing, poll, ready_client_id, spawn_launchers, tandemctl, tandemctl_ok, total,
+    warn_lines, Peer, Proc, Tandemd, TestDir, EXIT, SETTLE,
 };
 use tandem_proto::wire::{ControlOp, HEADER_LEN, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
 use tandem_proto::{ClientClass, EventKind, Message, Record, RejectReason};
@@ -344,20 +343,9 @@ fn unprivileged_peer_cannot_use_control_operations() {
     let id_s = id.to_string();
 
     for args in [&["reload"][..], &["set-class", &id_s, other][..]] {
-        let out = tandemctl(d.socket(), args)
-            .uid(65534)
-            .gid(65534)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tandemctl as nobody");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            !out.status.success(),
-            "tandemctl {args:?} as uid 65534 succeeded: {text}"
+        let text = output_of_failing(
+            tandemctl(d.socket(), args).uid(65534).gid(65534),
+            &format!("tandemctl {args:?} as uid 65534"),
         );
         assert!(
             text.to_ascii_lowercase().contains("permit"),

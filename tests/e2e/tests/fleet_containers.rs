@@ -21,8 +21,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use tandem_e2e::coord::{
-    client_by_id, client_env, command_at, default_config, poll, ready_client_id, tandemctl,
-    tandemctl_ok, Proc, Tandemd, TestDir, SETTLE,
+    client_by_id, client_env, command_at, default_config, output_of_failing, poll, ready_client_id,
+    tandemctl, tandemctl_ok, Proc, Tandemd, TestDir, SETTLE,
 };
 use tandem_e2e::host;
 
@@ -326,18 +326,9 @@ fn containers_get_pod_identity_pod_trust_groups_and_no_privilege() {
     for args in [vec!["reload"], vec!["set-class", id0.as_str(), "inference"]] {
         let mut a = vec![tandemctl_bin.as_str()];
         a.extend_from_slice(&args);
-        let out = in_container(&cgs[0], d.socket(), &[], &a)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tandemctl in the container");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            !out.status.success(),
-            "{args:?} from a container succeeded: {text}"
+        let text = output_of_failing(
+            &mut in_container(&cgs[0], d.socket(), &[], &a),
+            &format!("tandemctl {args:?} from a container"),
         );
         assert!(text.contains("container"), "{args:?}: {text}");
         tandemctl_ok(d.socket(), &args);
