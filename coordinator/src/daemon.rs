@@ -314,7 +314,6 @@ impl Daemon {
                 }
             }
             self.expire_pending();
-            self.send_owed_boards();
             self.dedup_tick();
             self.update_status();
             if stop {
@@ -391,6 +390,7 @@ impl Daemon {
                 self.shared
                     .registry()
                     .reapply_policy(&cfg, self.shared.euid);
+                self.send_owed_boards();
                 // Sharing and trust groups of registered clients stay as they are.
                 self.shared.dedup().set_config(cfg.dedup.index_config());
                 // Later Follow messages see it; shared regions stay.

@@ -152,8 +152,10 @@ impl Daemon {
     }
 
     /// Sends a writable board to each client granted the inference class
-    /// since it got a read-only one (an operator's `set-class`, a reload):
-    /// its shim then announces its requests without reconnecting.
+    /// since it got a read-only one: its shim then announces its requests
+    /// without reconnecting. Called where a class can turn to inference (an
+    /// operator's `set-class`, a reload); registration hands out the board
+    /// that fits already, and detection only ever makes a job training.
     pub(super) fn send_owed_boards(&mut self) {
         let owed = self.shared.registry().take_owed_boards();
         for id in owed {
@@ -439,11 +441,17 @@ impl Daemon {
                 ControlOp::Reload => self
                     .reload(&format!("tandemctl reload by uid {}", cred.uid))
                     .map_err(|m| (RejectReason::INTERNAL, m)),
-                ControlOp::SetClass => self
-                    .shared
-                    .registry()
-                    .set_class(&cfg, self.shared.euid, ctl.client_id, ctl.class, cred.uid)
-                    .map_err(|m| (RejectReason::MALFORMED, m)),
+                ControlOp::SetClass => {
+                    let r = self.shared.registry().set_class(
+                        &cfg,
+                        self.shared.euid,
+                        ctl.client_id,
+                        ctl.class,
+                        cred.uid,
+                    );
+                    self.send_owed_boards();
+                    r.map_err(|m| (RejectReason::MALFORMED, m))
+                }
             };
             match r {
                 Ok(m) => (ControlReply::OK, m),

@@ -7,8 +7,11 @@
 //! would fall back to the idle budget while inference still runs.
 
 use serde_json::Value;
+use std::os::unix::process::CommandExt;
+
 use tandem_e2e::coord::{
-    client_by_pid, client_env, default_config, poll, spawn_host, Tandemd, TestDir, EXIT, SETTLE,
+    client_by_pid, client_env, default_config, host_command, poll, spawn_host, tandemctl_ok, Proc,
+    Tandemd, TestDir, EXIT, SETTLE,
 };
 
 fn the_gpu(st: &Value) -> Result<Value, String> {
@@ -80,4 +83,59 @@ fn a_job_that_counted_no_request_uncounts_none_when_it_dies_mid_request() {
             _ => Err(g.to_string()),
         }
     });
+}
+
+/// A job refused the inference class at registration (its uid is not
+/// allowed to claim it) gets a read-only board and announces nothing; once a
+/// reloaded configuration allows its uid, tandemd sends it a writable board
+/// and its shim announces its requests from then on, without reconnecting.
+#[test]
+fn a_job_made_inference_by_a_reload_announces_itself_on_the_board() {
+    const NOBODY: u32 = 65534;
+    let dir = TestDir::new("board-reload");
+    let d = Tandemd::start_with_config(&dir, default_config());
+    let mut cmd = host_command(
+        "infer",
+        &["--explicit", "--closed", "--seconds", "20"],
+        &client_env(d.socket()).var("TANDEM_CLASS", "inference"),
+    );
+    cmd.uid(NOBODY).gid(NOBODY);
+    let mut infer = Proc::spawn("infer", cmd);
+    let pid = infer.pid();
+    let (id, before) = poll(SETTLE, "the job's requests, as training", || {
+        let st = d.try_stats()?;
+        let c = client_by_pid(&st, pid).ok_or("not registered yet")?;
+        let g = the_gpu(&st)?;
+        match (c["class"].as_str(), c["launches"].as_u64()) {
+            (Some("training"), Some(n)) if n >= 50 => Ok((c["id"].as_u64(), g)),
+            _ => Err(format!("{c}\n{g}")),
+        }
+    });
+    assert_eq!(
+        before["board_announcements"].as_u64(),
+        Some(0),
+        "a read-only board: nothing announced: {before}"
+    );
+    let allowed = default_config().replacen("\nuids = []\n", &format!("\nuids = [{NOBODY}]\n"), 1);
+    assert_ne!(
+        allowed,
+        default_config(),
+        "[policy.inference] has uids = []"
+    );
+    std::fs::write(d.config_path(), allowed).expect("write the config");
+    tandemctl_ok(d.socket(), &["reload"]);
+    poll(SETTLE, "the job's announcements on the board", || {
+        let st = d.try_stats()?;
+        let c = client_by_pid(&st, pid).ok_or("gone")?;
+        let g = the_gpu(&st)?;
+        match (
+            c["id"].as_u64() == id,
+            c["class"].as_str(),
+            g["board_announcements"].as_u64(),
+        ) {
+            (true, Some("inference"), Some(n)) if n > 0 => Ok(()),
+            _ => Err(format!("{c}\n{g}")),
+        }
+    });
+    infer.kill9();
 }
