@@ -77,6 +77,44 @@ pub struct GpuParams {
     pub copy_latency_ns: Ns,
     /// Pieces a running cohort is spread into when a kernel waits for SMs.
     pub spread_pieces: u32,
+    /// What one SM holds: threads, 32-bit registers, shared memory (bytes)
+    /// and blocks (the device's compute-capability limits).
+    pub sm: SmResources,
+    /// DRAM bandwidth of the whole GPU at peak, bytes per ns (GB/s).
+    pub dram_bytes_per_ns: f64,
+}
+
+/// One SM's capacity (CUDA Programming Guide, "Compute Capabilities",
+/// technical specifications per compute capability).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SmResources {
+    /// Resident threads.
+    pub threads: u32,
+    /// 32-bit registers.
+    pub regs: u32,
+    /// Shared memory available to blocks, bytes.
+    pub smem: u32,
+    /// Resident blocks.
+    pub blocks: u32,
+}
+
+impl SmResources {
+    /// Compute capability 9.0 (H100): 2048 threads, 64 K registers,
+    /// 227 KB of shared memory per SM usable by blocks, 32 blocks.
+    pub const HOPPER: SmResources = SmResources {
+        threads: 2048,
+        regs: 65_536,
+        smem: 227 * 1024,
+        blocks: 32,
+    };
+    /// Compute capability 8.0 (A100): 2048 threads, 64 K registers,
+    /// 163 KB of shared memory per SM usable by blocks, 32 blocks.
+    pub const AMPERE: SmResources = SmResources {
+        threads: 2048,
+        regs: 65_536,
+        smem: 163 * 1024,
+        blocks: 32,
+    };
 }
 
 /// How the clients share the GPU.

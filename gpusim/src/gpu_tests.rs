@@ -12,6 +12,8 @@ fn params() -> GpuParams {
         copy_bytes_per_ns: 25.0,
         copy_latency_ns: 5 * US,
         spread_pieces: 4,
+        sm: SmResources::HOPPER,
+        dram_bytes_per_ns: 3350.0,
     }
 }
 

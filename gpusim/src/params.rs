@@ -30,7 +30,7 @@
 //! | the shim's gate wait bound, mark poll, mark slots | 50 ms, 200 us, 32 | tandem's code (`shim/src/client/`), checked by a test |
 //! | tandemd's reader periods | 1 ms busy, 10 ms idle, 250 us after opening a gate, >= 50 us | tandem's code (`coordinator/src/reader.rs`, called directly) |
 
-use crate::gpu::{GpuParams, Ns, Sharing};
+use crate::gpu::{GpuParams, Ns, Sharing, SmResources};
 
 /// The model's parameters (see the module docs for each one's source).
 #[derive(Clone, Debug, PartialEq)]
@@ -85,6 +85,8 @@ impl Params {
                 copy_bytes_per_ns: 25.0,
                 copy_latency_ns: 10_000,
                 spread_pieces: 4,
+                sm: SmResources::HOPPER,
+                dram_bytes_per_ns: 3350.0,
             },
             sm_flop_per_ns: 989.4e3 / 132.0,
             dram_bytes_per_ns: 3350.0,

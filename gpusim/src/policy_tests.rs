@@ -151,6 +151,9 @@ fn long_kernel_trainer(sync_every: usize) -> JobSpec {
             blocks_per_sm: 1,
             duration_ns: durations[i % durations.len()],
             sm_share: 1.0,
+            regs_per_thread: 0,
+            smem_per_block: 0,
+            dram_bytes: 0,
             stream: 0,
             host_gap_ns: 20_000,
         }));

@@ -55,6 +55,9 @@ impl Builder<'_> {
             blocks_per_sm: bps,
             duration_ns: (ns + self.p.kernel_floor_ns as f64).round() as u64,
             sm_share,
+            regs_per_thread: 0,
+            smem_per_block: 0,
+            dram_bytes: 0,
             stream: 0,
             host_gap_ns: gap,
         }));

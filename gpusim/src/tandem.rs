@@ -577,6 +577,9 @@ mod tests {
             blocks_per_sm: 1,
             duration_ns: 1_000_000,
             sm_share: 1.0,
+            regs_per_thread: 0,
+            smem_per_block: 0,
+            dram_bytes: 0,
             stream: 0,
             host_gap_ns: 0,
         }

@@ -113,6 +113,20 @@ pub struct Kernel {
     /// Default 1 (the blocks use their SMs fully).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub sm_share: f64,
+    /// Registers per thread (`cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_NUM_REGS)`);
+    /// 0: unknown. With `smem_per_block` and the block size it gives the
+    /// share of an SM one block holds, which decides whether another
+    /// client's blocks fit beside it (the engine's co-residence).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub regs_per_thread: u32,
+    /// Shared memory per block, static plus dynamic, bytes; 0: none or unknown.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub smem_per_block: u32,
+    /// Bytes the kernel moves to and from DRAM alone (its memory traffic);
+    /// 0: unknown (taken as compute-bound). Kernels that run at once share
+    /// the DRAM bandwidth.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub dram_bytes: u64,
     /// Stream index.
     #[serde(default)]
     pub stream: u32,
@@ -127,6 +141,16 @@ fn one() -> f64 {
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
 fn is_one(x: &f64) -> bool {
     (*x - 1.0).abs() < f64::EPSILON
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+fn is_zero32(x: &u32) -> bool {
+    *x == 0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+fn is_zero64(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Kernel {
