@@ -1,231 +1,433 @@
-//! The measured baselines the model must reproduce, and the check.
+//! The measured baselines the model must reproduce, pair by pair, and the
+//! check.
 //!
-//! From DESIGN.md "Facts" (H100 80GB HBM3, driver 580.159.04; ResNet50 fp16
-//! inference against ResNet50 bf16 batch-64 training) and issue 13:
+//! Every measured (pair, mode) is one calibration point with its own
+//! figures ([`TARGETS`]):
 //!
-//! | pair | mode | p99 ratio | training kept |
-//! | --- | --- | ---: | ---: |
-//! | resnet50_b4 (100 req/s) | plain | 3.1 (149 / 48.7 ms) | 0.85 |
-//! | resnet50_b32 (40 req/s) | plain | 1.8 (48.7 / 27.2 ms) | 0.85 |
-//! | resnet50_b4 | mps | 0.87 (42.5 ms) | 0.96 |
-//! | resnet50_b32 | mps | 2.0 (53.8 ms) | 0.94 |
-//! | both | mps_lowprio | 0.7-1.6 | 0.92-0.97 |
+//! * **H100** (DESIGN.md "Facts measured on the target": H100 80GB HBM3,
+//!   driver 580.159.04; ResNet50 fp16 inference against ResNet50 bf16
+//!   batch-64 training): batch 4 at 100 req/s and batch 32 at 40 req/s,
+//!   plain (time-slicing) and MPS at their own figures; MPS with training at
+//!   low client priority was kept only as one range over both pairs and two
+//!   repetitions (0.7-1.6x, 0.92-0.97 kept), so it stays a range.
+//! * **A100** (DESIGN.md "Facts from peers": the Tally artifact,
+//!   tally-project/tally-bench `tally_results/priority-aware-perf.csv`,
+//!   default configuration): 12 pairs of BERT or Llama-2-7B inference on
+//!   ONNX Runtime at load 0.5 against six PyTorch training jobs, in MPS,
+//!   MPS + priority and time-slicing.
 //!
-//! **Acceptance** (issue 13): each baseline row of these two pairs lies in
-//! its mode's measured range, widened by [`RATIO_SLACK`] and
-//! [`FRACTION_SLACK`] for the run-to-run noise the facts themselves report
-//! (the same alone p99 measured 48.7 and 126.5 ms on two machines): plain
-//! 1.8-3.1x with 0.85 kept, MPS 0.87-2.0x with 0.94-0.96, MPS low priority
-//! 0.7-1.6x with 0.92-0.97. And the shape the two pairs show must hold:
-//! under plain sharing batch 4 suffers more than batch 32; under MPS batch
-//! 32 suffers more than batch 4; at batch 4 MPS beats plain sharing for
-//! inference. On every pair (measured or not) the modes keep their order of
-//! merit: MPS low priority never gives inference a worse p99 than MPS, and
-//! both MPS modes keep more training than plain sharing.
+//! **Tolerance** (issue 22): the model's p99 ratio within a factor
+//! [`RATIO_FACTOR`] of the measured one (of a range's ends), its training
+//! fraction within [`FRACTION_SLACK`]. A point outside fails the check
+//! unless [`EXCEPTIONS`] (`gpusim/calibration_exceptions.txt`, committed)
+//! names it with its cause; at most [`MAX_EXCEPTIONS`] may be named. The
+//! model's figure is the median of its paired per-seed ratios.
+//!
+//! **Held out**: the model's mechanisms and values are chosen looking only
+//! at [`FIT_SET`] (the six Llama-2 pairs and H100 batch 4); the BERT pairs
+//! and H100 batch 32 are predictions, reported apart ([`holdout`]).
 
-use crate::matrix::Row;
+use std::fmt::Write as _;
 
-/// Relative slack on a measured ratio range's ends.
-pub const RATIO_SLACK: f64 = 0.10;
-/// Absolute slack on a measured training-fraction range's ends.
-pub const FRACTION_SLACK: f64 = 0.03;
+use crate::matrix::{Device, Row};
+
+/// Largest factor between the model's and the measured p99 ratio.
+pub const RATIO_FACTOR: f64 = 1.25;
+/// Largest difference between the model's and the measured training fraction.
+pub const FRACTION_SLACK: f64 = 0.07;
+/// Most points the exceptions file may name.
+pub const MAX_EXCEPTIONS: usize = 4;
 /// Slack of the order-of-merit checks (the model's own noise between modes).
 pub const ORDER_SLACK: f64 = 0.05;
+/// The A100 pairs whose MPS + priority p99 the model must put at or above
+/// 1.25x, as every one measured is (issue 22's acceptance): at least this many.
+pub const A100_LOWPRIO_SLOW_MIN: usize = 8;
 
-/// One measured baseline.
-#[derive(Clone, Copy, Debug)]
-pub struct Target {
-    /// Inference job.
-    pub inference: &'static str,
-    /// Mode.
-    pub mode: &'static str,
-    /// The measured p99 ratio of this pair, if the facts give one.
-    pub p99_ratio: Option<f64>,
-    /// The mode's measured range over both pairs.
-    pub ratio_range: (f64, f64),
-    /// The measured training fraction of this pair, if given.
-    pub train_fraction: Option<f64>,
-    /// The mode's measured range.
-    pub fraction_range: (f64, f64),
+/// A measured figure: one value, or a range the measurement was kept as.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Measured {
+    /// One pair's figure.
+    Point(f64),
+    /// A range over pairs and repetitions.
+    Range(f64, f64),
 }
 
-/// The training job of every target.
-pub const TARGET_TRAINING: &str = "resnet50_train";
+impl Measured {
+    fn ends(self) -> (f64, f64) {
+        match self {
+            Measured::Point(x) => (x, x),
+            Measured::Range(a, b) => (a, b),
+        }
+    }
 
-/// The measured baselines.
-pub const TARGETS: [Target; 6] = [
+    /// The tolerance band of a p99 ratio.
+    #[must_use]
+    pub fn ratio_band(self) -> (f64, f64) {
+        let (a, b) = self.ends();
+        (a / RATIO_FACTOR, b * RATIO_FACTOR)
+    }
+
+    /// The tolerance band of a training fraction.
+    #[must_use]
+    pub fn fraction_band(self) -> (f64, f64) {
+        let (a, b) = self.ends();
+        (a - FRACTION_SLACK, b + FRACTION_SLACK)
+    }
+
+    /// The measured value, or the middle of the range.
+    #[must_use]
+    pub fn mid(self) -> f64 {
+        let (a, b) = self.ends();
+        (a + b) / 2.0
+    }
+}
+
+impl std::fmt::Display for Measured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Measured::Point(x) => write!(f, "{x}"),
+            Measured::Range(a, b) => write!(f, "{a}-{b}"),
+        }
+    }
+}
+
+/// One measured point.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The GPU.
+    pub device: Device,
+    /// Inference job.
+    pub inference: &'static str,
+    /// Training job.
+    pub training: &'static str,
+    /// Mode (`plain` is time-slicing).
+    pub mode: &'static str,
+    /// p99 over alone p99.
+    pub p99_ratio: Measured,
+    /// Training throughput kept.
+    pub train_fraction: Measured,
+}
+
+const fn h100(
+    inference: &'static str,
+    mode: &'static str,
+    p99: Measured,
+    kept: Measured,
+) -> Target {
     Target {
-        inference: "resnet50_b4",
-        mode: "plain",
-        p99_ratio: Some(3.1),
-        ratio_range: (1.8, 3.1),
-        train_fraction: Some(0.85),
-        fraction_range: (0.85, 0.85),
-    },
+        device: Device::H100,
+        inference,
+        training: "resnet50_train",
+        mode,
+        p99_ratio: p99,
+        train_fraction: kept,
+    }
+}
+
+const fn a100(
+    inference: &'static str,
+    training: &'static str,
+    mode: &'static str,
+    p99: f64,
+    kept: f64,
+) -> Target {
     Target {
-        inference: "resnet50_b32",
-        mode: "plain",
-        p99_ratio: Some(1.8),
-        ratio_range: (1.8, 3.1),
-        train_fraction: Some(0.85),
-        fraction_range: (0.85, 0.85),
-    },
-    Target {
-        inference: "resnet50_b4",
-        mode: "mps",
-        p99_ratio: Some(0.87),
-        ratio_range: (0.87, 2.0),
-        train_fraction: Some(0.96),
-        fraction_range: (0.94, 0.96),
-    },
-    Target {
-        inference: "resnet50_b32",
-        mode: "mps",
-        p99_ratio: Some(2.0),
-        ratio_range: (0.87, 2.0),
-        train_fraction: Some(0.94),
-        fraction_range: (0.94, 0.96),
-    },
-    Target {
-        inference: "resnet50_b4",
-        mode: "mps_lowprio",
-        p99_ratio: None,
-        ratio_range: (0.7, 1.6),
-        train_fraction: None,
-        fraction_range: (0.92, 0.97),
-    },
-    Target {
-        inference: "resnet50_b32",
-        mode: "mps_lowprio",
-        p99_ratio: None,
-        ratio_range: (0.7, 1.6),
-        train_fraction: None,
-        fraction_range: (0.92, 0.97),
-    },
+        device: Device::A100,
+        inference,
+        training,
+        mode,
+        p99_ratio: Measured::Point(p99),
+        train_fraction: Measured::Point(kept),
+    }
+}
+
+use Measured::{Point, Range};
+
+/// Every measured point (DESIGN.md's two tables).
+pub const TARGETS: [Target; 42] = [
+    h100("resnet50_b4", "plain", Point(3.1), Point(0.85)),
+    h100("resnet50_b32", "plain", Point(1.8), Point(0.85)),
+    h100("resnet50_b4", "mps", Point(0.87), Point(0.96)),
+    h100("resnet50_b32", "mps", Point(2.0), Point(0.94)),
+    h100(
+        "resnet50_b4",
+        "mps_lowprio",
+        Range(0.7, 1.6),
+        Range(0.92, 0.97),
+    ),
+    h100(
+        "resnet50_b32",
+        "mps_lowprio",
+        Range(0.7, 1.6),
+        Range(0.92, 0.97),
+    ),
+    // llama2-7b: MPS, MPS + priority, time-slicing.
+    a100("llama2_7b_ort", "whisper_large_v3_b16", "mps", 1.79, 0.99),
+    a100(
+        "llama2_7b_ort",
+        "whisper_large_v3_b16",
+        "mps_lowprio",
+        1.71,
+        0.96,
+    ),
+    a100("llama2_7b_ort", "whisper_large_v3_b16", "plain", 2.04, 0.72),
+    a100("llama2_7b_ort", "resnet50_b128", "mps", 1.29, 0.74),
+    a100("llama2_7b_ort", "resnet50_b128", "mps_lowprio", 1.27, 0.74),
+    a100("llama2_7b_ort", "resnet50_b128", "plain", 2.29, 0.50),
+    a100("llama2_7b_ort", "pointnet_b128", "mps", 1.47, 0.80),
+    a100("llama2_7b_ort", "pointnet_b128", "mps_lowprio", 1.40, 0.79),
+    a100("llama2_7b_ort", "pointnet_b128", "plain", 2.16, 0.50),
+    a100("llama2_7b_ort", "pegasus_x_base_b4", "mps", 2.24, 0.85),
+    a100(
+        "llama2_7b_ort",
+        "pegasus_x_base_b4",
+        "mps_lowprio",
+        1.84,
+        0.81,
+    ),
+    a100("llama2_7b_ort", "pegasus_x_base_b4", "plain", 1.79, 0.47),
+    a100("llama2_7b_ort", "gpt2_large_b1", "mps", 2.14, 0.84),
+    a100("llama2_7b_ort", "gpt2_large_b1", "mps_lowprio", 1.80, 0.81),
+    a100("llama2_7b_ort", "gpt2_large_b1", "plain", 1.77, 0.47),
+    a100("llama2_7b_ort", "bert_b32", "mps", 3.53, 0.92),
+    a100("llama2_7b_ort", "bert_b32", "mps_lowprio", 2.44, 0.85),
+    a100("llama2_7b_ort", "bert_b32", "plain", 2.14, 0.47),
+    // bert.
+    a100("bert_ort", "whisper_large_v3_b16", "mps", 11.8, 1.0),
+    a100(
+        "bert_ort",
+        "whisper_large_v3_b16",
+        "mps_lowprio",
+        5.81,
+        0.96,
+    ),
+    a100("bert_ort", "whisper_large_v3_b16", "plain", 2.73, 0.73),
+    a100("bert_ort", "resnet50_b128", "mps", 2.20, 0.78),
+    a100("bert_ort", "resnet50_b128", "mps_lowprio", 2.18, 0.77),
+    a100("bert_ort", "resnet50_b128", "plain", 2.73, 0.56),
+    a100("bert_ort", "pointnet_b128", "mps", 4.14, 0.84),
+    a100("bert_ort", "pointnet_b128", "mps_lowprio", 3.72, 0.82),
+    a100("bert_ort", "pointnet_b128", "plain", 2.72, 0.56),
+    a100("bert_ort", "pegasus_x_base_b4", "mps", 4.18, 0.90),
+    a100("bert_ort", "pegasus_x_base_b4", "mps_lowprio", 3.79, 0.88),
+    a100("bert_ort", "pegasus_x_base_b4", "plain", 2.71, 0.51),
+    a100("bert_ort", "gpt2_large_b1", "mps", 5.34, 0.88),
+    a100("bert_ort", "gpt2_large_b1", "mps_lowprio", 5.12, 0.86),
+    a100("bert_ort", "gpt2_large_b1", "plain", 2.73, 0.51),
+    a100("bert_ort", "bert_b32", "mps", 6.68, 0.94),
+    a100("bert_ort", "bert_b32", "mps_lowprio", 4.40, 0.91),
+    a100("bert_ort", "bert_b32", "plain", 2.73, 0.53),
 ];
+
+impl Target {
+    /// Whether the model's values were chosen looking at this point (else
+    /// it is held out: a prediction).
+    #[must_use]
+    pub fn in_fit_set(&self) -> bool {
+        FIT_SET.contains(&(self.device, self.inference))
+    }
+
+    /// `device inference training mode`, as the exceptions file names it.
+    #[must_use]
+    pub fn key(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.device.name(),
+            self.inference,
+            self.training,
+            self.mode
+        )
+    }
+}
+
+/// The points the model is fitted on: the Llama-2 pairs and H100 batch 4.
+pub const FIT_SET: [(Device, &str); 2] = [
+    (Device::A100, "llama2_7b_ort"),
+    (Device::H100, "resnet50_b4"),
+];
+
+/// The committed exceptions: one line per point, `device inference
+/// training mode: cause`; `#` starts a comment.
+pub const EXCEPTIONS: &str = include_str!("../calibration_exceptions.txt");
+
+/// The exceptions file's entries: (key, cause).
+///
+/// # Errors
+/// A line without `key: cause`, or a key that names no target.
+pub fn exceptions(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, cause)) = line.split_once(':') else {
+            return Err(format!(
+                "exceptions line {}: expected `device inference training mode: cause`",
+                n + 1
+            ));
+        };
+        let key = key.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !TARGETS.iter().any(|t| t.key() == key) {
+            return Err(format!(
+                "exceptions line {}: {key:?} is no calibration point",
+                n + 1
+            ));
+        }
+        if cause.trim().is_empty() {
+            return Err(format!("exceptions line {}: {key} names no cause", n + 1));
+        }
+        out.push((key, cause.trim().to_string()));
+    }
+    Ok(out)
+}
 
 /// One line of the fit report.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Fit {
+    /// `h100` or `a100`.
+    pub set: String,
     /// Pair's inference job.
     pub inference: String,
+    /// Pair's training job.
+    pub training: String,
     /// Mode.
     pub mode: String,
-    /// Model's p99 ratio.
+    /// Model's p99 ratio (median of the paired seeds).
     pub model_ratio: Option<f64>,
-    /// Measured (pair figure or "lo-hi").
+    /// Measured.
     pub measured_ratio: String,
     /// Model's training fraction.
     pub model_fraction: Option<f64>,
     /// Measured.
     pub measured_fraction: String,
-    /// Inside the widened ranges.
+    /// Model p99 over measured (the middle of a range).
+    pub ratio_error: Option<f64>,
+    /// Model fraction minus measured.
+    pub fraction_error: Option<f64>,
+    /// In the fit set (else held out).
+    pub fitted: bool,
+    /// Inside the tolerance.
     pub ok: bool,
+    /// The exceptions file's cause, where it names the point.
+    pub exception: Option<String>,
 }
 
-fn find<'a>(rows: &'a [Row], inf: &str, train: &str, mode: &str) -> Option<&'a Row> {
+fn find<'a>(rows: &'a [Row], set: &str, inf: &str, train: &str, mode: &str) -> Option<&'a Row> {
     rows.iter()
-        .find(|r| r.inference == inf && r.training == train && r.mode == mode)
+        .find(|r| r.set == set && r.inference == inf && r.training == train && r.mode == mode)
 }
 
-fn show(fig: Option<f64>, range: (f64, f64)) -> String {
-    match fig {
-        Some(f) => format!("{f}"),
-        None => format!("{}-{}", range.0, range.1),
-    }
-}
-
-/// The fit of every target found in `rows`, and every violated rule (empty:
-/// calibrated).
+/// The fit of every target found in `rows` and every violated rule (empty:
+/// calibrated), with the committed exceptions.
 #[must_use]
 pub fn check(rows: &[Row]) -> (Vec<Fit>, Vec<String>) {
+    check_with(rows, EXCEPTIONS)
+}
+
+/// [`check`] with another exceptions file's text.
+#[must_use]
+pub fn check_with(rows: &[Row], exceptions_text: &str) -> (Vec<Fit>, Vec<String>) {
     let mut fits = Vec::new();
     let mut bad = Vec::new();
-    for t in TARGETS {
-        let Some(r) = find(rows, t.inference, TARGET_TRAINING, t.mode) else {
-            continue;
-        };
-        let (rlo, rhi) = (
-            t.ratio_range.0 * (1.0 - RATIO_SLACK),
-            t.ratio_range.1 * (1.0 + RATIO_SLACK),
-        );
-        let (flo, fhi) = (
-            t.fraction_range.0 - FRACTION_SLACK,
-            t.fraction_range.1 + FRACTION_SLACK,
-        );
-        let ratio_ok = r.p99_ratio.is_some_and(|x| (rlo..=rhi).contains(&x));
-        let frac_ok = r.train_fraction.is_some_and(|x| (flo..=fhi).contains(&x));
-        if !ratio_ok {
-            bad.push(format!(
-                "{} {}: p99 ratio {} outside {rlo:.2}-{rhi:.2}",
-                t.inference,
-                t.mode,
-                r.p99_ratio.map_or("missing".into(), |x| format!("{x:.3}"))
-            ));
-        }
-        if !frac_ok {
-            bad.push(format!(
-                "{} {}: training fraction {} outside {flo:.2}-{fhi:.2}",
-                t.inference,
-                t.mode,
-                r.train_fraction
-                    .map_or("missing".into(), |x| format!("{x:.3}"))
-            ));
-        }
-        fits.push(Fit {
-            inference: t.inference.into(),
-            mode: t.mode.into(),
-            model_ratio: r.p99_ratio,
-            measured_ratio: show(t.p99_ratio, t.ratio_range),
-            model_fraction: r.train_fraction,
-            measured_fraction: show(t.train_fraction, t.fraction_range),
-            ok: ratio_ok && frac_ok,
-        });
-    }
-    let ratio =
-        |inf: &str, mode: &str| find(rows, inf, TARGET_TRAINING, mode).and_then(|r| r.p99_ratio);
-    let mut shape = |what: &str, a: Option<f64>, b: Option<f64>| {
-        if let (Some(a), Some(b)) = (a, b) {
-            if a <= b {
-                bad.push(format!("shape: {what} ({a:.2} vs {b:.2})"));
-            }
+    let excused = match exceptions(exceptions_text) {
+        Ok(e) => e,
+        Err(e) => {
+            bad.push(e);
+            Vec::new()
         }
     };
-    shape(
-        "plain: batch 4 suffers more than batch 32",
-        ratio("resnet50_b4", "plain"),
-        ratio("resnet50_b32", "plain"),
-    );
-    shape(
-        "mps: batch 32 suffers more than batch 4",
-        ratio("resnet50_b32", "mps"),
-        ratio("resnet50_b4", "mps"),
-    );
-    shape(
-        "batch 4: plain hurts inference more than mps",
-        ratio("resnet50_b4", "plain"),
-        ratio("resnet50_b4", "mps"),
-    );
+    if excused.len() > MAX_EXCEPTIONS {
+        bad.push(format!(
+            "the exceptions file names {} points; at most {MAX_EXCEPTIONS} are allowed",
+            excused.len()
+        ));
+    }
+    for t in TARGETS {
+        let Some(r) = find(rows, t.device.name(), t.inference, t.training, t.mode) else {
+            continue;
+        };
+        let (rlo, rhi) = t.p99_ratio.ratio_band();
+        let (flo, fhi) = t.train_fraction.fraction_band();
+        let ratio_ok = r.p99_ratio.is_some_and(|x| (rlo..=rhi).contains(&x));
+        let frac_ok = r.train_fraction.is_some_and(|x| (flo..=fhi).contains(&x));
+        let key = t.key();
+        let exception = excused
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, c)| c.clone());
+        if exception.is_none() {
+            if !ratio_ok {
+                bad.push(format!(
+                    "{key}: p99 ratio {} outside {rlo:.2}-{rhi:.2} (measured {})",
+                    r.p99_ratio.map_or("missing".into(), |x| format!("{x:.3}")),
+                    t.p99_ratio
+                ));
+            }
+            if !frac_ok {
+                bad.push(format!(
+                    "{key}: training fraction {} outside {flo:.2}-{fhi:.2} (measured {})",
+                    r.train_fraction
+                        .map_or("missing".into(), |x| format!("{x:.3}")),
+                    t.train_fraction
+                ));
+            }
+        }
+        fits.push(Fit {
+            set: t.device.name().into(),
+            inference: t.inference.into(),
+            training: t.training.into(),
+            mode: t.mode.into(),
+            model_ratio: r.p99_ratio,
+            measured_ratio: t.p99_ratio.to_string(),
+            model_fraction: r.train_fraction,
+            measured_fraction: t.train_fraction.to_string(),
+            ratio_error: r.p99_ratio.map(|x| x / t.p99_ratio.mid()),
+            fraction_error: r.train_fraction.map(|x| x - t.train_fraction.mid()),
+            fitted: t.in_fit_set(),
+            ok: ratio_ok && frac_ok,
+            exception,
+        });
+    }
+    // MPS + priority is slow on the A100 pairs, as every measurement is.
+    let lowprio: Vec<&Fit> = fits
+        .iter()
+        .filter(|f| f.set == "a100" && f.mode == "mps_lowprio")
+        .collect();
+    if lowprio.len() == 12 {
+        let slow = lowprio
+            .iter()
+            .filter(|f| f.model_ratio.is_some_and(|x| x >= 1.25))
+            .count();
+        if slow < A100_LOWPRIO_SLOW_MIN {
+            bad.push(format!(
+                "a100 mps_lowprio: the model's p99 is >= 1.25x on {slow} of 12 pairs, \
+                 fewer than {A100_LOWPRIO_SLOW_MIN} (measured: all 12)"
+            ));
+        }
+    }
     bad.extend(order_of_merit(rows));
     (fits, bad)
 }
 
-/// The order-of-merit rules on every pair of `rows`.
+/// The order-of-merit rules on every pair of `rows`: MPS + priority never
+/// gives inference a worse p99 than MPS, and both MPS modes keep at least
+/// as much training as time-slicing.
 #[must_use]
 pub fn order_of_merit(rows: &[Row]) -> Vec<String> {
     let mut bad = Vec::new();
-    let mut pairs: Vec<(&str, &str)> = rows
+    let mut pairs: Vec<(&str, &str, &str)> = rows
         .iter()
-        .map(|r| (r.inference.as_str(), r.training.as_str()))
+        .map(|r| (r.set.as_str(), r.inference.as_str(), r.training.as_str()))
         .collect();
     pairs.dedup();
-    for (i, t) in pairs {
-        let get = |m: &str| find(rows, i, t, m);
+    for (s, i, t) in pairs {
+        let get = |m: &str| find(rows, s, i, t, m);
         if let (Some(lo), Some(mps)) = (get("mps_lowprio"), get("mps")) {
             if let (Some(a), Some(b)) = (lo.p99_ratio, mps.p99_ratio) {
                 if a > b * (1.0 + ORDER_SLACK) {
                     bad.push(format!(
-                        "{i}:{t}: mps_lowprio p99 ratio {a:.2} above mps {b:.2}"
+                        "{s} {i}:{t}: mps_lowprio p99 ratio {a:.2} above mps {b:.2}"
                     ));
                 }
             }
@@ -235,7 +437,7 @@ pub fn order_of_merit(rows: &[Row]) -> Vec<String> {
                 if let Some(f) = get(m).and_then(|r| r.train_fraction) {
                     if f + ORDER_SLACK < plain {
                         bad.push(format!(
-                            "{i}:{t}: {m} keeps {f:.2} of training, less than plain's {plain:.2}"
+                            "{s} {i}:{t}: {m} keeps {f:.2} of training, less than plain's {plain:.2}"
                         ));
                     }
                 }
@@ -245,66 +447,73 @@ pub fn order_of_merit(rows: &[Row]) -> Vec<String> {
     bad
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::matrix::{run_matrix, MatrixCfg};
-    use crate::params::Params;
-
-    /// What `scripts/test` runs: the reduced matrix (the two measured pairs,
-    /// the baseline modes, one seed) must stay inside the measured ranges,
-    /// with the model's inputs as `scripts/sim` uses them: the traces and
-    /// the time-slice measurement a GPU run committed under `tests/traces/`,
-    /// the synthetic traces and fitted values where there are none. A change
-    /// to the engine, the jobs, the parameters or those inputs that moves a
-    /// baseline out of them fails here.
-    #[test]
-    fn the_reduced_matrix_stays_calibrated() {
-        let traces = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/traces"));
-        let mut params = Params::calibrated();
-        crate::measured::apply(&mut params, traces).unwrap();
-        let rows = run_matrix(&MatrixCfg::reduced(params), Some(traces)).unwrap();
-        let (fits, bad) = check(&rows);
-        assert_eq!(fits.len(), TARGETS.len());
-        assert!(bad.is_empty(), "calibration broken:\n{}", bad.join("\n"));
-    }
-
-    #[test]
-    fn the_check_catches_a_baseline_out_of_range_and_a_broken_order() {
-        let rows = run_matrix(
-            &MatrixCfg {
-                window_ns: 3_000_000_000,
-                pairs: vec![("resnet50_b4".into(), "resnet50_train".into())],
-                ..MatrixCfg::reduced(Params::calibrated())
-            },
-            None,
-        )
-        .unwrap();
-        let mut broken = rows.clone();
-        for r in &mut broken {
-            if r.mode == "plain" {
-                r.p99_ratio = Some(9.0);
-                r.train_fraction = Some(0.99);
-            }
-        }
-        let (_, bad) = check(&broken);
-        assert!(
-            bad.iter().any(|b| b.contains("plain: p99 ratio")),
-            "{bad:?}"
+/// `holdout.md`: the fit set's and the held-out points' errors, apart.
+#[must_use]
+pub fn holdout(fits: &[Fit]) -> String {
+    let mut s = String::from(
+        "# Held-out check of the GPU-sharing model\n\n\
+         Model, not GPU. The model's mechanisms and values were chosen looking only at the fit \
+         set (the six Llama-2-7B pairs on the A100 and ResNet50 batch 4 on the H100); the BERT \
+         pairs and batch 32 are predictions. Error: model p99 ratio over measured (1.00 is exact; \
+         the tolerance is 0.80-1.25), model training fraction minus measured (tolerance +-0.07).\n\n",
+    );
+    for (title, fitted) in [("Fit set", true), ("Held out", false)] {
+        let part: Vec<&Fit> = fits.iter().filter(|f| f.fitted == fitted).collect();
+        let _ = write!(
+            s,
+            "## {title}\n\n| set | pair | mode | model p99 | measured | error | model kept | measured | error |\n\
+             | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
         );
-        assert!(
-            bad.iter().any(|b| b.contains("plain: training fraction")),
-            "{bad:?}"
-        );
-        for r in &mut broken {
-            if r.mode == "mps_lowprio" {
-                r.p99_ratio = Some(5.0);
-            }
+        for f in &part {
+            let _ = writeln!(
+                s,
+                "| {} | {}:{} | {} | {} | {} | {} | {} | {} | {} |",
+                f.set,
+                f.inference,
+                f.training,
+                f.mode,
+                opt(f.model_ratio),
+                f.measured_ratio,
+                opt(f.ratio_error),
+                opt(f.model_fraction),
+                f.measured_fraction,
+                f.fraction_error.map_or("-".into(), |x| format!("{x:+.2}")),
+            );
         }
-        let bad = order_of_merit(&broken);
-        assert!(
-            bad.iter().any(|b| b.contains("mps_lowprio p99 ratio")),
-            "{bad:?}"
+        let logs: Vec<f64> = part
+            .iter()
+            .filter_map(|f| f.ratio_error)
+            .map(|e| e.ln().abs())
+            .collect();
+        let within = part.iter().filter(|f| f.ok).count();
+        let lowprio: Vec<&&Fit> = part.iter().filter(|f| f.mode == "mps_lowprio").collect();
+        let lowprio_15 = lowprio
+            .iter()
+            .filter(|f| {
+                f.ratio_error
+                    .is_some_and(|e| (1.0 / 1.5..=1.5).contains(&e))
+            })
+            .count();
+        let mean = if logs.is_empty() {
+            f64::NAN
+        } else {
+            (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+        };
+        let _ = write!(
+            s,
+            "\n{within} of {} points inside the tolerance; geometric mean p99 error a factor \
+             {mean:.2}; MPS + priority p99 within a factor 1.5 on {lowprio_15} of {}.\n\n",
+            part.len(),
+            lowprio.len()
         );
     }
+    s
 }
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("{x:.2}"))
+}
+
+#[cfg(test)]
+#[path = "calibration_tests.rs"]
+mod tests;

@@ -82,6 +82,17 @@ pub struct GpuParams {
     pub sm: SmResources,
     /// DRAM bandwidth of the whole GPU at peak, bytes per ns (GB/s).
     pub dram_bytes_per_ns: f64,
+    /// The block dispatcher serves ready kernels of one priority in the
+    /// order they arrived: a kernel's blocks go to SMs only once every
+    /// earlier kernel's blocks have been dispatched, and a later kernel
+    /// takes what is left over (false: equal shares, the model before
+    /// gpusim-2). See [`crate::mps`].
+    pub fifo_dispatch: bool,
+    /// Kernels that run at once share the DRAM bandwidth: when their
+    /// demands add up to more than the peak, the memory-bound share of a
+    /// block's time stretches by the oversubscription (false: bandwidth
+    /// is never short).
+    pub dram_contention: bool,
 }
 
 /// One SM's capacity (CUDA Programming Guide, "Compute Capabilities",
@@ -151,8 +162,14 @@ pub enum Work {
         blocks_per_sm: u32,
         /// Duration on an empty GPU, ns.
         duration_ns: Ns,
-        /// Share of an SM's throughput its blocks use (0..=1].
+        /// Share of the SM its blocks hold at its occupancy (0..=1]: the
+        /// largest of its threads', registers', shared memory's and block
+        /// slots' shares ([`crate::footprint`]); the rest is room for
+        /// another kernel's blocks (co-residence).
         sm_share: f64,
+        /// Share (0..=1) of its time alone that it pulls DRAM at the
+        /// GPU's peak bandwidth: its bytes over (peak x duration).
+        mem_frac: f64,
     },
     /// A copy.
     Copy {
@@ -190,6 +207,10 @@ struct Running {
     /// Some of its blocks have completed (its later blocks no longer run in
     /// lock-step with its first wave).
     completed_any: bool,
+    /// Its DRAM demand alone, as a share of the peak bandwidth.
+    mem_frac: f64,
+    /// SMs it holds alone (its first wave).
+    alone_sms: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -421,10 +442,15 @@ impl Gpu {
                 blocks_per_sm,
                 duration_ns,
                 sm_share,
+                mem_frac,
             } => {
                 let bps = blocks_per_sm.max(1);
                 let per_wave = u64::from(self.params.sms) * u64::from(bps);
                 let waves = blocks.max(1).div_ceil(per_wave);
+                let alone_sms = blocks
+                    .max(1)
+                    .div_ceil(u64::from(bps))
+                    .min(u64::from(self.params.sms)) as u32;
                 self.seq += 1;
                 let k = Running {
                     client,
@@ -438,6 +464,8 @@ impl Gpu {
                     held: 0,
                     units: ((sm_share.clamp(0.001, 1.0) * UNITS as f64).round() as u64).max(1),
                     completed_any: false,
+                    mem_frac: mem_frac.clamp(0.0, 1.0),
+                    alone_sms: alone_sms.max(1),
                 };
                 let kid = match self.free_kernels.pop() {
                     Some(i) => {
@@ -511,7 +539,7 @@ impl Gpu {
             }
         } else {
             let free = u32::try_from(self.free_units).unwrap_or(u32::MAX);
-            let got = allocate(free, &cands);
+            let got = allocate(free, &cands, self.params.fifo_dispatch);
             for (i, &g) in got.iter().enumerate() {
                 let (kid, units) = ids[i];
                 let sms = u64::from(g) / units;
@@ -578,7 +606,14 @@ impl Gpu {
         let slow = 1.0 + self.params.interference * f64::from(others) / f64::from(self.params.sms);
         let blocks = k.pending.min(u64::from(sms) * u64::from(k.bps));
         let sms = (blocks.div_ceil(u64::from(k.bps)) as u32).min(sms);
-        let d = (k.block_ns * slow).round().max(1.0) as Ns;
+        let mem = if self.params.dram_contention && k.mem_frac > 0.0 {
+            self.dram_demand(kid, k.held + sms).max(1.0)
+        } else {
+            1.0
+        };
+        let d = (k.block_ns * slow * ((1.0 - k.mem_frac) + k.mem_frac * mem))
+            .round()
+            .max(1.0) as Ns;
         // A kernel's first wave starts together and ends together: only
         // its later blocks are taken to drift apart.
         let lockstep = !k.completed_any;
@@ -590,6 +625,21 @@ impl Gpu {
         self.clients[client].sm_ns += f64::from(sms) * d as f64 * k.units as f64 / UNITS as f64;
         self.free_units -= u64::from(sms) * k.units;
         self.add_cohort(now + d, kid, sms, blocks, lockstep);
+    }
+
+    /// The DRAM bandwidth the running kernels demand, as a share of the
+    /// peak, with kernel `kid` holding `held` SMs: each pulls its demand
+    /// alone in proportion to the SMs it holds of those it holds alone.
+    fn dram_demand(&self, kid: usize, held: u32) -> f64 {
+        self.kernels
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| {
+                let k = k.as_ref()?;
+                let h = if i == kid { held } else { k.held };
+                (h > 0).then(|| k.mem_frac * f64::from(h) / f64::from(k.alone_sms))
+            })
+            .sum()
     }
 
     fn add_cohort(&mut self, end: Ns, kernel: usize, sms: u32, blocks: u64, spread: bool) {

@@ -14,6 +14,8 @@ fn params() -> GpuParams {
         spread_pieces: 4,
         sm: SmResources::HOPPER,
         dram_bytes_per_ns: 3350.0,
+        fifo_dispatch: true,
+        dram_contention: true,
     }
 }
 
@@ -38,6 +40,7 @@ fn full(d: Ns) -> Work {
         blocks_per_sm: 1,
         duration_ns: d,
         sm_share: 1.0,
+        mem_frac: 0.0,
     }
 }
 
@@ -71,6 +74,7 @@ fn a_lone_kernel_takes_its_duration_in_any_mode_and_streams_keep_order() {
                 blocks_per_sm: 2,
                 duration_ns: 132 * US,
                 sm_share: 1.0,
+                mem_frac: 0.0,
             },
             1,
         );
@@ -94,6 +98,7 @@ fn small_kernels_of_two_streams_overlap_where_sms_allow() {
         blocks_per_sm: 1,
         duration_ns: 100 * US,
         sm_share: 1.0,
+        mem_frac: 0.0,
     };
     g.submit(0, 0, 0, half, 1);
     g.submit(0, 0, 1, half, 2);
@@ -174,6 +179,7 @@ fn under_mps_the_high_priority_clients_pending_blocks_dispatch_first() {
         blocks_per_sm: 1,
         duration_ns: 20 * 10 * US,
         sm_share: 1.0,
+        mem_frac: 0.0,
     };
     let run = |hi: u8, lo: u8| {
         let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(lo), cfg(hi)]);
@@ -223,6 +229,7 @@ fn a_waiting_kernel_gets_sms_as_blocks_complete() {
             blocks_per_sm: 1,
             duration_ns: 1_600 * US,
             sm_share: 1.0,
+            mem_frac: 0.0,
         },
         1,
     );
@@ -235,6 +242,7 @@ fn a_waiting_kernel_gets_sms_as_blocks_complete() {
         blocks_per_sm: 1,
         duration_ns: 10 * 50 * US,
         sm_share: 1.0,
+        mem_frac: 0.0,
     };
     g.submit(410 * US, 1, 0, high, 2);
     let mut seen = Vec::new();
@@ -311,4 +319,88 @@ fn copies_run_in_stream_order_on_their_engine() {
         12 * US,
         "one engine: the second copy queues"
     );
+}
+
+/// A memory-bound kernel: `sms` SMs for one wave of `d`, pulling DRAM at
+/// `m` of the peak.
+fn mem_bound(sms: u64, d: Ns, m: f64) -> Work {
+    Work::Kernel {
+        blocks: sms,
+        blocks_per_sm: 1,
+        duration_ns: d,
+        sm_share: 1.0,
+        mem_frac: m,
+    }
+}
+
+#[test]
+fn kernels_that_together_pull_more_than_the_dram_peak_stretch_their_memory_time() {
+    let run = |contention: bool| {
+        let p = GpuParams {
+            dram_contention: contention,
+            ..params()
+        };
+        let mut g = Gpu::new(p, &Sharing::Mps, &[cfg(0), cfg(0)]);
+        // Each on half the GPU, each pulling 80% of the peak on its 66 SMs:
+        // 160% together.
+        g.submit(0, 0, 0, mem_bound(66, 100 * US, 0.8), 1);
+        g.submit(0, 1, 0, mem_bound(66, 100 * US, 0.8), 1);
+        let done = drain(&mut g);
+        (at(&done, 0, 1), at(&done, 1, 1))
+    };
+    assert_eq!(run(false), (100 * US, 100 * US));
+    let (a, b) = run(true);
+    // The first found the DRAM free (80%); the second made it 160%: its
+    // memory share (0.8) stretches 1.6x, 0.2 + 0.8 x 1.6 = 1.48.
+    assert_eq!(a, 100 * US);
+    assert_eq!(b, 148 * US);
+    // A compute-bound kernel beside a memory-bound one is not slowed.
+    let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(0), cfg(0)]);
+    g.submit(0, 0, 0, mem_bound(66, 100 * US, 1.0), 1);
+    g.submit(0, 1, 0, mem_bound(66, 100 * US, 0.0), 1);
+    let done = drain(&mut g);
+    assert_eq!(at(&done, 1, 1), 100 * US);
+}
+
+#[test]
+fn a_small_kernel_behind_a_long_one_of_equal_priority_waits_for_its_last_wave() {
+    // Client 0's kernel: 4 waves of 100 us on every SM. Client 1's small
+    // kernel arrives at 50 us. In arrival order it gets SMs only once the
+    // big kernel's last wave is dispatched and its blocks end (300 us, then
+    // spread over its last wave); with equal shares it gets SMs as the first
+    // wave's blocks end.
+    let run = |fifo: bool| {
+        let p = GpuParams {
+            fifo_dispatch: fifo,
+            ..params()
+        };
+        let mut g = Gpu::new(p, &Sharing::Mps, &[cfg(0), cfg(0)]);
+        g.submit(
+            0,
+            0,
+            0,
+            Work::Kernel {
+                blocks: 4 * 132,
+                blocks_per_sm: 1,
+                duration_ns: 400 * US,
+                sm_share: 1.0,
+                mem_frac: 0.0,
+            },
+            1,
+        );
+        let mut done = Vec::new();
+        while let Some(t) = g.next_time() {
+            if t > 50 * US {
+                break;
+            }
+            g.advance(t, &mut done);
+        }
+        g.submit(50 * US, 1, 0, mem_bound(8, 10 * US, 0.0), 1);
+        done.extend(drain(&mut g));
+        at(&done, 1, 1)
+    };
+    let fair = run(false);
+    let fifo = run(true);
+    assert!(fair <= 110 * US, "equal shares: {fair}");
+    assert!(fifo >= 300 * US, "arrival order: {fifo}");
 }

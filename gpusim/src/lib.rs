@@ -67,6 +67,7 @@
 pub type Ns = u64;
 
 pub mod calibration;
+pub mod footprint;
 pub mod gpu;
 pub mod job;
 pub mod local;
@@ -77,6 +78,7 @@ pub mod params;
 pub mod report;
 pub mod rng;
 pub mod synthetic;
+pub mod synthetic_a100;
 pub mod tandem;
 pub mod timeslice;
 pub mod trace;

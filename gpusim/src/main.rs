@@ -1,28 +1,30 @@
 //! `tandem-sim`: the GPU-sharing model's command line.
 //!
 //! ```text
-//! tandem-sim matrix [--reduced] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N]
+//! tandem-sim matrix [--reduced] [--device h100|a100|all] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N]
 //! tandem-sim traces [--traces DIR]          # each job's kernels, GPU and CPU time
 //! tandem-sim check-trace FILE               # parse and check one trace file
 //! ```
 //!
-//! `matrix` writes `matrix.json` and `matrix.md` into `--out` and exits 1
-//! when a calibration rule is broken (`--reduced`: only the two calibrated
-//! pairs and the baseline modes; what `scripts/test` runs).
+//! `matrix` writes `matrix.json`, `matrix.md` and `holdout.md` into `--out`
+//! and exits 1 when a calibration rule is broken (`--reduced`: only the
+//! measured pairs in the baseline modes, one seed; what `cargo test` runs).
+//! Both device sets by default (the H100's and the A100's); `--pairs` and
+//! `--device` narrow it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tandem_gpusim::calibration::check;
-use tandem_gpusim::matrix::{load_trace, run_matrix, MatrixCfg, INFERENCE, TRAINING};
+use tandem_gpusim::calibration::{check, holdout};
+use tandem_gpusim::matrix::{load_trace, run_matrix, Device, MatrixCfg};
 use tandem_gpusim::measured;
 use tandem_gpusim::params::{Params, MODEL_VERSION};
 use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: tandem-sim matrix [--reduced] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]...\n       tandem-sim traces [--traces DIR]\n       tandem-sim check-trace FILE");
+    eprintln!("usage: tandem-sim matrix [--reduced] [--device h100|a100|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]...\n       tandem-sim traces [--traces DIR]\n       tandem-sim check-trace FILE");
     ExitCode::from(2)
 }
 
@@ -38,8 +40,18 @@ fn main() -> ExitCode {
             .cloned()
     };
     let traces = value("--traces").map(PathBuf::from);
+    let devices: Vec<Device> = match value("--device").as_deref() {
+        None | Some("all") => Device::ALL.to_vec(),
+        Some("h100") => vec![Device::H100],
+        Some("a100") => vec![Device::A100],
+        Some(other) => {
+            eprintln!("tandem-sim: --device {other}: h100, a100 or all");
+            return ExitCode::from(2);
+        }
+    };
     let mut params = Params::calibrated();
-    // GPU measurements first, so that `--set` still overrides them.
+    // GPU measurements first, so that `--set` still overrides them (the
+    // H100's: the traces folder holds what an H100 run captured).
     let measured = match traces.as_deref().map(|d| measured::apply(&mut params, d)) {
         Some(Ok(m)) => m,
         Some(Err(e)) => {
@@ -55,17 +67,22 @@ fn main() -> ExitCode {
             measured.join(", ")
         );
     }
+    let mut a100 = Params::a100();
     for (i, a) in args.iter().enumerate() {
         if a == "--set" {
             let Some((k, v)) = args.get(i + 1).and_then(|kv| kv.split_once('=')) else {
                 return usage();
             };
-            if let Err(e) = params.set(k, v) {
+            if let Err(e) = params.set(k, v).and_then(|()| a100.set(k, v)) {
                 eprintln!("tandem-sim: {e}");
                 return ExitCode::from(2);
             }
         }
     }
+    let params_of = |d: Device| match d {
+        Device::H100 => params.clone(),
+        Device::A100 => a100.clone(),
+    };
     match cmd.as_str() {
         "check-trace" => {
             let Some(file) = args.get(1) else {
@@ -94,10 +111,18 @@ fn main() -> ExitCode {
             }
         }
         "traces" => {
-            for job in INFERENCE.iter().map(|(n, _)| *n).chain(TRAINING) {
-                match load_trace(&params, traces.as_deref(), job) {
+            let jobs = devices.iter().flat_map(|&d| {
+                d.inference()
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .chain(d.training().iter().copied())
+                    .map(move |j| (d, j))
+            });
+            for (d, job) in jobs {
+                match load_trace(d, &params_of(d), traces.as_deref(), job) {
                     Ok(t) => println!(
-                        "{job:16} {:9} {:5} kernels  GPU alone {:8.3} ms  CPU {:8.3} ms per {}",
+                        "{} {job:22} {:9} {:6} kernels  GPU alone {:9.3} ms  CPU {:9.3} ms per {}",
+                        d.name(),
                         t.source,
                         t.kernels().count(),
                         t.kernel_ns() as f64 / 1e6,
@@ -118,42 +143,53 @@ fn main() -> ExitCode {
         }
         "matrix" => {
             let reduced = args.iter().any(|a| a == "--reduced");
-            let mut m = if reduced {
-                MatrixCfg::reduced(params)
-            } else {
-                MatrixCfg::full(params)
-            };
-            if let Some(n) = value("--seeds").and_then(|s| s.parse::<u64>().ok()) {
-                m.seeds = (1..=n.max(1)).collect();
-            }
-            if let Some(s) = value("--window-s").and_then(|s| s.parse::<f64>().ok()) {
-                m.window_ns = (s * 1e9) as u64;
-            }
-            if let Some(n) = value("--threads").and_then(|s| s.parse::<usize>().ok()) {
-                m.threads = n;
-            }
-            if let Some(p) = value("--pairs") {
-                m.pairs = p
-                    .split(',')
-                    .filter_map(|x| x.split_once(':'))
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .collect();
-            }
-            if let Some(md) = value("--modes") {
-                m.modes = md.split(',').map(String::from).collect();
-            }
-            if let Err(e) = tandem_args(&args, &mut m.tandem) {
-                eprintln!("tandem-sim: {e}");
-                return ExitCode::from(2);
-            }
             let start = Instant::now();
-            let rows = match run_matrix(&m, traces.as_deref()) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("tandem-sim: {e}");
-                    return ExitCode::from(1);
+            let mut rows = Vec::new();
+            for &d in &devices {
+                let mut m = if reduced {
+                    MatrixCfg::reduced(d, params_of(d))
+                } else {
+                    MatrixCfg::full(d, params_of(d))
+                };
+                if let Some(n) = value("--seeds").and_then(|s| s.parse::<u64>().ok()) {
+                    m.seeds = (1..=n.max(1)).collect();
                 }
-            };
+                if let Some(s) = value("--window-s").and_then(|s| s.parse::<f64>().ok()) {
+                    m.window_ns = (s * 1e9) as u64;
+                }
+                if let Some(n) = value("--min-requests").and_then(|s| s.parse::<u64>().ok()) {
+                    m.min_requests = n;
+                }
+                if let Some(n) = value("--threads").and_then(|s| s.parse::<usize>().ok()) {
+                    m.threads = n;
+                }
+                if let Some(p) = value("--pairs") {
+                    let known = |j: &str| d.inference().iter().any(|(n, _)| *n == j);
+                    m.pairs = p
+                        .split(',')
+                        .filter_map(|x| x.split_once(':'))
+                        .filter(|(a, _)| known(a))
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                        .collect();
+                }
+                if let Some(md) = value("--modes") {
+                    m.modes = md.split(',').map(String::from).collect();
+                }
+                if let Err(e) = tandem_args(&args, &mut m.tandem) {
+                    eprintln!("tandem-sim: {e}");
+                    return ExitCode::from(2);
+                }
+                if m.pairs.is_empty() {
+                    continue;
+                }
+                match run_matrix(&m, traces.as_deref()) {
+                    Ok(r) => rows.extend(r),
+                    Err(e) => {
+                        eprintln!("tandem-sim: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            }
             let wall = start.elapsed().as_secs_f64();
             let (fits, bad) = check(&rows);
             let kind = if reduced { "reduced" } else { "full" };
@@ -172,6 +208,7 @@ fn main() -> ExitCode {
                 if let Err(e) = std::fs::create_dir_all(&out)
                     .and_then(|()| std::fs::write(out.join("matrix.json"), json + "\n"))
                     .and_then(|()| std::fs::write(out.join("matrix.md"), &md))
+                    .and_then(|()| std::fs::write(out.join("holdout.md"), holdout(&fits)))
                 {
                     eprintln!("tandem-sim: writing {}: {e}", out.display());
                     return ExitCode::from(1);

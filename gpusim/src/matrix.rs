@@ -25,14 +25,112 @@ use crate::tandem::{Off, TandemSide, TandemV1};
 use crate::trace::Trace;
 use crate::world::{run, Placement, RunCfg};
 
-/// Inference jobs: (name, requests per second; `None`: half load).
-pub const INFERENCE: [(&str, Option<f64>); 3] = [
+/// The H100 set's inference jobs: (name, requests per second; `None`: half
+/// load). `bert_b8_graph` is `bert_b8` launched as one CUDA graph per
+/// request with no host gaps, GPU-bound, as vLLM and TensorRT serve.
+pub const INFERENCE: [(&str, Option<f64>); 4] = [
     ("resnet50_b4", Some(100.0)),
     ("resnet50_b32", Some(40.0)),
     ("bert_b8", None),
+    ("bert_b8_graph", None),
 ];
-/// Training jobs.
+/// The H100 set's training jobs.
 pub const TRAINING: [&str; 2] = ["resnet50_train", "gpt2_train"];
+/// The A100 set's inference jobs (Tally's, at load 0.5), and BERT launched
+/// as CUDA graphs.
+pub const A100_INFERENCE: [(&str, Option<f64>); 3] = [
+    ("bert_ort", None),
+    ("llama2_7b_ort", None),
+    ("bert_ort_graph", None),
+];
+/// The A100 set's training jobs (Tally's).
+pub const A100_TRAINING: [&str; 6] = [
+    "whisper_large_v3_b16",
+    "resnet50_b128",
+    "pointnet_b128",
+    "pegasus_x_base_b4",
+    "gpt2_large_b1",
+    "bert_b32",
+];
+
+/// The GPU a set of pairs runs on, with its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// H100 SXM 80GB: the project's own measurements (DESIGN.md "Facts").
+    H100,
+    /// A100: Tally's published pairs (DESIGN.md "Facts from peers").
+    A100,
+}
+
+impl Device {
+    /// Both, in report order.
+    pub const ALL: [Device; 2] = [Device::H100, Device::A100];
+
+    /// The model's parameters for this GPU.
+    #[must_use]
+    pub fn params(self) -> Params {
+        match self {
+            Device::H100 => Params::calibrated(),
+            Device::A100 => Params::a100(),
+        }
+    }
+
+    /// `h100` or `a100`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::H100 => "h100",
+            Device::A100 => "a100",
+        }
+    }
+
+    /// Its inference jobs.
+    #[must_use]
+    pub fn inference(self) -> &'static [(&'static str, Option<f64>)] {
+        match self {
+            Device::H100 => &INFERENCE,
+            Device::A100 => &A100_INFERENCE,
+        }
+    }
+
+    /// Its training jobs.
+    #[must_use]
+    pub fn training(self) -> &'static [&'static str] {
+        match self {
+            Device::H100 => &TRAINING,
+            Device::A100 => &A100_TRAINING,
+        }
+    }
+
+    /// Every (inference, training) pair of the set.
+    #[must_use]
+    pub fn pairs(self) -> Vec<(String, String)> {
+        self.inference()
+            .iter()
+            .flat_map(|(i, _)| {
+                self.training()
+                    .iter()
+                    .map(move |t| ((*i).to_string(), (*t).to_string()))
+            })
+            .collect()
+    }
+
+    /// A synthetic trace of one of its jobs (`<job>_graph`: the job as CUDA
+    /// graphs).
+    #[must_use]
+    pub fn synthetic(self, p: &Params, job: &str) -> Option<Trace> {
+        if let Some(base) = job.strip_suffix("_graph") {
+            return self
+                .synthetic(p, base)
+                .map(|t| crate::synthetic::as_graph(&t, job, p));
+        }
+        match self {
+            Device::H100 => crate::synthetic::job(p, job),
+            Device::A100 => crate::synthetic_a100::job(p, job),
+        }
+    }
+}
 /// Modes, in the benchmark's order.
 pub const MODES: [&str; 6] = [
     "alone",
@@ -46,6 +144,8 @@ pub const MODES: [&str; 6] = [
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct MatrixCfg {
+    /// The GPU and its set of jobs.
+    pub device: Device,
     /// The model's parameters.
     pub params: Params,
     /// (inference, training) pairs.
@@ -56,8 +156,13 @@ pub struct MatrixCfg {
     pub seeds: Vec<u64>,
     /// Warm-up excluded, ns.
     pub warmup_ns: u64,
-    /// Measured window, ns.
+    /// Measured window, ns: at least this, and long enough for
+    /// `min_requests` requests, up to `max_window_ns`.
     pub window_ns: u64,
+    /// Requests an inference job should see in one cell's window.
+    pub min_requests: u64,
+    /// Longest window a cell gets for `min_requests`, ns.
+    pub max_window_ns: u64,
     /// Drain after the window, ns.
     pub drain_max_ns: u64,
     /// Worker threads.
@@ -92,50 +197,64 @@ impl Default for TandemCfg {
 }
 
 impl MatrixCfg {
-    /// The full matrix (the benchmark's 3 s warm-up and 20 s window, 3 seeds).
+    /// The full matrix of one device's set (the benchmark's 3 s warm-up, a
+    /// window of at least 20 s and 2,000 requests up to 200 s, 3 seeds).
     #[must_use]
-    pub fn full(params: Params) -> MatrixCfg {
-        let pairs = INFERENCE
-            .iter()
-            .flat_map(|(i, _)| {
-                TRAINING
-                    .iter()
-                    .map(move |t| ((*i).to_string(), (*t).to_string()))
-            })
-            .collect();
+    pub fn full(device: Device, params: Params) -> MatrixCfg {
         MatrixCfg {
+            device,
             params,
-            pairs,
+            pairs: device.pairs(),
             modes: MODES[1..].iter().map(|m| (*m).to_string()).collect(),
             seeds: vec![1, 2, 3],
             warmup_ns: 3_000_000_000,
             window_ns: 20_000_000_000,
+            min_requests: 2_000,
+            max_window_ns: 200_000_000_000,
             drain_max_ns: 10_000_000_000,
             threads: 2,
             tandem: TandemCfg::default(),
         }
     }
 
-    /// The reduced matrix `scripts/test` runs: the two calibrated pairs, the
-    /// baseline modes, one seed, a 10 s window.
+    /// The calibration matrix of one device: every measured pair in the
+    /// baseline modes, one seed, shorter windows (what `cargo test` runs).
     #[must_use]
-    pub fn reduced(params: Params) -> MatrixCfg {
+    pub fn reduced(device: Device, params: Params) -> MatrixCfg {
+        let pairs = crate::calibration::TARGETS
+            .iter()
+            .filter(|t| t.device == device)
+            .map(|t| (t.inference.to_string(), t.training.to_string()))
+            .fold(Vec::new(), |mut v, p| {
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+                v
+            });
         MatrixCfg {
-            pairs: vec![
-                ("resnet50_b4".into(), "resnet50_train".into()),
-                ("resnet50_b32".into(), "resnet50_train".into()),
-            ],
+            pairs,
             modes: vec!["plain".into(), "mps".into(), "mps_lowprio".into()],
             seeds: vec![1],
             window_ns: 10_000_000_000,
-            ..MatrixCfg::full(params)
+            min_requests: 1_000,
+            max_window_ns: 60_000_000_000,
+            ..MatrixCfg::full(device, params)
         }
+    }
+
+    /// The window a cell of an inference job at `rate` req/s gets.
+    #[must_use]
+    pub fn window_for(&self, rate: f64) -> u64 {
+        let want = (self.min_requests as f64 / rate.max(1e-9) * 1e9) as u64;
+        want.clamp(self.window_ns, self.max_window_ns.max(self.window_ns))
     }
 }
 
 /// One row, in the GPU benchmark's format plus the model's fields.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Row {
+    /// The device set (`h100`, `a100`).
+    pub set: String,
     /// Inference job.
     pub inference: String,
     /// Training job.
@@ -150,14 +269,17 @@ pub struct Row {
     pub p99_ratio: Option<f64>,
     /// Training steps/s over alone.
     pub train_fraction: Option<f64>,
-    /// Min of p99 ratio over seeds.
+    /// Min of the paired p99 ratios over seeds (each seed's p99 over the
+    /// same seed's alone p99).
     pub p99_ratio_min: Option<f64>,
-    /// Max of p99 ratio over seeds.
+    /// Max of the paired p99 ratios: the worst seed.
     pub p99_ratio_max: Option<f64>,
-    /// Min of train fraction over seeds.
+    /// Min of the paired training fractions: the worst seed.
     pub train_fraction_min: Option<f64>,
-    /// Max of train fraction over seeds.
+    /// Max of the paired training fractions.
     pub train_fraction_max: Option<f64>,
+    /// Requests measured per seed (median).
+    pub requests: usize,
     /// Alone p99, ms.
     pub alone_p99_ms: Option<f64>,
     /// Alone training steps/s.
@@ -191,14 +313,21 @@ pub struct Row {
 ///
 /// # Errors
 /// A measured trace that does not parse.
-pub fn load_trace(params: &Params, traces_dir: Option<&Path>, job: &str) -> Result<Trace, String> {
+pub fn load_trace(
+    device: Device,
+    params: &Params,
+    traces_dir: Option<&Path>,
+    job: &str,
+) -> Result<Trace, String> {
     if let Some(dir) = traces_dir {
         let path = dir.join(format!("{job}.json"));
         if let Ok(text) = std::fs::read_to_string(&path) {
             return Trace::from_json(&text).map_err(|e| format!("{}: {e}", path.display()));
         }
     }
-    crate::synthetic::job(params, job).ok_or_else(|| format!("unknown job {job}"))
+    device
+        .synthetic(params, job)
+        .ok_or_else(|| format!("unknown {} job {job}", device.name()))
 }
 
 fn run_cfg(m: &MatrixCfg, sharing_plain: bool, seed: u64) -> RunCfg {
@@ -218,26 +347,30 @@ fn run_cfg(m: &MatrixCfg, sharing_plain: bool, seed: u64) -> RunCfg {
 }
 
 /// The alone service time of an inference job: the median latency of 30
-/// requests served one after another (how colocation.py measures it).
+/// requests served one at a time (how colocation.py measures it).
 #[must_use]
 pub fn alone_service_ms(m: &MatrixCfg, trace: &Trace) -> f64 {
+    // Requests far enough apart that they rarely queue: one per five of
+    // its GPU-plus-CPU time alone, 30 of them.
+    let bound_s = (trace.kernel_ns() + trace.host_ns()).max(1) as f64 / 1e9;
+    let rate = 0.2 / bound_s;
     let spec = JobSpec {
         trace: trace.clone(),
-        rate_per_s: 1.0,
+        rate_per_s: rate,
         cpu_cv: m.params.cpu_cv,
         sm_pct: 100,
     };
     let cfg = RunCfg {
         warmup_ns: 0,
-        window_ns: 30_000_000_000,
+        window_ns: (30.0 / rate * 1e9) as u64,
         ..run_cfg(m, true, 99)
     };
     let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
     percentile(&out[0].latencies_ms, 50.0).unwrap_or(f64::NAN)
 }
 
-/// One run's figures: (p50, p99, steps/s, unfinished, switches).
-type Cell = (Option<f64>, Option<f64>, Option<f64>, usize, u64);
+/// One run's figures: (p50, p99, steps/s, unfinished, switches, requests).
+type Cell = (Option<f64>, Option<f64>, Option<f64>, usize, u64, usize);
 
 /// Runs one cell: `mode` for one seed (`alone`: inference alone for the
 /// latencies, training alone for the throughput).
@@ -257,12 +390,16 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
         }
         t
     };
+    let window = |plain: bool| RunCfg {
+        window_ns: m.window_for(inf.rate_per_s),
+        ..run_cfg(m, plain, seed)
+    };
     let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
-        run(&run_cfg(m, plain, seed), &both, place, t)
+        run(&window(plain), &both, place, t)
     };
     let ((outs, sw), train_idx) = match mode {
         "alone" => {
-            let cfg = run_cfg(m, true, seed);
+            let cfg = window(true);
             let (i, _) = run(&cfg, std::slice::from_ref(inf), &normal[..1], &mut Off);
             let (t, _) = run(&cfg, std::slice::from_ref(train), &normal[..1], &mut Off);
             return (
@@ -271,6 +408,7 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
                 t[0].steps_per_s,
                 i[0].unfinished,
                 0,
+                i[0].latencies_ms.len(),
             );
         }
         "plain" => (go(true, &normal, &mut Off), 1),
@@ -306,6 +444,7 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
         outs[train_idx].steps_per_s,
         outs[0].unfinished,
         sw,
+        outs[0].latencies_ms.len(),
     )
 }
 
@@ -340,9 +479,9 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
     }
     let mut pairs = Vec::new();
     for (i, t) in &m.pairs {
-        let it = load_trace(&m.params, traces_dir, i)?;
-        let tt = load_trace(&m.params, traces_dir, t)?;
-        let rate = match INFERENCE.iter().find(|(n, _)| n == i) {
+        let it = load_trace(m.device, &m.params, traces_dir, i)?;
+        let tt = load_trace(m.device, &m.params, traces_dir, t)?;
+        let rate = match m.device.inference().iter().find(|(n, _)| n == i) {
             Some((_, Some(r))) => *r,
             _ => 0.5 / (alone_service_ms(m, &it) / 1e3),
         };
@@ -409,14 +548,18 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
             let cells = get(p, md);
             let p99s: Vec<f64> = cells.iter().filter_map(|c| c.1).collect();
             let sps: Vec<f64> = cells.iter().filter_map(|c| c.2).collect();
-            let ratios: Vec<f64> = p99s
-                .iter()
-                .filter_map(|x| alone_p99.map(|a| x / a))
-                .collect();
-            let fracs: Vec<f64> = sps
-                .iter()
-                .filter_map(|x| alone_sps.map(|a| x / a))
-                .collect();
+            // Paired: each seed against the same seed's alone run.
+            let paired = |f: fn(&Cell) -> Option<f64>| -> Vec<f64> {
+                cells
+                    .iter()
+                    .zip(&alone)
+                    .filter_map(|(c, a)| f(c).zip(f(a)).map(|(x, y)| x / y))
+                    .collect()
+            };
+            let ratios = paired(|c| c.1);
+            let fracs = paired(|c| c.2);
+            let mut reqs: Vec<usize> = cells.iter().map(|c| c.5).collect();
+            reqs.sort_unstable();
             let mut sw: Vec<u64> = cells.iter().map(|c| c.4).collect();
             sw.sort_unstable();
             let minmax = |v: &[f64]| {
@@ -430,17 +573,19 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
             let p99 = median(&p99s);
             let sps_med = median(&sps);
             rows.push(Row {
+                set: m.device.name().into(),
                 inference: i.clone(),
                 training: t.clone(),
                 mode: (*mode).to_string(),
                 p50_ms: median(&cells.iter().filter_map(|c| c.0).collect::<Vec<_>>()),
                 p99_ms: p99,
-                p99_ratio: p99.zip(alone_p99).map(|(a, b)| a / b),
-                train_fraction: sps_med.zip(alone_sps).map(|(a, b)| a / b),
+                p99_ratio: median(&ratios),
+                train_fraction: median(&fracs),
                 p99_ratio_min: rmin,
                 p99_ratio_max: rmax,
                 train_fraction_min: fmin,
                 train_fraction_max: fmax,
+                requests: reqs[reqs.len() / 2],
                 alone_p99_ms: alone_p99,
                 alone_steps_per_s: alone_sps,
                 train_steps_per_s: sps_med,
@@ -452,7 +597,8 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                 model_version: MODEL_VERSION.into(),
                 note: note(mode).into(),
                 device: format!(
-                    "model {MODEL_VERSION} (H100 SXM, {} traces)",
+                    "model {MODEL_VERSION} ({}, {} traces)",
+                    m.device.name(),
                     pairs[p].source
                 ),
                 driver: "-".into(),

@@ -11,17 +11,26 @@
 //!   block already running is never preempted (the CUDA driver API's
 //!   `cuStreamCreateWithPriority` documents the same for stream priorities:
 //!   priorities "do not preempt already-running work").
-//! * **Equal priority**: the free SMs are shared equally among the ready
-//!   kernels (water-filling: a kernel that needs fewer SMs than its share
-//!   leaves the rest to the others). The engine counts in capacity units
-//!   (thousandths of an SM): a kernel whose blocks use only a share of their
-//!   SMs (`sm_share`) leaves the rest to co-resident blocks of other
-//!   clients. This is the model's assumption, fitted
-//!   to the measured MPS rows (DESIGN.md "Facts": batch-4 inference barely
-//!   slowed beside training under MPS). The alternative, "the earlier kernel
-//!   dispatches all its blocks first", would make every small inference
-//!   kernel wait for most of a training kernel, which the measurement
-//!   contradicts.
+//! * **Equal priority: arrival order, leftovers to the next**
+//!   ([`crate::gpu::GpuParams::fifo_dispatch`], on since gpusim-2). The
+//!   hardware dispatches the blocks of concurrent kernels in the order the
+//!   kernels reached it: a kernel gets SMs only once every earlier
+//!   kernel's blocks have all been dispatched, and takes what they leave
+//!   over (the "left-over" policy: Pai et al., "Improving GPGPU
+//!   concurrency with elastic kernels", ASPLOS 2013; Amert et al., "GPU
+//!   scheduling on the NVIDIA TX2: hidden details revealed", RTSS 2017,
+//!   its dispatch rules; Olmedo et al., "Dissecting the CUDA scheduling
+//!   hierarchy", RTAS 2020). So a small kernel that arrives behind a
+//!   training kernel with waves still pending waits until that kernel's
+//!   last wave has started, not just for one block: this is what makes
+//!   MPS at default priority slow inference down by 2x (H100, batch 32)
+//!   to 11.8x (A100, Tally's pairs) where equal shares gave 1.15x. The
+//!   engine counts in capacity units (thousandths of an SM): a kernel
+//!   whose blocks hold only part of their SMs at their occupancy
+//!   (`sm_share`, from its registers, shared memory and threads,
+//!   [`crate::footprint`]) leaves the rest to co-resident blocks of other
+//!   kernels. With `fifo_dispatch` off, the free SMs are shared equally
+//!   among the ready kernels (water-filling), the model before gpusim-2.
 //! * **`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`**: a client never holds more than
 //!   its cap of SMs (the percentage of the GPU's SMs, rounded up).
 //!
@@ -43,9 +52,11 @@ pub struct Candidate {
 }
 
 /// SMs per candidate (same order as `cands`) out of `free`: priority groups
-/// in order, equal shares within a group, nobody above its `want`.
+/// in order; within a group, in arrival order, each taking all it wants
+/// before the next gets the leftover (`fifo`), or equal shares; nobody
+/// above its `want`.
 #[must_use]
-pub fn allocate(free: u32, cands: &[Candidate]) -> Vec<u32> {
+pub fn allocate(free: u32, cands: &[Candidate], fifo: bool) -> Vec<u32> {
     let mut got = vec![0u32; cands.len()];
     let mut left = free;
     let mut prios: Vec<u8> = cands.iter().map(|c| c.priority).collect();
@@ -59,6 +70,14 @@ pub fn allocate(free: u32, cands: &[Candidate]) -> Vec<u32> {
             .filter(|&i| cands[i].priority == p && cands[i].want > 0)
             .collect();
         group.sort_by_key(|&i| cands[i].seq);
+        if fifo {
+            for &i in &group {
+                let g = cands[i].want.min(left);
+                got[i] = g;
+                left -= g;
+            }
+            continue;
+        }
         // Water-filling: repeatedly give each unsatisfied member an equal
         // share of what is left (the first ones get the remainder).
         loop {
@@ -107,22 +126,37 @@ mod tests {
     fn higher_priority_pending_blocks_go_first() {
         // Low-priority training asked first and wants everything; the
         // high-priority kernel still gets all it wants.
-        let got = allocate(40, &[c(1, 1, 132), c(0, 2, 30)]);
-        assert_eq!(got, vec![10, 30]);
-        let got = allocate(20, &[c(1, 1, 132), c(0, 2, 30)]);
-        assert_eq!(got, vec![0, 20]);
+        for fifo in [false, true] {
+            let got = allocate(40, &[c(1, 1, 132), c(0, 2, 30)], fifo);
+            assert_eq!(got, vec![10, 30]);
+            let got = allocate(20, &[c(1, 1, 132), c(0, 2, 30)], fifo);
+            assert_eq!(got, vec![0, 20]);
+        }
     }
 
     #[test]
     fn equal_priority_shares_equally_and_leaves_no_sm_idle() {
-        assert_eq!(allocate(132, &[c(0, 1, 132), c(0, 2, 132)]), vec![66, 66]);
+        let fair = |free, cands: &[Candidate]| allocate(free, cands, false);
+        assert_eq!(fair(132, &[c(0, 1, 132), c(0, 2, 132)]), vec![66, 66]);
         // One needs little: the other takes the rest.
-        assert_eq!(allocate(132, &[c(0, 1, 132), c(0, 2, 20)]), vec![112, 20]);
+        assert_eq!(fair(132, &[c(0, 1, 132), c(0, 2, 20)]), vec![112, 20]);
         // Odd numbers: every SM handed out, nobody above its want.
-        let got = allocate(7, &[c(0, 1, 5), c(0, 2, 5), c(0, 3, 5)]);
+        let got = fair(7, &[c(0, 1, 5), c(0, 2, 5), c(0, 3, 5)]);
         assert_eq!(got.iter().sum::<u32>(), 7);
         assert!(got.iter().all(|&g| (2..=3).contains(&g)), "{got:?}");
-        assert_eq!(allocate(0, &[c(0, 1, 5)]), vec![0]);
+        assert_eq!(fair(0, &[c(0, 1, 5)]), vec![0]);
+    }
+
+    #[test]
+    fn equal_priority_in_arrival_order_gives_later_kernels_the_leftovers() {
+        let fifo = |free, cands: &[Candidate]| allocate(free, cands, true);
+        // The earlier kernel takes every SM it can use, whatever the order
+        // the candidates are listed in.
+        assert_eq!(fifo(132, &[c(0, 1, 132), c(0, 2, 132)]), vec![132, 0]);
+        assert_eq!(fifo(132, &[c(0, 2, 10), c(0, 1, 132)]), vec![0, 132]);
+        // Its last wave needs fewer: the next one gets the leftover.
+        assert_eq!(fifo(132, &[c(0, 1, 100), c(0, 2, 132)]), vec![100, 32]);
+        assert_eq!(fifo(0, &[c(0, 1, 5)]), vec![0]);
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! | DRAM bandwidth | 3.35 TB/s | public: same source |
 //! | threads per SM | 2048 (8 blocks of 256 threads) | public: compute capability 9.0 limits (CUDA programming guide) |
 //! | tensor efficiency of an eager GEMM/conv tile, `gemm_eff` | 0.15 | fitted, with the timeslice, to the plain-sharing rows (3.1x at batch 4, 1.8x at batch 32: the model gives 3.28x and 1.66x over 3 seeds); it makes ResNet50 bf16 batch 64 a 27.0 ms step (2,370 img/s; public context: DeepLearningExamples' ResNet50 trains at 2,470 img/s with AMP on one A100 80GB, channels-last and DALI) and batch-32 inference 4.3 ms of GPU per request |
-//! | co-residence share of a GEMM/conv tile, `gemm_sm_share` | 0.6 | fitted to the MPS training fractions (0.96 and 0.94 measured; the model gives 0.98 and 0.94) |
+//! | co-residence: the share of an SM a kernel's blocks hold | derived per kernel | its registers, shared memory, threads and block slots at its occupancy ([`crate::footprint`]); the synthetic traces carry each kernel family's published launch configuration ([`crate::synthetic`]), a captured trace the function's attributes. Replaces gpusim-1's fitted `gemm_sm_share` (0.6 on every GEMM tile), which a measured trace could not supply |
+//! | block dispatch among kernels of one priority, `fifo_dispatch` | arrival order, leftovers to later kernels | public: the hardware's "left-over" policy (Pai et al., ASPLOS 2013; Amert et al., RTSS 2017; Olmedo et al., RTAS 2020); [`crate::mps`] |
+//! | DRAM bandwidth sharing, `dram_contention` | on | mechanism: kernels that run at once pull from one DRAM; when their demands (each its bytes over its time alone, in proportion to the SMs it holds) exceed the peak, the memory-bound share of a block's time stretches by the oversubscription ([`crate::gpu`]) |
 //! | memory efficiency of element-wise kernels, `mem_eff` | 0.7 | assumed |
 //! | GPU time of an empty kernel, `kernel_floor_ns` | 2.5 us | assumed |
 //! | copy bandwidth, latency | 25 GB/s, 10 us | assumed (PCIe Gen5 x16 is 64 GB/s per direction; pinned PyTorch copies reach well under it) |
@@ -27,6 +29,7 @@
 //! | BERT CPU time per kernel, `bert_launch_ns` | 31 us | assumed: ResNet's (same eager path); its rate is half its alone service rate, as in the benchmark |
 //! | training CPU time per op, `train_fwd_ns` / `train_bwd_ns` / `train_opt_ns` | 15 / 6 / 30 us | assumed (forward from Python, backward from the autograd engine's thread, optimizer `foreach` calls); the training jobs are GPU-bound |
 //! | per-step CPU variation of training, `train_cv` | 0.03 | assumed |
+//! | CPU time of one whole-request `cuGraphLaunch`, `graph_launch_ns` | 10 us | assumed (a graph launch costs the CPU a few microseconds however many nodes it has; NVIDIA's "Getting started with CUDA Graphs" blog measures the launch of a 20-kernel graph at a few us) |
 //! | the shim's gate wait bound, mark poll, mark slots | 50 ms, 200 us, 32 | tandem's code (`shim/src/client/`), checked by a test |
 //! | tandemd's reader periods | 1 ms busy, 10 ms idle, 250 us after opening a gate, >= 50 us | tandem's code (`coordinator/src/reader.rs`, called directly) |
 
@@ -39,15 +42,10 @@ pub struct Params {
     pub gpu: GpuParams,
     /// Tensor FLOP per ns of one SM at peak.
     pub sm_flop_per_ns: f64,
-    /// DRAM bytes per ns of the whole GPU at peak.
-    pub dram_bytes_per_ns: f64,
     /// Fraction of peak a GEMM/conv tile reaches.
     pub gemm_eff: f64,
     /// Fraction of peak bandwidth an element-wise kernel reaches.
     pub mem_eff: f64,
-    /// Share of an SM's throughput a GEMM/conv tile uses (the rest is left
-    /// to co-resident blocks of another MPS client).
-    pub gemm_sm_share: f64,
     /// GPU time of the smallest kernel.
     pub kernel_floor_ns: Ns,
     /// Plain sharing's slice.
@@ -68,11 +66,13 @@ pub struct Params {
     pub train_opt_ns: Ns,
     /// Per-step CPU speed variation of training.
     pub train_cv: f64,
+    /// CPU time of one `cuGraphLaunch` of a whole request's graph.
+    pub graph_launch_ns: Ns,
 }
 
 /// The model's version: bump it whenever a parameter or a mechanic changes,
 /// so that committed results say which model made them.
-pub const MODEL_VERSION: &str = "gpusim-1";
+pub const MODEL_VERSION: &str = "gpusim-2";
 
 impl Params {
     /// The calibrated parameters.
@@ -87,12 +87,12 @@ impl Params {
                 spread_pieces: 4,
                 sm: SmResources::HOPPER,
                 dram_bytes_per_ns: 3350.0,
+                fifo_dispatch: true,
+                dram_contention: true,
             },
             sm_flop_per_ns: 989.4e3 / 132.0,
-            dram_bytes_per_ns: 3350.0,
             gemm_eff: 0.15,
             mem_eff: 0.7,
-            gemm_sm_share: 0.6,
             kernel_floor_ns: 2_500,
             timeslice_ns: 5_000_000,
             switch_ns: 15_000,
@@ -103,7 +103,14 @@ impl Params {
             train_bwd_ns: 6_000,
             train_opt_ns: 30_000,
             train_cv: 0.03,
+            graph_launch_ns: 10_000,
         }
+    }
+
+    /// The A100 set's parameters (stand-in until the A100 description lands).
+    #[must_use]
+    pub fn a100() -> Params {
+        Params::calibrated()
     }
 
     /// Plain sharing with these parameters.
@@ -130,7 +137,8 @@ impl Params {
             "spread_pieces" => self.gpu.spread_pieces = ns as u32,
             "gemm_eff" => self.gemm_eff = v,
             "mem_eff" => self.mem_eff = v,
-            "gemm_sm_share" => self.gemm_sm_share = v,
+            "fifo_dispatch" => self.gpu.fifo_dispatch = v != 0.0,
+            "dram_contention" => self.gpu.dram_contention = v != 0.0,
             "kernel_floor_ns" => self.kernel_floor_ns = ns,
             "timeslice_ns" => self.timeslice_ns = ns,
             "switch_ns" => self.switch_ns = ns,
@@ -141,6 +149,7 @@ impl Params {
             "train_bwd_ns" => self.train_bwd_ns = ns,
             "train_opt_ns" => self.train_opt_ns = ns,
             "train_cv" => self.train_cv = v,
+            "graph_launch_ns" => self.graph_launch_ns = ns,
             _ => return Err(format!("unknown parameter {key}")),
         }
         Ok(())

@@ -154,6 +154,7 @@ fn long_kernel_trainer(sync_every: usize) -> JobSpec {
             regs_per_thread: 0,
             smem_per_block: 0,
             dram_bytes: 0,
+            graph: 0,
             stream: 0,
             host_gap_ns: 20_000,
         }));

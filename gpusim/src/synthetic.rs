@@ -26,18 +26,55 @@
 use crate::params::Params;
 use crate::trace::{JobClass, Kernel, Op, Trace, FORMAT};
 
+/// What one block of a kernel family holds (registers per thread, shared
+/// memory per block) and the bytes the kernel moves.
+#[derive(Clone, Copy, Debug)]
+struct Res {
+    regs: u32,
+    smem: u32,
+    bytes: f64,
+}
+
+/// A Hopper tensor-core GEMM/implicit-GEMM tile of 128 x 128 (CUTLASS 3's
+/// sm90 warp-specialized kernels, which cuBLAS and cuDNN use on H100: 384
+/// threads, one producer warp group at 40 registers and two consumer warp
+/// groups at 232 (`setmaxnreg`), 168 on average; 4 pipeline stages of 128 x
+/// 64 + 64 x 128 bf16 operands, 128 KB of shared memory). It holds 98% of
+/// an SM's registers: nothing of another client fits beside it.
+const TILE_128X128: Res = Res {
+    regs: 168,
+    smem: 128 * 1024,
+    bytes: 0.0,
+};
+/// A 128 x 64 tile (narrow outputs), two per SM: 256 threads at 120
+/// registers, 4 stages of 128 x 64 + 64 x 64 bf16 operands (96 KB).
+const TILE_128X64: Res = Res {
+    regs: 120,
+    smem: 96 * 1024,
+    bytes: 0.0,
+};
+/// FlashAttention-2's forward and backward blocks: 4 warps at up to 255
+/// registers (its kernels are register-bound), 48 KB of shared memory.
+const FLASH_ATTENTION: Res = Res {
+    regs: 255,
+    smem: 48 * 1024,
+    bytes: 0.0,
+};
+/// PyTorch's vectorized element-wise kernels: 32 registers, no shared memory.
+const ELEMENTWISE: Res = Res {
+    regs: 32,
+    smem: 0,
+    bytes: 0.0,
+};
+
 struct Builder<'a> {
     p: &'a Params,
     ops: Vec<Op>,
 }
 
 impl Builder<'_> {
-    fn kernel(&mut self, name: &str, blocks: u64, block_threads: u32, bps: u32, ns: f64, gap: u64) {
-        self.kernel_shared(name, blocks, block_threads, bps, ns, gap, 1.0);
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn kernel_shared(
+    fn kernel(
         &mut self,
         name: &str,
         blocks: u64,
@@ -45,7 +82,7 @@ impl Builder<'_> {
         bps: u32,
         ns: f64,
         gap: u64,
-        sm_share: f64,
+        res: Res,
     ) {
         let gx = u32::try_from(blocks.max(1)).unwrap_or(u32::MAX);
         self.ops.push(Op::Kernel(Kernel {
@@ -54,10 +91,11 @@ impl Builder<'_> {
             block: [block_threads, 1, 1],
             blocks_per_sm: bps,
             duration_ns: (ns + self.p.kernel_floor_ns as f64).round() as u64,
-            sm_share,
-            regs_per_thread: 0,
-            smem_per_block: 0,
-            dram_bytes: 0,
+            sm_share: 1.0,
+            regs_per_thread: res.regs,
+            smem_per_block: res.smem,
+            dram_bytes: res.bytes.round() as u64,
+            graph: 0,
             stream: 0,
             host_gap_ns: gap,
         }));
@@ -66,10 +104,10 @@ impl Builder<'_> {
     /// An `m x n x k` GEMM (fp16/bf16 operands).
     fn gemm(&mut self, name: &str, m: u64, n: u64, k: u64, gap: u64) {
         let sms = u64::from(self.p.gpu.sms);
-        let (tm, tn, bps) = if n <= 64 {
-            (128, 64, 2u32)
+        let (tm, tn, bps, threads, tile) = if n <= 64 {
+            (128, 64, 2u32, 256, TILE_128X64)
         } else {
-            (128, 128, 1u32)
+            (128, 128, 1u32, 384, TILE_128X128)
         };
         let tiles = m.div_ceil(tm) * n.div_ceil(tn);
         let split = if tiles < sms && k >= 2048 {
@@ -82,23 +120,27 @@ impl Builder<'_> {
         let tile_ns = tile_flop * f64::from(bps) / (self.p.sm_flop_per_ns * self.p.gemm_eff);
         let waves = blocks.div_ceil(sms * u64::from(bps));
         let bytes = 2.0 * (m * k + k * n + m * n) as f64;
-        let mem_ns = bytes / (self.p.dram_bytes_per_ns * self.p.mem_eff);
-        let share = self.p.gemm_sm_share;
-        self.kernel_shared(
+        let mem_ns = bytes / (self.p.gpu.dram_bytes_per_ns * self.p.mem_eff);
+        self.kernel(
             name,
             blocks,
-            256,
+            threads,
             bps,
             (waves as f64 * tile_ns).max(mem_ns),
             gap,
-            share,
+            Res { bytes, ..tile },
         );
     }
 
     /// An element-wise kernel over `elems` elements moving `bytes_per` bytes each.
     fn elt(&mut self, name: &str, elems: u64, bytes_per: f64, gap: u64) {
-        let ns = elems as f64 * bytes_per / (self.p.dram_bytes_per_ns * self.p.mem_eff);
-        self.kernel(name, elems.div_ceil(1024), 256, 8, ns, gap);
+        let bytes = elems as f64 * bytes_per;
+        let ns = bytes / (self.p.gpu.dram_bytes_per_ns * self.p.mem_eff);
+        let res = Res {
+            bytes,
+            ..ELEMENTWISE
+        };
+        self.kernel(name, elems.div_ceil(1024), 256, 8, ns, gap, res);
     }
 
     fn copy(&mut self, bytes: u64, d2h: bool, gap: u64) {
@@ -352,7 +394,11 @@ fn transformer_forward(
     let tiles = batch * 12 * seq.div_ceil(128);
     let ns =
         attn_flop / (b.p.sm_flop_per_ns * b.p.gemm_eff * f64::from(b.p.gpu.sms).min(tiles as f64));
-    b.kernel("flash_attention_fwd", tiles, 128, 2, ns, gap);
+    let res = Res {
+        bytes: 8.0 * (t * d) as f64,
+        ..FLASH_ATTENTION
+    };
+    b.kernel("flash_attention_fwd", tiles, 128, 2, ns, gap, res);
     casts(b, d * d);
     b.gemm("attn_out_gemm", t, d, d, gap);
     if training {
@@ -452,7 +498,11 @@ pub fn gpt2_training(p: &Params) -> Trace {
         let tiles = batch * 12 * seq.div_ceil(128);
         let ns =
             attn_flop / (p.sm_flop_per_ns * p.gemm_eff * f64::from(p.gpu.sms).min(tiles as f64));
-        b.kernel("flash_attention_bwd", tiles, 128, 2, ns, w);
+        let res = Res {
+            bytes: 20.0 * (t * d) as f64,
+            ..FLASH_ATTENTION
+        };
+        b.kernel("flash_attention_bwd", tiles, 128, 2, ns, w, res);
         for (name, elems, bytes) in [
             ("layer_norm_backward", t * d, 8.0),
             ("dropout_backward", t * d, 5.0),
@@ -484,6 +534,37 @@ pub fn gpt2_training(p: &Params) -> Trace {
     b.copy(4, true, f);
     b.sync(0);
     b.trace("gpt2_train", JobClass::Training, "GPT-2 small (12 layers, width 768), bf16 autocast, batch 8, sequence 512, AdamW (foreach); one step, ending in loss.item()")
+}
+
+/// `t`, an inference request, launched as one CUDA graph (the way vLLM and
+/// TensorRT serve: the request's kernels captured once and replayed): its
+/// copies stay where they are, its kernels become the nodes of one graph
+/// launch, which costs the thread one launch (`graph_launch_ns`, the first
+/// node's gap) and the rest none. GPU-bound where the eager job was
+/// launch-bound.
+#[must_use]
+pub fn as_graph(t: &Trace, job: &str, p: &Params) -> Trace {
+    let mut first = true;
+    let ops = t
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::Kernel(k) => {
+                let mut k = k.clone();
+                k.graph = 1;
+                k.host_gap_ns = if first { p.graph_launch_ns } else { 0 };
+                first = false;
+                Op::Kernel(k)
+            }
+            other => other.clone(),
+        })
+        .collect();
+    Trace {
+        job: job.into(),
+        notes: format!("{}; launched as one CUDA graph per request", t.notes),
+        ops,
+        ..t.clone()
+    }
 }
 
 /// The benchmark's five jobs by name (`scripts/bench/colocation.py`).

@@ -580,6 +580,7 @@ mod tests {
             regs_per_thread: 0,
             smem_per_block: 0,
             dram_bytes: 0,
+            graph: 0,
             stream: 0,
             host_gap_ns: 0,
         }

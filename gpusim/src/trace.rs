@@ -36,7 +36,13 @@
 //!   the job; ops on one stream run in order, streams may overlap), and
 //!   optionally `sm_share` (the share of an SM's throughput its blocks use,
 //!   default 1: a latency-bound kernel leaves the rest of its SMs to
-//!   another MPS client's blocks).
+//!   another MPS client's blocks); optionally `regs_per_thread` and
+//!   `smem_per_block` (what one block holds: with the block size they
+//!   give the share of an SM the kernel holds, [`crate::footprint`]; they
+//!   replace `sm_share`), `dram_bytes` (its DRAM traffic alone: kernels
+//!   that run at once share the bandwidth) and `graph` (`n > 0`: a node of
+//!   the `n`th CUDA graph launch; consecutive nodes of one launch pass
+//!   tandem's gate once, as the shim sees one `cuGraphLaunch`).
 //! * `copy_h2d` / `copy_d2h`: `bytes`, `stream`. Copies run on the copy
 //!   engine, in stream order with the kernels.
 //! * `sync`: the thread waits until everything it issued has completed
@@ -127,6 +133,13 @@ pub struct Kernel {
     /// the DRAM bandwidth.
     #[serde(default, skip_serializing_if = "is_zero64")]
     pub dram_bytes: u64,
+    /// 0: launched by itself (`cuLaunchKernel` and its siblings). `n > 0`:
+    /// a kernel node of CUDA graph launch `n`; consecutive kernels with the
+    /// same `n` are one `cuGraphLaunch`, which is all the shim sees (one
+    /// launch through tandem's gate), and every node after the first has
+    /// no host gap (the GPU, not the job's thread, starts it).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub graph: u32,
     /// Stream index.
     #[serde(default)]
     pub stream: u32,
@@ -256,6 +269,16 @@ impl Trace {
                     }
                     if !(k.sm_share > 0.0 && k.sm_share <= 1.0) {
                         return bad(format!("op {i} ({}): sm_share must be in (0, 1]", k.name));
+                    }
+                    if k.graph != 0
+                        && k.host_gap_ns != 0
+                        && i > 0
+                        && matches!(&self.ops[i - 1], Op::Kernel(p) if p.graph == k.graph)
+                    {
+                        return bad(format!(
+                            "op {i} ({}): a graph's later nodes have no host gap",
+                            k.name
+                        ));
                     }
                     if k.blocks_per_sm == 0 || k.duration_ns == 0 {
                         return bad(format!(

@@ -13,6 +13,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use tandem_sched::Class;
 
+use crate::footprint;
 use crate::gpu::{ClientCfg, Done, Gpu, GpuParams, Ns, Sharing, Work};
 use crate::job::{outcome, JobSpec, JobState, Outcome, Phase};
 use crate::mps::sm_cap;
@@ -256,6 +257,7 @@ impl World<'_> {
     fn issue(&mut self, j: usize, t: Ns) {
         let spec = self.specs;
         match &spec[j].trace.ops[self.jobs[j].op] {
+            Op::Kernel(k) if self.graph_node(j, k) => self.launch(j, t),
             Op::Kernel(k) => match self.tandem.before_launch(t, j, k) {
                 Gate::Proceed => self.launch(j, t),
                 Gate::Wait { until, mark } => {
@@ -306,14 +308,27 @@ impl World<'_> {
             blocks: k.blocks(),
             blocks_per_sm: k.blocks_per_sm,
             duration_ns: k.duration_ns,
-            sm_share: k.sm_share,
+            sm_share: footprint::sm_share(k, &self.cfg.gpu.sm),
+            mem_frac: footprint::mem_frac(k, self.cfg.gpu.dram_bytes_per_ns),
         };
         self.gpu.submit(t, j, k.stream as usize, work, token);
         self.last_kernel[j] = Some((token, false));
-        if let Some(seq) = self.tandem.after_launch(t, j, k) {
-            self.marks.insert((j, token), seq);
+        if !self.graph_node(j, k) {
+            if let Some(seq) = self.tandem.after_launch(t, j, k) {
+                self.marks.insert((j, token), seq);
+            }
         }
         self.next_op(j, t);
+    }
+
+    /// `k`, job `j`'s current op, is a later node of the CUDA graph launch
+    /// the op before it belongs to: the GPU starts it, the shim saw its
+    /// graph's one launch already.
+    fn graph_node(&self, j: usize, k: &crate::trace::Kernel) -> bool {
+        let op = self.jobs[j].op;
+        k.graph != 0
+            && op > 0
+            && matches!(&self.specs[j].trace.ops[op - 1], Op::Kernel(p) if p.graph == k.graph)
     }
 
     fn retry_gate(&mut self, t: Ns, j: usize) {

@@ -1,0 +1,170 @@
+//! The calibration check: that it runs on the model's real inputs, and that
+//! it catches what it is for.
+
+use super::*;
+use crate::matrix::{run_matrix, MatrixCfg};
+
+fn traces() -> &'static std::path::Path {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/traces"))
+}
+
+fn reduced(device: Device) -> Vec<Row> {
+    let mut params = device.params();
+    if device == Device::H100 {
+        crate::measured::apply(&mut params, traces()).unwrap();
+    }
+    run_matrix(&MatrixCfg::reduced(device, params), Some(traces())).unwrap()
+}
+
+/// What `scripts/test` runs: every measured point in the baseline modes
+/// (one seed), with the model's inputs as `scripts/sim` uses them. A change
+/// to the engine, the jobs, the parameters or those inputs that moves a
+/// point outside its tolerance, unexcused, fails here.
+#[test]
+fn every_measured_point_is_reproduced_or_excused() {
+    // The H100 set. The A100 set's points are reported by `scripts/sim`
+    // (matrix.md, holdout.md) and join this test once the model
+    // reproduces them (issue 22 is open until then).
+    let rows = reduced(Device::H100);
+    let (fits, bad) = check(&rows);
+    let expected = TARGETS
+        .iter()
+        .filter(|t| {
+            rows.iter()
+                .any(|r| r.set == t.device.name() && r.inference == t.inference)
+        })
+        .count();
+    assert_eq!(fits.len(), expected);
+    assert!(bad.is_empty(), "calibration broken:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn breaking_one_parameter_breaks_the_calibration() {
+    // The H100 points only (fast): the block dispatcher's arrival order
+    // turned off takes MPS at batch 32 below its measured 2.0x.
+    let mut params = Device::H100.params();
+    params.gpu.fifo_dispatch = false;
+    let rows = run_matrix(
+        &MatrixCfg {
+            pairs: vec![("resnet50_b32".into(), "resnet50_train".into())],
+            modes: vec!["mps".into()],
+            ..MatrixCfg::reduced(Device::H100, params)
+        },
+        Some(traces()),
+    )
+    .unwrap();
+    let (_, bad) = check(&rows);
+    assert!(
+        bad.iter()
+            .any(|b| b.contains("resnet50_b32 resnet50_train mps: p99 ratio")),
+        "{bad:?}"
+    );
+}
+
+fn row(set: &str, inf: &str, train: &str, mode: &str, p99: f64, kept: f64) -> Row {
+    Row {
+        set: set.into(),
+        inference: inf.into(),
+        training: train.into(),
+        mode: mode.into(),
+        p50_ms: None,
+        p99_ms: None,
+        p99_ratio: Some(p99),
+        train_fraction: Some(kept),
+        p99_ratio_min: None,
+        p99_ratio_max: None,
+        train_fraction_min: None,
+        train_fraction_max: None,
+        requests: 0,
+        alone_p99_ms: None,
+        alone_steps_per_s: None,
+        train_steps_per_s: None,
+        rate_rps: 0.0,
+        unfinished_requests: 0,
+        switches: 0,
+        reps: 1,
+        source: "synthetic".into(),
+        model_version: "test".into(),
+        note: String::new(),
+        device: String::new(),
+        driver: String::new(),
+        date: String::new(),
+    }
+}
+
+#[test]
+fn a_point_outside_its_tolerance_fails_unless_excused_and_excuses_are_few() {
+    let b32 = |p99| row("h100", "resnet50_b32", "resnet50_train", "mps", p99, 0.94);
+    // 2.0 measured: 1.6-2.5 passes, 1.5 does not.
+    assert!(check_with(&[b32(2.4)], "").1.is_empty());
+    let (_, bad) = check_with(&[b32(1.5)], "");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    // Training within 0.07.
+    let mut r = b32(2.0);
+    r.train_fraction = Some(0.86);
+    assert_eq!(check_with(&[r], "").1.len(), 1);
+    // Named in the exceptions, with a cause: excused, and the cause shown.
+    let ex = "# comment\nh100 resnet50_b32 resnet50_train mps: a cause\n";
+    let (fits, bad) = check_with(&[b32(1.5)], ex);
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(fits[0].exception.as_deref(), Some("a cause"));
+    // A range point: 0.7-1.6 measured, 0.56-2.0 passes.
+    let lo = row(
+        "h100",
+        "resnet50_b4",
+        "resnet50_train",
+        "mps_lowprio",
+        1.9,
+        0.95,
+    );
+    assert!(check_with(&[lo], "").1.is_empty());
+    // No cause, an unknown point, or more than four: refused.
+    assert!(exceptions("h100 resnet50_b32 resnet50_train mps:").is_err());
+    assert!(exceptions("h100 nope resnet50_train mps: x").is_err());
+    let five: String = TARGETS[..5]
+        .iter()
+        .map(|t| format!("{}: c\n", t.key()))
+        .collect();
+    let (_, bad) = check_with(&[b32(2.0)], &five);
+    assert!(bad.iter().any(|b| b.contains("at most 4")), "{bad:?}");
+}
+
+#[test]
+fn the_committed_exceptions_file_parses_within_its_limit() {
+    let e = exceptions(EXCEPTIONS).unwrap();
+    assert!(e.len() <= MAX_EXCEPTIONS, "{e:?}");
+}
+
+#[test]
+fn a100_lowprio_must_be_slow_on_most_pairs_and_the_order_of_merit_holds() {
+    let lows: Vec<Row> = TARGETS
+        .iter()
+        .filter(|t| t.device == Device::A100 && t.mode == "mps_lowprio")
+        .map(|t| {
+            row(
+                "a100",
+                t.inference,
+                t.training,
+                t.mode,
+                1.1,
+                t.train_fraction.mid(),
+            )
+        })
+        .collect();
+    let (_, bad) = check_with(&lows, "");
+    assert!(
+        bad.iter().any(|b| b.contains("on 0 of 12 pairs")),
+        "{bad:?}"
+    );
+    let pair = [
+        row("h100", "x", "y", "mps", 1.5, 0.9),
+        row("h100", "x", "y", "mps_lowprio", 3.0, 0.9),
+        row("h100", "x", "y", "plain", 2.0, 0.99),
+    ];
+    let bad = order_of_merit(&pair);
+    assert!(
+        bad.iter().any(|b| b.contains("mps_lowprio p99 ratio")),
+        "{bad:?}"
+    );
+    assert!(bad.iter().any(|b| b.contains("less than plain")), "{bad:?}");
+}
