@@ -139,7 +139,8 @@ class Plan(unittest.TestCase):
         col = pv.BY_NAME["colocation"].params
         self.assertEqual(tuple(col["modes"]), ("mps_lowprio", "tandem_mps"))
         self.assertGreaterEqual(col["reps"], 2)
-        self.assertIn("[modes mps_lowprio,tandem_mps; reps 2;", pv.plan_text())
+        self.assertIn("[modes mps_lowprio,tandem_mps; fallback plain,tandem; reps 2;",
+                      pv.plan_text())
         self.assertIn("[modes mps_lowprio,spatial;", pv.plan_text(modes=["mps_lowprio", "spatial"]))
 
     def test_colocation_modes_it_cannot_run_are_skipped_with_the_reason(self):
@@ -292,6 +293,33 @@ class GpuJudges(unittest.TestCase):
         self.assertEqual(res["modes"], ["alone", "tandem"])
         self.assertEqual(res["pairs"]["resnet50_b32:resnet50_train"]["cells_planned"], 4)
         self.assertIn("resnet50_b32:resnet50_train tandem: no repetition", res["headline"][0])
+
+    def test_without_mps_the_colocation_stage_falls_back_to_time_slicing_and_says_so(self):
+        r = self.cell
+        doc = {"benchmark": "colocation", "pair": "resnet50_b32:resnet50_train",
+               "inference": "resnet50_b32", "training": "resnet50_train", "failed": [],
+               "runs": [r(0, "alone", 10.0, 10.0), r(0, "plain", 30.0, 9.0),
+                        r(0, "tandem", 11.0, 6.0)]}
+        params = pv.BY_NAME["colocation"].params
+        for override in (None, ["mps_lowprio"]):
+            with tempfile.TemporaryDirectory() as d:
+                ctx = mock.Mock(dry=False, bin="/carry", pairs=["resnet50_b32:resnet50_train"],
+                                colocation_modes=override, env={"PATH": "/x"})
+                st = FakeStage(d, {"colocation": {
+                    "colocation-resnet50_b32-resnet50_train.json": doc}})
+                with mock.patch.object(pv.shutil, "which", lambda *_a, **_k: None):
+                    status = pv.stage_colocation(ctx, st, **params)
+                if override:  # the modes asked for by name: no fallback
+                    self.assertEqual(status, "skipped")
+                    self.assertEqual(st.calls, [])
+                    continue
+                argv = st.calls[0][1]
+                self.assertEqual(argv[argv.index("--modes") + 1], "plain,tandem")
+                self.assertEqual(status, "partial")
+                self.assertIn("ran plain, tandem instead of mps_lowprio, tandem_mps: "
+                              "nvidia-cuda-mps-control not found", st.result["reason"])
+                self.assertTrue(st.result["headline"][0].startswith("FALLBACK: "))
+                self.assertIn("tandem: p99 x1.10", st.result["headline"][2])
 
     def test_dedup_and_follow_run_without_expandable_segments(self):
         args = mock.Mock(dry_run=False, bin="/carry", trace_script="x", pairs=None, refresh=1,
