@@ -263,10 +263,20 @@ class GpuJudges(unittest.TestCase):
         self.assertAlmostEqual(tm["train_kept_median"], (0.95 + 0.975) / 2)
         self.assertFalse(tm["meets_target"])  # its worst repetition is over 1.10x
         self.assertEqual(tm["reps"][1]["requests"], 320)
-        doc["runs"][4] = r(1, "tandem_mps", 12.6, 7.8)
+        # tandemd saw both jobs with their classes in rep 1 only
+        granted = {"inference": {"class": "inference"}, "training": {"class": "training"}}
+        doc["runs"][2]["coordinator"] = granted
+        self.assertEqual([x.get("classes_granted") for x in tm["reps"]], [False, False])
+        self.assertNotIn("classes_granted", low["reps"][0])  # not a tandem mode
+        self.assertEqual([x["classes_granted"] for x in pv.paired(doc, ["tandem_mps"])
+                          ["tandem_mps"]["reps"]], [True, False])
+        self.assertIn("WARNING: tandemd did not see both jobs",
+                      pv.paired_line("p", "tandem_mps", pv.paired(doc, ["tandem_mps"])
+                                     ["tandem_mps"]))
+        doc["runs"][4] = {**r(1, "tandem_mps", 12.6, 7.8), "coordinator": granted}
         self.assertTrue(pv.paired(doc, ["tandem_mps"])["tandem_mps"]["meets_target"])
         self.assertIn("p99 x1.05 of alone (worst x1.05), training kept 0.96 (worst 0.95), "
-                      "2 paired rep(s), meets the target",
+                      "2 paired rep(s), at least 320 requests a cell, meets the target",
                       pv.paired_line("p", "tandem_mps", pv.paired(doc, ["tandem_mps"])
                                      ["tandem_mps"]))
 
