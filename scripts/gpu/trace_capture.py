@@ -5,9 +5,11 @@ under torch.profiler, converted to the model's trace format (gpusim/src/trace.rs
 length and the context-switch cost).
 
     python3 scripts/gpu/trace_capture.py --out DIR [--budget S] [--device cuda|cpu] [--jobs a,b]
+                                         [--no-timeslice]
 
 Writes DIR/traces/<job>.json (one request or one training step of each job,
-`source: measured`) and DIR/timeslice.json. Commit the traces under
+`source: measured`, in --jobs order while the budget holds) and
+DIR/timeslice.json (not with --no-timeslice). Commit the traces under
 tests/traces/ and the model replays them (`tandem-sim matrix --traces tests/traces`).
 
 How a trace is made: the job (scripts/bench/colocation.py's own model code) runs
@@ -284,6 +286,9 @@ def main(argv=None):
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--spin-ms", type=int, default=300)
+    ap.add_argument("--no-timeslice", action="store_true",
+                    help="traces only: no timeslice microbenchmark, no timeslice.json "
+                    "(a later capture of the jobs an earlier budget left out)")
     a = ap.parse_args(argv)
     deadline = time.monotonic() + a.budget
     tdir = os.path.join(a.out, "traces")
@@ -293,7 +298,9 @@ def main(argv=None):
     # hold all five jobs (each starts PyTorch).
     ts = {"skipped": None}
     left = deadline - time.monotonic()
-    if a.device == "cpu" and not fake():
+    if a.no_timeslice:
+        ts = None
+    elif a.device == "cpu" and not fake():
         ts = {"skipped": "the timeslice microbenchmark needs a GPU"}
     elif left < 10:
         ts = {"skipped": "budget spent"}
@@ -317,8 +324,9 @@ def main(argv=None):
             ts = {"skipped": None, **analyse_spins(*recs), "spin_ms": a.spin_ms, "raw": recs}
         else:
             ts = {"skipped": "the spin children failed (CuPy missing?)", "logs": logs}
-    with open(os.path.join(a.out, "timeslice.json"), "w") as f:
-        json.dump(ts, f, indent=1)
+    if ts is not None:
+        with open(os.path.join(a.out, "timeslice.json"), "w") as f:
+            json.dump(ts, f, indent=1)
     for job in [j for j in a.jobs.split(",") if j]:
         left = deadline - time.monotonic()
         if left < 10:
@@ -331,7 +339,7 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             rc, log = -1, "timed out"
         summary["jobs"][job] = "ok" if rc == 0 and os.path.exists(out) else f"failed ({rc}): {log}"
-    summary["timeslice"] = {k: v for k, v in ts.items() if k != "raw"}
+    summary["timeslice"] = None if ts is None else {k: v for k, v in ts.items() if k != "raw"}
     with open(os.path.join(a.out, "trace_capture.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary, indent=1)[:4000])
