@@ -1,6 +1,6 @@
 //! GPU measurements that replace fitted parameters: the time-slice length
 //! and the context-switch cost `scripts/gpu/trace_capture.py` measures on a
-//! GPU (prove's stage 7), committed as `timeslice.json` beside the captured
+//! GPU (prove's stage 3, part 1), committed as `timeslice.json` beside the captured
 //! traces (`tests/traces/`). `tandem-sim` applies them before any `--set`,
 //! and the matrix's report says which parameters came from a GPU.
 //!
