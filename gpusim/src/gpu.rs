@@ -49,7 +49,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use crate::mps::{allocate, Candidate};
+use crate::mps::{allocate_into, Candidate};
 use crate::timeslice::{Action, Slicer};
 
 mod preempt;
@@ -255,6 +255,8 @@ pub struct Gpu {
     gen: u64,
     /// Reused buffers of `dispatch`.
     scratch: (Vec<(usize, u64)>, Vec<Candidate>, Vec<usize>),
+    /// Reused buffers of `allocate_into` and of `has_work`.
+    alloc_scratch: (Vec<u32>, Vec<usize>, Vec<bool>),
 }
 
 impl Gpu {
@@ -293,6 +295,7 @@ impl Gpu {
             seq: 0,
             gen: 0,
             scratch: (Vec::new(), Vec::new(), Vec::new()),
+            alloc_scratch: (Vec::new(), Vec::new(), Vec::new()),
         }
     }
 
@@ -352,6 +355,7 @@ impl Gpu {
         if self.slicer.is_some() {
             let has = self.has_work();
             take(self.slicer.as_ref().and_then(|s| s.next_time(&has)));
+            self.alloc_scratch.2 = has;
         }
         t
     }
@@ -483,11 +487,16 @@ impl Gpu {
     }
 
     /// Which clients have kernel work (running, pending or suspended).
-    fn has_work(&self) -> Vec<bool> {
-        self.clients
-            .iter()
-            .map(|c| c.head_kernel.iter().any(Option::is_some))
-            .collect()
+    /// (In a reused buffer: give it back through `alloc_scratch.2`.)
+    fn has_work(&mut self) -> Vec<bool> {
+        let mut has = std::mem::take(&mut self.alloc_scratch.2);
+        has.clear();
+        has.extend(
+            self.clients
+                .iter()
+                .map(|c| c.head_kernel.iter().any(Option::is_some)),
+        );
+        has
     }
 
     fn may_run(&self, client: usize) -> bool {
@@ -500,7 +509,10 @@ impl Gpu {
             loop {
                 let has = self.has_work();
                 let s = self.slicer.as_mut().expect("slicer");
-                match s.decide(now, &has) {
+                let action = s.decide(now, &has);
+                self.alloc_scratch.2 = has;
+                let s = self.slicer.as_mut().expect("slicer");
+                match action {
                     Action::Stay => {
                         s.renew_if_due(now);
                         break;
@@ -539,7 +551,14 @@ impl Gpu {
             }
         } else {
             let free = u32::try_from(self.free_units).unwrap_or(u32::MAX);
-            let got = allocate(free, &cands, self.params.fifo_dispatch);
+            let (mut got, mut order, has) = std::mem::take(&mut self.alloc_scratch);
+            allocate_into(
+                free,
+                &cands,
+                self.params.fifo_dispatch,
+                &mut got,
+                &mut order,
+            );
             for (i, &g) in got.iter().enumerate() {
                 let (kid, units) = ids[i];
                 let sms = u64::from(g) / units;
@@ -551,6 +570,7 @@ impl Gpu {
                     self.start_cohort(now, kid, sms as u32);
                 }
             }
+            self.alloc_scratch = (got, order, has);
         }
         self.scratch = (ids, cands, blocked);
     }

@@ -57,51 +57,64 @@ pub struct Candidate {
 /// above its `want`.
 #[must_use]
 pub fn allocate(free: u32, cands: &[Candidate], fifo: bool) -> Vec<u32> {
-    let mut got = vec![0u32; cands.len()];
+    let mut got = Vec::new();
+    allocate_into(free, cands, fifo, &mut got, &mut Vec::new());
+    got
+}
+
+/// [`allocate`] into `got`, with `order` as scratch: no allocation once the
+/// buffers have grown (the engine calls it at every dispatch).
+pub fn allocate_into(
+    free: u32,
+    cands: &[Candidate],
+    fifo: bool,
+    got: &mut Vec<u32>,
+    order: &mut Vec<usize>,
+) {
+    got.clear();
+    got.resize(cands.len(), 0);
+    order.clear();
+    order.extend((0..cands.len()).filter(|&i| cands[i].want > 0));
+    order.sort_unstable_by_key(|&i| (cands[i].priority, cands[i].seq));
     let mut left = free;
-    let mut prios: Vec<u8> = cands.iter().map(|c| c.priority).collect();
-    prios.sort_unstable();
-    prios.dedup();
-    for p in prios {
-        if left == 0 {
-            break;
-        }
-        let mut group: Vec<usize> = (0..cands.len())
-            .filter(|&i| cands[i].priority == p && cands[i].want > 0)
-            .collect();
-        group.sort_by_key(|&i| cands[i].seq);
+    let mut start = 0;
+    while start < order.len() && left > 0 {
+        let p = cands[order[start]].priority;
+        let end = start
+            + order[start..]
+                .iter()
+                .take_while(|&&i| cands[i].priority == p)
+                .count();
+        let group = &order[start..end];
         if fifo {
-            for &i in &group {
+            for &i in group {
                 let g = cands[i].want.min(left);
                 got[i] = g;
                 left -= g;
             }
-            continue;
-        }
-        // Water-filling: repeatedly give each unsatisfied member an equal
-        // share of what is left (the first ones get the remainder).
-        loop {
-            let open: Vec<usize> = group
-                .iter()
-                .copied()
-                .filter(|&i| got[i] < cands[i].want)
-                .collect();
-            if open.is_empty() || left == 0 {
-                break;
-            }
-            let n = open.len() as u32;
-            let share = (left / n).max(1);
-            for &i in &open {
-                if left == 0 {
+        } else {
+            // Water-filling: repeatedly give each unsatisfied member an
+            // equal share of what is left (the first ones get the remainder).
+            loop {
+                let n = group.iter().filter(|&&i| got[i] < cands[i].want).count() as u32;
+                if n == 0 || left == 0 {
                     break;
                 }
-                let g = share.min(cands[i].want - got[i]).min(left);
-                got[i] += g;
-                left -= g;
+                let share = (left / n).max(1);
+                for &i in group {
+                    if left == 0 {
+                        break;
+                    }
+                    if got[i] < cands[i].want {
+                        let g = share.min(cands[i].want - got[i]).min(left);
+                        got[i] += g;
+                        left -= g;
+                    }
+                }
             }
         }
+        start = end;
     }
-    got
 }
 
 /// The SM cap of `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = pct` on a GPU of `sms` SMs.

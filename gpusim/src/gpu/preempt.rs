@@ -9,13 +9,14 @@ impl Gpu {
     /// kernels that still run in lock-step are spread (see the module docs).
     pub(super) fn spread_others(&mut self, now: Ns, waiting: &[usize]) {
         let pieces = self.params.spread_pieces.max(1);
-        let targets: Vec<usize> = (0..self.cohorts.len())
-            .filter(|&i| {
-                self.cohorts[i]
-                    .is_some_and(|c| !c.spread && c.sms > 1 && !waiting.contains(&c.kernel))
-            })
-            .collect();
-        for id in targets {
+        // Pieces are added spread, so the slots they reuse or append are
+        // never taken for targets: one pass over the slots as they were.
+        for id in 0..self.cohorts.len() {
+            let target = self.cohorts[id]
+                .is_some_and(|c| !c.spread && c.sms > 1 && !waiting.contains(&c.kernel));
+            if !target {
+                continue;
+            }
             let c = self.cohorts[id].take().expect("cohort");
             self.free_cohorts.push(id);
             let k = self.kernels[c.kernel].as_ref().expect("kernel");
