@@ -9,16 +9,19 @@
 //!
 //! # What is modelled
 //!
-//! * **The GPU** ([`gpu`]): 132 SMs; kernels described by their duration
-//!   alone and footprint (blocks, blocks per SM, share of an SM's
-//!   throughput); blocks dispatched to SMs in cohorts, never preempted under
-//!   MPS; copy engines.
+//! * **The GPU** ([`gpu`]): an H100 (132 SMs) or an A100 (108 SMs); kernels
+//!   described by their duration alone and footprint (blocks, blocks per
+//!   SM, the share of an SM they hold from their registers, shared memory
+//!   and threads: [`footprint`]; their DRAM bytes); blocks dispatched to SMs
+//!   in cohorts, never preempted under MPS; kernels that run at once share
+//!   the DRAM bandwidth; copy engines.
 //! * **Plain sharing** ([`timeslice`]): one context at a time, a timeslice,
 //!   a switch cost, compute preemption at the slice's end, a context with no
 //!   work yields.
 //! * **MPS** ([`mps`]): all clients' kernels at once, pending blocks by
-//!   client priority then equal shares, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
-//!   caps, co-residence of a latency-bound kernel's SMs.
+//!   client priority then in arrival order (a later kernel takes what the
+//!   earlier ones leave over), `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` caps,
+//!   co-residence where a kernel's blocks leave room on their SMs.
 //! * **The jobs' CPU side** ([`job`], [`world`]): launch costs and host gaps
 //!   from the trace, syncs, copies; inference serves Poisson arrivals in
 //!   order (latency from arrival to result); training loops its step.
@@ -38,10 +41,17 @@
 //!   time, so SMs free up at the rate blocks complete ([`gpu`]).
 //! * Cohorts smaller than 4 SMs wait for more SMs to free up while the
 //!   kernel wants more (bounds the number of events).
-//! * Under MPS, equal-priority kernels share free SMs equally (fitted: the
-//!   measured MPS rows rule out "first kernel first").
-//! * Memory-bandwidth interference between co-running kernels is a single
-//!   factor ([`gpu::GpuParams::interference`], fitted to 0).
+//! * Under MPS, equal-priority kernels are served in arrival order (the
+//!   hardware's left-over policy, cited in [`mps`]); gpusim-1 shared free
+//!   SMs equally, which made MPS at batch 32 1.15x where the H100 gave 2.0x.
+//! * DRAM bandwidth: the memory-bound share of a block's time stretches by
+//!   the running kernels' oversubscription of the peak, decided when the
+//!   block is dispatched ([`gpu`]); a memory-bound kernel on fewer SMs than
+//!   alone does not get more bandwidth per SM (left out: `docs/MODEL.md`).
+//! * CUDA graphs pass tandem's gate once per launch, as the shim sees them.
+//!
+//! `docs/MODEL.md` has every assumption in one table, with its source and
+//! what it leaves out.
 //! * Copies are not time-sliced; the driver's launch queue is unbounded
 //!   (the jobs here sync every request or step); tandemd's heartbeat never
 //!   goes stale; a woken thread runs at once.
@@ -49,8 +59,9 @@
 //! # Parameters and calibration
 //!
 //! Every parameter, its value and its source (measured, public, assumed or
-//! fitted) is in [`params`]; the measured baselines and the acceptance rule
-//! in [`calibration`]; `results/sim/matrix.md` reports the fit.
+//! fitted) is in [`params`]; the measured points, pair by pair, and the
+//! tolerance in [`calibration`]; `results/sim/matrix.md` reports the fit and
+//! `results/sim/holdout.md` the held-out points apart.
 //!
 //! # Scheduler v2
 //!
