@@ -427,9 +427,13 @@ def markdown(rows):
     return "".join(out)
 
 
-def plot(rows, path):
+def plot(rows, path, target_train=None):
     """p99 ratio vs training fraction, one panel per pair, one marker per mode,
-    min-max bars, the target region dashed. False when matplotlib is absent."""
+    min-max bars, the target region dashed (training kept at least
+    `target_train`, default TARGET_TRAIN_FRACTION). False when matplotlib is
+    absent."""
+    if target_train is None:
+        target_train = TARGET_TRAIN_FRACTION
     try:
         import matplotlib
 
@@ -454,7 +458,7 @@ def plot(rows, path):
         xs = [r["train_fraction_min"] or r["train_fraction"] for r in pr]
         ylo = 0.9 * min([1.0] + [r["p99_ratio_min"] or r["p99_ratio"] for r in pr])
         xhi = 1.05 * max([1.0] + [r["train_fraction_max"] or 1.0 for r in pr])
-        ax.add_patch(Rectangle((TARGET_TRAIN_FRACTION, ylo), xhi - TARGET_TRAIN_FRACTION,
+        ax.add_patch(Rectangle((target_train, ylo), xhi - target_train,
                                TARGET_P99_RATIO - ylo, fill=False, linestyle="--",
                                edgecolor="green", label="target"))
         for r in pr:
@@ -465,7 +469,7 @@ def plot(rows, path):
                 yerr=[[y - (r["p99_ratio_min"] or y)], [(r["p99_ratio_max"] or y) - y]],
                 marker=markers.get(r["mode"], "o"), linestyle="none", capsize=3,
                 label=r["mode"])
-        ax.set_xlim(max(0.0, min(xs + [TARGET_TRAIN_FRACTION - 0.1]) - 0.05), xhi)
+        ax.set_xlim(max(0.0, min(xs + [target_train - 0.1]) - 0.05), xhi)
         ax.set_ylim(ylo, max(ys + [TARGET_P99_RATIO]) * 1.08)
         ax.set_title(f"{pair[0]} + {pair[1]}", fontsize=10)
         ax.set_xlabel("training throughput / alone")
