@@ -77,6 +77,8 @@ pub mod params;
 pub mod report;
 pub mod rng;
 pub mod synthetic;
+pub mod synthetic_a100;
+pub mod tally;
 pub mod tandem;
 pub mod timeslice;
 pub mod trace;

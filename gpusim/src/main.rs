@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! tandem-sim matrix [--reduced] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N]
-//! tandem-sim traces [--traces DIR]          # each job's kernels, GPU and CPU time
+//! tandem-sim traces [--traces DIR]          # each job's kernels, GPU and CPU time (H100 jobs, then the A100 set)
 //! tandem-sim check-trace FILE               # parse and check one trace file
 //! ```
 //!
@@ -19,6 +19,9 @@ use tandem_gpusim::matrix::{load_trace, run_matrix, MatrixCfg, INFERENCE, TRAINI
 use tandem_gpusim::measured;
 use tandem_gpusim::params::{Params, MODEL_VERSION};
 use tandem_gpusim::report::{markdown, Doc};
+use tandem_gpusim::synthetic_a100::{
+    INFERENCE_JOBS as A100_INFERENCE, TRAINING_JOBS as A100_TRAINING,
+};
 use tandem_gpusim::trace::Trace;
 
 fn usage() -> ExitCode {
@@ -113,6 +116,29 @@ fn main() -> ExitCode {
                         return ExitCode::from(1);
                     }
                 }
+            }
+            // The A100 set (issue 22): the Tally artifact's jobs, on its A100.
+            let a100 = Params::a100();
+            println!(
+                "A100 set (tandem-gpusim synthetic_a100, {} SMs):",
+                a100.gpu.sms
+            );
+            for job in A100_INFERENCE.iter().chain(&A100_TRAINING) {
+                let t =
+                    tandem_gpusim::synthetic_a100::job(&a100, job).expect("a job of the A100 set");
+                println!(
+                    "{job:22} {:9} {:6} kernels  GPU alone {:9.3} ms  CPU {:8.3} ms  alone {:9.3} ms per {}",
+                    t.source,
+                    t.kernels().count(),
+                    t.kernel_ns() as f64 / 1e6,
+                    t.host_ns() as f64 / 1e6,
+                    tandem_gpusim::synthetic_a100::alone_step_ns(&t.ops, &a100) as f64 / 1e6,
+                    if t.class == tandem_gpusim::trace::JobClass::Inference {
+                        "request"
+                    } else {
+                        "step"
+                    }
+                );
             }
             ExitCode::SUCCESS
         }
