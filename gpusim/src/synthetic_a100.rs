@@ -1918,9 +1918,7 @@ mod tests {
 
     /// Alone, each training step's kernels are busy for the job's measured
     /// GPU utilisation (within 0.03), and the engine runs the step in the
-    /// time [`alone_step_ns`] gives it. (A run with no inference job ends at
-    /// its window's end, so the throughput counts whole steps: the window is
-    /// 12 estimated steps and a hair, and all 12 must complete in it.)
+    /// time [`alone_step_ns`] gives it (within 1%).
     #[test]
     fn training_alone_matches_the_artifacts_gpu_utilisation() {
         let p = Params::a100();
@@ -1933,14 +1931,14 @@ mod tests {
                 cpu_cv: 0.0,
                 sm_pct: 100,
             };
-            let window = step * 12 + step / 500;
+            let window = step * 4 + step / 3;
             let (out, _) = run(
                 &cfg(&p, 1, window),
                 &[spec],
                 &[Placement { priority: 0 }],
                 &mut Off,
             );
-            let steps = out[0].steps_per_s.unwrap() * window as f64 / 1e9;
+            let simulated = 1e9 / out[0].steps_per_s.unwrap();
             let busy = t.kernel_ns() as f64 / step as f64;
             let want = tally::GPU_UTIL_ALONE
                 .iter()
@@ -1949,8 +1947,9 @@ mod tests {
                 .1
                 / 100.0;
             println!(
-                "{name}: step {:.1} ms, {} kernels, GPU {:.1} ms, busy {busy:.3} (artifact {want:.3}), {steps:.2} steps in 12.002",
+                "{name}: step {:.1} ms ({:.1} ms simulated), {} kernels, GPU {:.1} ms, busy {busy:.3} (artifact {want:.3})",
                 step as f64 / 1e6,
+                simulated / 1e6,
                 t.kernels().count(),
                 t.kernel_ns() as f64 / 1e6,
             );
@@ -1958,9 +1957,10 @@ mod tests {
                 (busy - want).abs() < 0.03,
                 "{name}: busy {busy:.3} vs {want:.3}"
             );
+            let ratio = simulated / step as f64;
             assert!(
-                (steps - 12.0).abs() < 0.01,
-                "{name}: {steps:.3} steps, not 12: the engine's step is not the estimate"
+                (ratio - 1.0).abs() < 0.01,
+                "{name}: simulated step / estimate {ratio:.4}"
             );
         }
     }
