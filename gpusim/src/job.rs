@@ -106,6 +106,13 @@ pub struct Outcome {
     pub latencies_ms: Vec<f64>,
     /// Of those, never served.
     pub unfinished: usize,
+    /// Service times (ms) of the served requests that arrived in the
+    /// window: from the moment the server began the request (its arrival,
+    /// or the previous request's end if it had to wait) to its result. This
+    /// is the Tally artifact's latency (`infer_monitor.py` times each
+    /// request from its own begin, so queueing is not in it; see
+    /// [`crate::tally`]).
+    pub service_ms: Vec<f64>,
     /// Training steps per second over the window.
     pub steps_per_s: Option<f64>,
 }
@@ -167,10 +174,14 @@ pub fn outcome(spec: &JobSpec, state: &JobState, start: Ns, w0: Ns, w1: Ns, end:
     match spec.class() {
         JobClass::Inference => {
             let mut lat = Vec::new();
+            let mut service = Vec::new();
+            let mut prev_done = 0;
             for &(a, d) in &state.served {
                 if (w0..w1).contains(&a) {
                     lat.push((d - a) as f64 / 1e6);
+                    service.push((d - a.max(prev_done)) as f64 / 1e6);
                 }
+                prev_done = d;
             }
             let mut unfinished = 0;
             for &a in state.queue.iter().filter(|&&a| (w0..w1).contains(&a)) {
@@ -180,6 +191,7 @@ pub fn outcome(spec: &JobSpec, state: &JobState, start: Ns, w0: Ns, w1: Ns, end:
             Outcome {
                 latencies_ms: lat,
                 unfinished,
+                service_ms: service,
                 steps_per_s: None,
             }
         }
@@ -201,6 +213,31 @@ mod tests {
         assert!((percentile(&xs, 99.0).unwrap() - 99.01).abs() < 1e-9);
         assert_eq!(percentile(&[3.0], 99.0), Some(3.0));
         assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn service_time_leaves_out_the_wait_in_the_queue() {
+        let spec = JobSpec {
+            trace: crate::trace::Trace {
+                format: crate::trace::FORMAT.into(),
+                job: "t".into(),
+                class: JobClass::Inference,
+                source: "synthetic".into(),
+                device: String::new(),
+                notes: String::new(),
+                ops: vec![],
+            },
+            rate_per_s: 1.0,
+            cpu_cv: 0.0,
+            sm_pct: 100,
+        };
+        let mut st = JobState::new();
+        // Arrivals at 10, 12 and 40; each served for 5: the second waits
+        // from 12 to 15 (the first's end), the third finds the server idle.
+        st.served = vec![(10, 15), (12, 20), (40, 45)];
+        let o = outcome(&spec, &st, 0, 0, 100, 100);
+        assert_eq!(o.latencies_ms, vec![5e-6, 8e-6, 5e-6]);
+        assert_eq!(o.service_ms, vec![5e-6, 5e-6, 5e-6]);
     }
 
     #[test]

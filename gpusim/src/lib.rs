@@ -90,6 +90,7 @@ pub mod report;
 pub mod rng;
 pub mod synthetic;
 pub mod synthetic_a100;
+pub mod tally;
 pub mod tandem;
 pub mod timeslice;
 pub mod trace;

@@ -103,6 +103,14 @@ impl Device {
         }
     }
 
+    /// Whether the set's measurements time a request from its start to its
+    /// result (the Tally artifact's `infer_monitor.py`: queueing left out)
+    /// rather than from its arrival (the H100 benchmark, colocation.py).
+    #[must_use]
+    pub fn service_latency(self) -> bool {
+        self == Device::A100
+    }
+
     /// Every (inference, training) pair of the set.
     #[must_use]
     pub fn pairs(self) -> Vec<(String, String)> {
@@ -397,14 +405,22 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
     let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
         run(&window(plain), &both, place, t)
     };
+    // The latency the set's measurements report.
+    let pct = |o: &crate::job::Outcome, q: f64| {
+        if m.device.service_latency() {
+            percentile(&o.service_ms, q)
+        } else {
+            o.percentile(q)
+        }
+    };
     let ((outs, sw), train_idx) = match mode {
         "alone" => {
             let cfg = window(true);
             let (i, _) = run(&cfg, std::slice::from_ref(inf), &normal[..1], &mut Off);
             let (t, _) = run(&cfg, std::slice::from_ref(train), &normal[..1], &mut Off);
             return (
-                i[0].percentile(50.0),
-                i[0].percentile(99.0),
+                pct(&i[0], 50.0),
+                pct(&i[0], 99.0),
                 t[0].steps_per_s,
                 i[0].unfinished,
                 0,
@@ -439,8 +455,8 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
         other => panic!("unknown mode {other}"),
     };
     (
-        outs[0].percentile(50.0),
-        outs[0].percentile(99.0),
+        pct(&outs[0], 50.0),
+        pct(&outs[0], 99.0),
         outs[train_idx].steps_per_s,
         outs[0].unfinished,
         sw,
