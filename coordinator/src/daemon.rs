@@ -101,6 +101,8 @@ pub struct Daemon {
     next_token: u64,
     threads: Vec<JoinHandle<()>>,
     socket_ids: Vec<(PathBuf, (u64, u64))>,
+    /// Where the TCP listener (`[stats] tcp_listen`) is bound, if there is one.
+    metrics_addr: Option<std::net::SocketAddr>,
     set_log_level: Option<Box<dyn Fn(tracing::Level) + Send>>,
     buf: Vec<u8>,
     out: Vec<u8>,
@@ -174,6 +176,7 @@ impl Daemon {
             })?),
             None => None,
         };
+        let metrics_addr = tcp.as_ref().and_then(|t| t.local_addr().ok());
         // After both sockets are ours: a second tandemd never gets here.
         let mps = crate::mps::Mps::start(
             &opts.config.mps,
@@ -248,6 +251,7 @@ impl Daemon {
             next_token: FIRST_CONN_TOKEN,
             threads,
             socket_ids,
+            metrics_addr,
             set_log_level: opts.set_log_level,
             buf: vec![0u8; MAX_MESSAGE_LEN],
             out: vec![0u8; MAX_MESSAGE_LEN],
@@ -273,11 +277,16 @@ impl Daemon {
 
     /// Serve until stopped (SIGTERM/SIGINT or a [`StopHandle`]), then clean up.
     pub fn run(mut self) -> io::Result<()> {
+        let metrics = self.metrics_addr.map_or_else(
+            || "off ([stats] tcp_listen is empty)".to_string(),
+            |a| format!("http://{a}/metrics and /healthz"),
+        );
         info!(
-            socket = %self.shared.socket.display(),
-            stats = %self.shared.stats_socket.display(),
-            pid = std::process::id(),
-            "tandemd listening"
+            "tandemd {} listening (pid {}): clients and control on {}, stats on {}, TCP {metrics}",
+            env!("CARGO_PKG_VERSION"),
+            std::process::id(),
+            self.shared.socket.display(),
+            self.shared.stats_socket.display(),
         );
         let _ = crate::notify::notify("READY=1\nSTATUS=0 clients");
         let mut events = Vec::with_capacity(64);
