@@ -138,8 +138,10 @@ impl Daemon {
         match sock::probe(&socket) {
             Ok(Probe::Live) => {
                 return Err(StartError(format!(
-                    "another tandemd is already running on {} (it accepted a connection); stop it first, or start this one with --socket PATH",
-                    socket.display()
+                    "another tandemd is already running on {} (it accepted a connection): stop it first, or give this one a socket of its own with --socket (e.g. {}: its stats socket follows the name, {})",
+                    socket.display(),
+                    socket.with_file_name("b.sock").display(),
+                    tandem_proto::paths::stats_socket(&socket.with_file_name("b.sock")).display()
                 )))
             }
             Ok(Probe::Stale) => {
@@ -156,9 +158,33 @@ impl Daemon {
                 )))
             }
         }
-        // No live daemon owns the directory's stats socket either.
-        if std::fs::symlink_metadata(&stats_socket).is_ok() {
-            let _ = std::fs::remove_file(&stats_socket);
+        // A stats socket left by a daemon that died is removed; one that
+        // something answers on (another daemon's socket of that name) is
+        // left alone, and this daemon does not start.
+        match sock::probe_stream(&stats_socket) {
+            Ok(Probe::Absent) => {}
+            Ok(Probe::Stale) => {
+                info!("removing stale socket {}", stats_socket.display());
+                std::fs::remove_file(&stats_socket).map_err(|e| {
+                    StartError(format!(
+                        "cannot remove stale socket {}: {e}",
+                        stats_socket.display()
+                    ))
+                })?;
+            }
+            Ok(Probe::Live) => {
+                return Err(StartError(format!(
+                    "{} (the stats socket of {}) is in use by another process: give this tandemd another --socket name",
+                    stats_socket.display(),
+                    socket.display()
+                )))
+            }
+            Err(e) => {
+                return Err(StartError(format!(
+                    "cannot use stats socket path {}: {e}",
+                    stats_socket.display()
+                )))
+            }
         }
         let listener = sock::listen_seqpacket(&socket)
             .map_err(|e| StartError(format!("cannot listen on {}: {e}", socket.display())))?;

@@ -113,6 +113,33 @@ pub fn probe(path: &Path) -> io::Result<Probe> {
     }
 }
 
+/// [`probe`] for a stream socket (the stats socket): what is at `path`.
+pub fn probe_stream(path: &Path) -> io::Result<Probe> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Probe::Absent),
+        Err(e) => return Err(e),
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; remove it or choose another path",
+                    path.display()
+                ),
+            ))
+        }
+        Ok(_) => {}
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Ok(Probe::Live),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Ok(Probe::Stale),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Probe::Absent),
+        // Another type of socket (a main socket of that name): in use.
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => Ok(Probe::Live),
+        Err(e) => Err(e),
+    }
+}
+
 /// Make a directory (and parents) for a socket, mode 0755 for new ones.
 pub fn ensure_parent(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;

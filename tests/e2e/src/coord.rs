@@ -168,9 +168,9 @@ impl TestDir {
         self.path.join("tandemd.sock")
     }
 
-    /// `<dir>/stats.sock`.
+    /// `<dir>/stats.sock`, the stats socket of [`socket`](Self::socket).
     pub fn stats_socket(&self) -> PathBuf {
-        self.path.join("stats.sock")
+        tandem_proto::paths::stats_socket(&self.socket())
     }
 }
 
@@ -397,6 +397,12 @@ impl Tandemd {
 
     /// [`spawn`](Self::spawn) with extra environment variables (e.g. NOTIFY_SOCKET).
     pub fn spawn_with_env(dir: &TestDir, config: &str, env: &[(&str, &Path)]) -> Tandemd {
+        Self::spawn_on(dir, config, &dir.socket(), env)
+    }
+
+    /// [`spawn_with_env`](Self::spawn_with_env) on main socket `socket`
+    /// (its stats socket is the one its name gives).
+    pub fn spawn_on(dir: &TestDir, config: &str, socket: &Path, env: &[(&str, &Path)]) -> Tandemd {
         static N: AtomicU64 = AtomicU64::new(0);
         let bins = coordinator_bins();
         let n = N.fetch_add(1, Ordering::Relaxed);
@@ -411,7 +417,7 @@ impl Tandemd {
         cmd.arg("--config")
             .arg(&cfg_path)
             .arg("--socket")
-            .arg(dir.socket())
+            .arg(socket)
             .arg("--foreground")
             .env("TANDEM_LOG", "info")
             .envs(env.iter().map(|(k, v)| (*k, *v)))
@@ -424,8 +430,8 @@ impl Tandemd {
         Tandemd {
             pid: child.id(),
             child: Some(child),
-            socket: dir.socket(),
-            stats: dir.stats_socket(),
+            socket: socket.to_path_buf(),
+            stats: tandem_proto::paths::stats_socket(socket),
             log,
         }
     }

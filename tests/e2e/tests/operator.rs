@@ -142,3 +142,68 @@ fn a_thousand_idle_connections_do_not_keep_status_or_metrics_from_answering() {
         "all held to the end"
     );
 }
+
+/// Two tandemds in one directory, on `tandemd.sock` and `b.sock`: each has
+/// its own stats socket (`stats.sock`, `b.stats.sock`), answers with its own
+/// pid, and stopping either leaves the other's sockets in place. A third
+/// whose main socket would be the first one's stats socket refuses to start
+/// and deletes nothing. Before, the second took over `stats.sock` and
+/// deleted it when it stopped.
+#[test]
+fn two_daemons_in_one_directory_keep_their_own_sockets() {
+    let dir = TestDir::new("two");
+    let mut a = Tandemd::start(&dir);
+    let b_sock = dir.path().join("b.sock");
+    let mut b = Tandemd::spawn_on(&dir, default_config(), &b_sock, &[]);
+    b.wait_ready();
+    assert_eq!(b.stats_socket(), dir.path().join("b.stats.sock"));
+    let pid_of = |stats: &std::path::Path| {
+        let r = http_get(stats, "/stats").expect("GET /stats");
+        let v: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+        v["pid"].as_u64().expect("pid")
+    };
+    assert_eq!(pid_of(a.stats_socket()), u64::from(a.pid()));
+    assert_eq!(pid_of(b.stats_socket()), u64::from(b.pid()));
+    // tandemctl finds b's stats socket from b's main socket.
+    let out = Command::new(&coordinator_bins().tandemctl)
+        .arg("--socket")
+        .arg(&b_sock)
+        .args(["status", "--json"])
+        .output()
+        .expect("run tandemctl");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    assert_eq!(v["pid"].as_u64(), Some(u64::from(b.pid())));
+
+    // A daemon whose main socket is a's stats socket: refused, nothing removed.
+    let mut c = Tandemd::spawn_on(&dir, default_config(), a.stats_socket(), &[]);
+    let st = c.wait_exit(Duration::from_secs(20));
+    assert!(
+        !st.success(),
+        "it started on a's stats socket:\n{}",
+        c.log()
+    );
+    assert_eq!(
+        pid_of(a.stats_socket()),
+        u64::from(a.pid()),
+        "a still serves"
+    );
+
+    b.signal(libc::SIGTERM);
+    assert!(
+        b.wait_exit(Duration::from_secs(20)).success(),
+        "{}",
+        b.log()
+    );
+    assert!(!b_sock.exists() && !dir.path().join("b.stats.sock").exists());
+    assert!(
+        dir.socket().exists() && dir.stats_socket().exists(),
+        "a's sockets are gone"
+    );
+    assert_eq!(pid_of(a.stats_socket()), u64::from(a.pid()));
+    a.signal(libc::SIGTERM);
+    assert!(
+        a.wait_exit(Duration::from_secs(20)).success(),
+        "{}",
+        a.log()
+    );
+}
