@@ -401,10 +401,19 @@ impl Daemon {
         }
     }
 
-    /// Re-read the configuration; a bad file keeps the old one.
+    /// Re-read the configuration; a bad or missing file keeps the old one.
     pub fn reload(&mut self, why: &str) -> Result<String, String> {
         let path = self.shared.config_path.clone();
         match Config::load(&path) {
+            Ok((_, Source::MissingFile)) if !path.as_os_str().is_empty() => {
+                self.shared.registry().totals.reload_failures += 1;
+                let msg = format!(
+                    "{} does not exist (deleted or moved?); the running configuration is kept: restore the file and reload again",
+                    path.display()
+                );
+                error!("{msg} ({why})");
+                Err(msg)
+            }
             Ok((cfg, src)) => {
                 let old = self.shared.config();
                 if old.stats.tcp_listen != cfg.stats.tcp_listen {
@@ -436,11 +445,9 @@ impl Daemon {
                     _ if path.as_os_str().is_empty() => {
                         "no configuration file (--no-config): built-in defaults kept".to_string()
                     }
-                    Source::File => format!("configuration reloaded from {}", path.display()),
-                    Source::MissingFile => format!(
-                        "{} does not exist; configuration reset to the defaults",
-                        path.display()
-                    ),
+                    Source::File | Source::MissingFile => {
+                        format!("configuration reloaded from {}", path.display())
+                    }
                 };
                 info!("{msg} ({why})");
                 Ok(msg)

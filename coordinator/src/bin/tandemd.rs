@@ -10,8 +10,9 @@ use tandem_coordinator::logging;
 const USAGE: &str = "usage: tandemd [--config PATH | --no-config] [--socket PATH] [--foreground]
        tandemd --print-default-config
 
-  --config PATH            configuration file (default /etc/tandem/tandemd.toml;
-                           a missing file means the built-in defaults)
+  --config PATH            configuration file, which must exist (without it:
+                           /etc/tandem/tandemd.toml, or the built-in defaults
+                           if that does not exist)
   --no-config              use the built-in defaults, read no file
   --socket PATH            main socket (default: $TANDEM_SOCKET, else
                            /run/tandem/tandemd.sock for root, else
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
     if no_config && config.is_some() {
         return usage_error("--config and --no-config exclude each other");
     }
+    let explicit = config.is_some();
     let config_path = if no_config {
         PathBuf::new()
     } else {
@@ -67,6 +69,14 @@ fn main() -> ExitCode {
         (Config::default(), Source::MissingFile)
     } else {
         match Config::load(&config_path) {
+            Ok((_, Source::MissingFile)) if explicit => {
+                eprintln!(
+                    "tandemd: {} (given with --config) does not exist: create it (tandemd --print-default-config > {} writes the defaults), or start with --no-config to run on the built-in defaults",
+                    config_path.display(),
+                    config_path.display()
+                );
+                return ExitCode::from(2);
+            }
             Ok(x) => x,
             Err(e) => {
                 eprintln!("tandemd: {e}");

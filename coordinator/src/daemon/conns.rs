@@ -426,7 +426,7 @@ impl Daemon {
                 )
             };
             (
-                RejectReason::NOT_PERMITTED.0,
+                RejectReason::CONTROL_DENIED.0,
                 format!("{whom} may not {}: {remedy}", ctl.op.name()),
             )
         } else {
@@ -440,7 +440,7 @@ impl Daemon {
             let r = match ctl.op {
                 ControlOp::Reload => self
                     .reload(&format!("tandemctl reload by uid {}", cred.uid))
-                    .map_err(|m| (RejectReason::INTERNAL, m)),
+                    .map_err(|m| (RejectReason::CONFIG_NOT_APPLIED, m)),
                 ControlOp::SetClass => {
                     let r = self.shared.registry().set_class(
                         &cfg,
@@ -450,7 +450,7 @@ impl Daemon {
                         cred.uid,
                     );
                     self.send_owed_boards();
-                    r.map_err(|m| (RejectReason::MALFORMED, m))
+                    r.map_err(|m| (RejectReason::NO_SUCH_CLIENT, m))
                 }
             };
             match r {

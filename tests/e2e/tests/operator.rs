@@ -8,7 +8,9 @@ use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tandem_e2e::coord::{coordinator_bins, default_config, http_get, Tandemd, TestDir};
+use tandem_e2e::coord::{
+    coordinator_bins, default_config, hello_bytes, http_get, Peer, Tandemd, TestDir,
+};
 
 /// Raises this process's soft open-file limit to at least `want` (children
 /// inherit it); `false` if the hard limit does not allow it.
@@ -206,4 +208,125 @@ fn two_daemons_in_one_directory_keep_their_own_sockets() {
         "{}",
         a.log()
     );
+}
+
+/// Runs `cmd` with its output in `log`, killing it if it still runs after
+/// 20 s (a tandemd that started when it should have refused): (exit code,
+/// output).
+fn bounded(cmd: &mut Command, log: &std::path::Path) -> (Option<i32>, String) {
+    let f = std::fs::File::create(log).expect("log file");
+    let mut child = cmd
+        .stdout(f.try_clone().expect("dup"))
+        .stderr(f)
+        .spawn()
+        .expect("spawn");
+    let end = Instant::now() + Duration::from_secs(20);
+    let st = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st.code();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (st, std::fs::read_to_string(log).unwrap_or_default())
+}
+
+/// `tandemctl ARGS` on `d`: (exit code, stdout and stderr).
+fn tandemctl(d: &Tandemd, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(&coordinator_bins().tandemctl)
+        .arg("--socket")
+        .arg(d.socket())
+        .args(args)
+        .env_remove("TANDEM_SOCKET")
+        .output()
+        .expect("run tandemctl");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `tandemd --config` of a file that does not exist is an error naming it
+/// and `--no-config`; a reload after the file was deleted keeps the running
+/// configuration, says so, and `tandemctl reload` fails. Before, both were
+/// an INFO line and the built-in defaults.
+#[test]
+fn a_missing_config_file_is_an_error_and_a_reload_of_one_keeps_the_running_config() {
+    let dir = TestDir::new("missingcfg");
+    let missing = dir.path().join("missing.toml");
+    let (code, err) = bounded(
+        Command::new(&coordinator_bins().tandemd)
+            .arg("--config")
+            .arg(&missing)
+            .arg("--socket")
+            .arg(dir.path().join("m.sock"))
+            .env_remove("TANDEM_SOCKET"),
+        &dir.path().join("m.log"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(missing.to_str().expect("utf-8")) && err.contains("--no-config"),
+        "{err}"
+    );
+    assert!(!dir.path().join("m.sock").exists(), "it did not start");
+
+    let config =
+        default_config().replacen("\nring_capacity = 32768\n", "\nring_capacity = 128\n", 1);
+    assert_ne!(
+        config,
+        default_config(),
+        "the default config sets ring_capacity = 32768"
+    );
+    let d = Tandemd::start_with_config(&dir, &config);
+    let capacity = |d: &Tandemd| {
+        let p = Peer::connect(d.socket()).expect("connect");
+        p.send(&hello_bytes()).expect("Hello");
+        let (buf, _fd) = p.recv(Duration::from_secs(20)).expect("Welcome");
+        match tandem_proto::Message::decode(&buf) {
+            Ok(tandem_proto::Message::Welcome(w)) => w.ring_capacity,
+            other => panic!("want a Welcome, got {other:?}"),
+        }
+    };
+    assert_eq!(capacity(&d), 128);
+    std::fs::remove_file(d.config_path()).expect("delete the config");
+    let (code, text) = tandemctl(&d, &["reload"]);
+    assert_ne!(code, Some(0), "tandemctl reload of a deleted file: {text}");
+    assert!(
+        text.contains("does not exist") && text.contains("running configuration is kept"),
+        "{text}"
+    );
+    assert!(text.contains("(configuration not applied)"), "{text}");
+    assert_eq!(capacity(&d), 128, "not reset to the defaults");
+}
+
+/// Each control refusal carries a code that fits it, which tandemctl names:
+/// an unknown client id, a reload of a bad file. Before: "(malformed hello)"
+/// and "(coordinator internal error)".
+#[test]
+fn control_refusals_are_labelled_by_what_happened() {
+    let dir = TestDir::new("labels");
+    let d = Tandemd::start(&dir);
+    let (code, text) = tandemctl(&d, &["set-class", "99", "inference"]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("no client with id 99"), "{text}");
+    assert!(text.contains("(no such client)"), "{text}");
+    assert!(!text.contains("hello"), "{text}");
+
+    std::fs::write(d.config_path(), "bogus_key = 1\n").expect("write a bad config");
+    let (code, text) = tandemctl(&d, &["reload"]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("bogus_key") && text.contains("kept"),
+        "{text}"
+    );
+    assert!(text.contains("(configuration not applied)"), "{text}");
+    assert!(!text.contains("internal error"), "{text}");
 }
