@@ -328,6 +328,7 @@ impl Daemon {
                 .map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
                 .into_iter()
                 .chain(self.dedup_wait())
+                .chain(crate::logging::flush_throttled())
                 .min();
             events.clear();
             if let Err(e) = self.epoll.wait(&mut events, timeout) {

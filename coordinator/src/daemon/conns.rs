@@ -15,7 +15,17 @@ use tracing::{debug, info, warn};
 use super::{truncate_utf8, Conn, ConnState, Daemon, MAX_MESSAGES_PER_WAKE, MAX_PENDING};
 use crate::admission::Who;
 use crate::clients::gpu_key;
+use crate::logging::warn_throttled;
 use crate::sock::{self, PeerCred};
+
+// Causes of the warnings any local user can provoke, each rate-limited on
+// its own (crate::logging::Throttle).
+const ACCEPT_FAILED: &str = "accept failed";
+const SILENT_PEER: &str = "silent peer";
+const GARBAGE_PEER: &str = "garbage peer";
+const REFUSED_CLIENT: &str = "refused client";
+const VERSION_MISMATCH: &str = "protocol version mismatch";
+const CONTROL_DENIED: &str = "control request refused";
 
 impl Daemon {
     pub(super) fn accept_all(&mut self) {
@@ -28,7 +38,7 @@ impl Daemon {
                 Ok(None) => return,
                 Err(e) => {
                     // EMFILE and friends: log and retry on the next wake-up.
-                    warn!("accept failed: {e}");
+                    warn_throttled(ACCEPT_FAILED, &format!("accept failed: {e}"));
                     return;
                 }
             };
@@ -86,11 +96,12 @@ impl Daemon {
         for t in expired {
             let ms = self.shared.config().handshake_timeout_ms;
             if let Some(c) = self.conns.get(&t) {
-                warn!(
-                    pid = c.cred.pid,
-                    uid = c.cred.uid,
-                    "peer pid {} sent no Hello or Control within {ms} ms; closing the connection",
-                    c.cred.pid
+                warn_throttled(
+                    SILENT_PEER,
+                    &format!(
+                        "peer pid {} (uid {}) sent no Hello or Control within {ms} ms; closing the connection",
+                        c.cred.pid, c.cred.uid
+                    ),
                 );
             }
             self.shared.registry().totals.handshake_timeouts += 1;
@@ -179,9 +190,9 @@ impl Daemon {
         let got = match got {
             Err(e) if e.errno() == Some(libc::EAGAIN) => return,
             Err(ProtoError::BadAncillary { what }) => {
-                warn!(
-                    pid,
-                    "peer pid {pid}: bad first message: {what}; refusing it"
+                warn_throttled(
+                    GARBAGE_PEER,
+                    &format!("peer pid {pid}: bad first message: {what}; refusing it"),
                 );
                 self.refuse(
                     token,
@@ -203,9 +214,11 @@ impl Daemon {
             return;
         }
         if got.fd.is_some() {
-            warn!(
-                pid,
-                "peer pid {pid} attached a file descriptor to its first message; refusing it"
+            warn_throttled(
+                GARBAGE_PEER,
+                &format!(
+                    "peer pid {pid} attached a file descriptor to its first message; refusing it"
+                ),
             );
             self.refuse(
                 token,
@@ -262,7 +275,7 @@ impl Daemon {
                         }
                     }
                     Err((reason, msg)) => {
-                        warn!(pid, "refusing peer pid {pid}: {msg}");
+                        warn_throttled(REFUSED_CLIENT, &format!("refusing peer pid {pid}: {msg}"));
                         self.refuse(token, reason, &msg);
                     }
                 }
@@ -270,7 +283,10 @@ impl Daemon {
             Ok(Message::Control(ctl)) => self.control(token, cred, ctl),
             Ok(other) => {
                 let t = other.type_name();
-                warn!(pid, "peer pid {pid} opened with a {t} message; expected Hello or Control; refusing it");
+                warn_throttled(
+                    GARBAGE_PEER,
+                    &format!("peer pid {pid} opened with a {t} message; expected Hello or Control; refusing it"),
+                );
                 self.refuse(
                     token,
                     RejectReason::MALFORMED,
@@ -282,10 +298,9 @@ impl Daemon {
                 // are from different releases. The job runs on unscheduled
                 // (the shim fails open) until it restarts with the library
                 // installed beside this tandemd.
-                warn!(
-                    pid,
-                    peer_protocol = theirs,
-                    "peer pid {pid} speaks tandem protocol v{theirs}, this tandemd v{PROTOCOL_VERSION}: the job runs without tandem until it restarts with the libtandem.so of this release (restart it, or finish the rollout); {e}"
+                warn_throttled(
+                    VERSION_MISMATCH,
+                    &format!("peer pid {pid} speaks tandem protocol v{theirs}, this tandemd v{PROTOCOL_VERSION}: the job runs without tandem until it restarts with the libtandem.so of this release (restart it, or finish the rollout); {e}"),
                 );
                 *self
                     .shared
@@ -297,9 +312,9 @@ impl Daemon {
                 self.refuse(token, RejectReason::VERSION_MISMATCH, &e.to_string());
             }
             Err(e) => {
-                warn!(
-                    pid,
-                    "peer pid {pid} sent a malformed first message: {e}; refusing it"
+                warn_throttled(
+                    GARBAGE_PEER,
+                    &format!("peer pid {pid} sent a malformed first message: {e}; refusing it"),
                 );
                 self.refuse(token, RejectReason::MALFORMED, &e.to_string());
             }
@@ -381,9 +396,9 @@ impl Daemon {
         self.buf = buf;
         if let Some(why) = bad {
             let pid = self.conns.get(&token).map_or(0, |c| c.cred.pid);
-            warn!(
-                client = id,
-                pid, "client pid {pid} sent a bad message: {why}; disconnecting it"
+            warn_throttled(
+                GARBAGE_PEER,
+                &format!("client {id} (pid {pid}) sent a bad message: {why}; disconnecting it"),
             );
             self.refuse(token, RejectReason::MALFORMED, &why);
         } else if let Some(why) = gone {
@@ -404,17 +419,17 @@ impl Daemon {
             contained,
         ) {
             let whom = who.describe();
-            warn!(
-                pid,
-                uid = cred.uid,
-                contained,
-                "control request {} from pid {pid} ({whom}) refused: {}",
-                ctl.op.name(),
-                if contained {
-                    "it runs in a container"
-                } else {
-                    "not root, not tandemd's user, not in admins"
-                }
+            warn_throttled(
+                CONTROL_DENIED,
+                &format!(
+                    "control request {} from pid {pid} ({whom}) refused: {}",
+                    ctl.op.name(),
+                    if contained {
+                        "it runs in a container"
+                    } else {
+                        "not root, not tandemd's user, not in admins"
+                    }
+                ),
             );
             self.shared.registry().totals.control_denied += 1;
             let remedy = if contained {
