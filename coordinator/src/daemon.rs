@@ -114,6 +114,8 @@ pub struct Daemon {
     broker: Broker,
     /// Bounds the debug lines about refused or malformed Follow messages.
     follow_log: RateLimit,
+    /// Closed to accept (and refuse) a connection when out of descriptors.
+    spare_fd: Option<OwnedFd>,
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
@@ -286,6 +288,7 @@ impl Daemon {
             client_tokens: HashMap::new(),
             broker: Broker::new(),
             follow_log: RateLimit::default(),
+            spare_fd: sock::spare_fd(),
         })
     }
 

@@ -140,6 +140,29 @@ pub fn probe_stream(path: &Path) -> io::Result<Probe> {
     }
 }
 
+/// A descriptor held in reserve (`/dev/null`), closed to make room for one
+/// more when the process runs out.
+#[must_use]
+pub fn spare_fd() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+}
+
+/// Whether `errno` says this process (or the system) is out of descriptors.
+#[must_use]
+pub fn out_of_fds(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// What a client refused for want of descriptors is told (and the log).
+#[must_use]
+pub fn client_limit_message() -> String {
+    let limit =
+        tandem_os::rlimit::nofile().map_or_else(|_| "?".to_string(), |l| l.soft.to_string());
+    format!(
+        "tandemd is at its client limit ({limit} open files): this job runs unscheduled; raise tandemd's open-file limit (LimitNOFILE= in its systemd unit)"
+    )
+}
+
 /// Make a directory (and parents) for a socket, mode 0755 for new ones.
 pub fn ensure_parent(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;

@@ -89,6 +89,18 @@ fn main() -> ExitCode {
     if let Some(w) = level_warning {
         tracing::warn!("{w}");
     }
+    // A few descriptors per job (its connection, its region while it is
+    // handed over): the soft limit's usual 1024 is far below what the hard
+    // one allows.
+    match tandem_os::rlimit::raise_nofile() {
+        Ok((before, after)) if before.soft != after.soft => tracing::info!(
+            "open-file limit raised from {} to {} (the hard limit)",
+            before.soft,
+            after.soft
+        ),
+        Ok((_, now)) => tracing::info!("open-file limit {} (the hard limit)", now.soft),
+        Err(e) => tracing::warn!("cannot raise the open-file limit to the hard one: {e}"),
+    }
     if no_config {
         tracing::info!("--no-config: using the built-in defaults");
     } else if source == Source::MissingFile {

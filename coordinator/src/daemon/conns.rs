@@ -29,15 +29,41 @@ const CONTROL_DENIED: &str = "control request refused";
 
 impl Daemon {
     pub(super) fn accept_all(&mut self) {
-        let Some(listener) = self.listener.as_ref() else {
-            return;
-        };
         loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
             let fd = match sock::accept(listener.as_fd()) {
                 Ok(Some(fd)) => fd,
                 Ok(None) => return,
+                Err(e) if sock::out_of_fds(Some(e.errno())) && self.spare_fd.is_some() => {
+                    // Out of descriptors: the spare one makes room to take
+                    // the connection and tell it why, rather than leave it
+                    // waiting (and the listener readable: a busy loop).
+                    let why = sock::client_limit_message();
+                    self.spare_fd = None;
+                    let extra = self
+                        .listener
+                        .as_ref()
+                        .and_then(|l| sock::accept(l.as_fd()).ok().flatten());
+                    let refused = extra.is_some();
+                    if let Some(fd) = extra {
+                        warn_throttled(
+                            ACCEPT_FAILED,
+                            &format!("accept failed: {e}; refusing the connection: {why}"),
+                        );
+                        self.refuse_fd(&fd, RejectReason::TOO_MANY_CLIENTS, &why);
+                    }
+                    self.spare_fd = sock::spare_fd();
+                    if refused {
+                        continue;
+                    }
+                    // accept4 says EMFILE before it looks for a connection:
+                    // none was waiting.
+                    return;
+                }
                 Err(e) => {
-                    // EMFILE and friends: log and retry on the next wake-up.
+                    // Log and retry on the next wake-up.
                     warn_throttled(ACCEPT_FAILED, &format!("accept failed: {e}"));
                     return;
                 }
@@ -111,6 +137,30 @@ impl Daemon {
                 &format!("no message within {ms} ms"),
             );
         }
+    }
+
+    /// Send a Reject to a connection not yet registered (best effort) and
+    /// count it; the caller closes it.
+    fn refuse_fd(&mut self, fd: &std::os::fd::OwnedFd, reason: RejectReason, message: &str) {
+        let mut msg = message.to_string();
+        truncate_utf8(&mut msg, wire::MAX_REJECT_MESSAGE_LEN);
+        let m = Message::Reject(Reject {
+            reason,
+            peer_version: PROTOCOL_VERSION,
+            message: &msg,
+        });
+        if let Ok(n) = m.encode(&mut self.out) {
+            let _ = wire::send(fd.as_fd(), &self.out[..n], None);
+        }
+        // What the peer sent already is read away: a close with unread
+        // input would make its read fail ("Connection reset by peer")
+        // instead of showing the Reject.
+        for _ in 0..4 {
+            if !matches!(wire::recv(fd.as_fd(), &mut self.buf), Ok(g) if g.len > 0) {
+                break;
+            }
+        }
+        self.shared.registry().totals.rejected += 1;
     }
 
     /// Send a Reject (non-blocking, best effort), count it, and close.

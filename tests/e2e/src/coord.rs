@@ -403,6 +403,22 @@ impl Tandemd {
     /// [`spawn_with_env`](Self::spawn_with_env) on main socket `socket`
     /// (its stats socket is the one its name gives).
     pub fn spawn_on(dir: &TestDir, config: &str, socket: &Path, env: &[(&str, &Path)]) -> Tandemd {
+        Self::spawn_inner(dir, config, socket, env, None)
+    }
+
+    /// [`spawn`](Self::spawn) with soft and hard `RLIMIT_NOFILE` of `nofile`
+    /// (a daemon that runs out of descriptors soon).
+    pub fn spawn_with_nofile(dir: &TestDir, config: &str, nofile: u64) -> Tandemd {
+        Self::spawn_inner(dir, config, &dir.socket(), &[], Some(nofile))
+    }
+
+    fn spawn_inner(
+        dir: &TestDir,
+        config: &str,
+        socket: &Path,
+        env: &[(&str, &Path)],
+        nofile: Option<u64>,
+    ) -> Tandemd {
         static N: AtomicU64 = AtomicU64::new(0);
         let bins = coordinator_bins();
         let n = N.fetch_add(1, Ordering::Relaxed);
@@ -424,6 +440,24 @@ impl Tandemd {
             .stdin(Stdio::null())
             .stdout(f)
             .stderr(f2);
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let l = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: between fork and exec the closure makes one
+            // async-signal-safe call (setrlimit) on a value it owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &l) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bins.tandemd.display()));

@@ -369,3 +369,98 @@ fn a_flood_of_bad_connections_gives_a_bounded_log() {
     assert!(warns < 100, "{warns} WARN lines for 5,020 bad connections");
     drop(silent);
 }
+
+/// A tandemd with 64 open files at most (soft and hard): jobs past what
+/// its descriptors allow are refused with TOO_MANY_CLIENTS and a message
+/// naming the limit, never left waiting or told "internal error", and the
+/// failed accepts are a bounded number of log lines. Before: "accept
+/// failed" once per wake-up and no answer, or "coordinator internal error
+/// ... memfd_create failed: Too many open files".
+#[test]
+fn running_out_of_descriptors_is_refused_as_the_client_limit() {
+    let dir = TestDir::new("nofile");
+    let config = default_config().replacen(
+        "\nhandshake_timeout_ms = 1000\n",
+        "\nhandshake_timeout_ms = 60000\n",
+        1,
+    );
+    assert!(
+        config != default_config(),
+        "the default sets handshake_timeout_ms = 1000"
+    );
+    let mut d = Tandemd::spawn_with_nofile(&dir, &config, 64);
+    d.wait_ready();
+    let refused = |p: &Peer, what: &str| -> String {
+        let (buf, _fd) = p
+            .recv(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{what}: no answer: {e}\n{}", d.log()));
+        match tandem_proto::Message::decode(&buf) {
+            Ok(tandem_proto::Message::Reject(r)) => {
+                assert_eq!(
+                    r.reason,
+                    tandem_proto::RejectReason::TOO_MANY_CLIENTS,
+                    "{what}: {r}"
+                );
+                r.message.to_string()
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    };
+    // Connections that say nothing take every descriptor: a job that comes
+    // now cannot even be accepted, and is told why.
+    let silent: Vec<Peer> = (0..80)
+        .map(|_| Peer::connect(d.socket()).expect("connect"))
+        .collect();
+    for i in 0..5 {
+        let p = Peer::connect(d.socket()).expect("connect");
+        let _ = p.send(&hello_bytes());
+        let m = refused(&p, &format!("job {i} past the accept limit"));
+        assert!(
+            m.contains("tandemd is at its client limit (64 open files)"),
+            "{m}"
+        );
+    }
+    drop(silent);
+    // Jobs that register take descriptors too, until there is none left
+    // for the next one's region.
+    let mut peers = Vec::new();
+    let mut refusals = Vec::new();
+    for i in 0..120 {
+        let p = Peer::connect(d.socket()).expect("connect");
+        p.send(&hello_bytes()).expect("Hello");
+        let (buf, _fd) = p
+            .recv(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("peer {i}: no answer: {e}\n{}", d.log()));
+        match tandem_proto::Message::decode(&buf) {
+            Ok(tandem_proto::Message::Welcome(_)) => peers.push(p),
+            Ok(tandem_proto::Message::Reject(r)) => {
+                assert_eq!(
+                    r.reason,
+                    tandem_proto::RejectReason::TOO_MANY_CLIENTS,
+                    "peer {i}: {r}"
+                );
+                refusals.push(r.message.to_string());
+            }
+            other => panic!("peer {i}: {other:?}"),
+        }
+    }
+    assert!(!peers.is_empty(), "some registered");
+    assert!(
+        !refusals.is_empty(),
+        "{} registered, none refused",
+        peers.len()
+    );
+    assert!(
+        refusals
+            .iter()
+            .all(|m| m.contains("tandemd is at its client limit (64 open files)")),
+        "{refusals:?}"
+    );
+    let log = d.log();
+    let accept_lines = log.lines().filter(|l| l.contains("accept failed")).count();
+    assert!(
+        accept_lines <= 20,
+        "{accept_lines} accept-failed lines:\n{log}"
+    );
+    assert!(!log.contains("internal error"), "{log}");
+}
