@@ -310,10 +310,15 @@ impl Daemon {
             || "off ([stats] tcp_listen is empty)".to_string(),
             |a| format!("http://{a}/metrics and /healthz"),
         );
+        // The journal names the pid on every line already.
+        let pid = if crate::logging::under_journald() {
+            String::new()
+        } else {
+            format!(" (pid {})", std::process::id())
+        };
         info!(
-            "tandemd {} listening (pid {}): clients and control on {}, stats on {}, TCP {metrics}",
+            "tandemd {} listening{pid}: clients and control on {}, stats on {}, TCP {metrics}",
             env!("CARGO_PKG_VERSION"),
-            std::process::id(),
             self.shared.socket.display(),
             self.shared.stats_socket.display(),
         );

@@ -29,21 +29,46 @@ pub fn choose_level(configured: Level) -> (Level, Option<String>) {
     }
 }
 
+/// Whether stderr is the journal: `JOURNAL_STREAM` (set by systemd) names
+/// the device and inode of stderr ("DEV:INO"), as systemd.exec(5) says to
+/// check. The journal stamps each line with the time and the pid itself.
+#[must_use]
+pub fn under_journald() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = v.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    let stderr = std::os::fd::AsFd::as_fd(&std::io::stderr())
+        .try_clone_to_owned()
+        .map(std::fs::File::from);
+    stderr
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
 /// Install the global subscriber at `level`; returns a setter for reloads.
+/// Under journald ([`under_journald`]) lines carry no timestamp of their own.
 pub fn init(level: Level) -> Box<dyn Fn(Level) + Send> {
     let (filter, handle) = reload::Layer::new(LevelFilter::from_level(level));
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        // Plain text, whatever features tracing-subscriber was built with: a
-        // workspace build unifies them (loom, in tests/models, turns on its
-        // `ansi` default), and colour codes do not belong in the journal.
-        .with(
-            fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_target(false)
-                .with_ansi(false),
-        )
-        .try_init();
+    // Plain text, whatever features tracing-subscriber was built with: a
+    // workspace build unifies them (loom, in tests/models, turns on its
+    // `ansi` default), and colour codes do not belong in the journal.
+    let layer = fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false);
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = if under_journald() {
+        registry.with(layer.without_time()).try_init()
+    } else {
+        registry.with(layer).try_init()
+    };
     Box::new(move |l| {
         let _ = handle.modify(|f| *f = LevelFilter::from_level(l));
     })

@@ -464,3 +464,58 @@ fn running_out_of_descriptors_is_refused_as_the_client_limit() {
     );
     assert!(!log.contains("internal error"), "{log}");
 }
+
+/// Under journald (JOURNAL_STREAM names tandemd's stderr) log lines carry
+/// no timestamp of their own and the startup line does not repeat the pid
+/// the journal records; elsewhere both are there.
+#[test]
+fn under_journald_lines_carry_no_timestamp_and_the_pid_once() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = TestDir::new("journal");
+    for journald in [true, false] {
+        let log = dir.path().join(format!("journal-{journald}.log"));
+        let f = std::fs::File::create(&log).expect("log file");
+        let m = f.metadata().expect("stat");
+        let mut cmd = Command::new(&coordinator_bins().tandemd);
+        cmd.arg("--no-config")
+            .arg("--socket")
+            .arg(dir.path().join(format!("j-{journald}.sock")))
+            .env_remove("TANDEM_SOCKET")
+            .env("TANDEM_LOG", "info")
+            .stdout(f.try_clone().expect("dup"))
+            .stderr(f);
+        if journald {
+            cmd.env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()));
+        } else {
+            cmd.env_remove("JOURNAL_STREAM");
+        }
+        let mut child = cmd.spawn().expect("spawn tandemd");
+        let end = Instant::now() + Duration::from_secs(20);
+        let text = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("listening") || Instant::now() > end {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        let line = text
+            .lines()
+            .find(|l| l.contains("listening"))
+            .unwrap_or_else(|| panic!("no startup line:\n{text}"));
+        let stamped = text.lines().all(|l| l.starts_with("20"));
+        let pid = format!("pid {}", child.id());
+        if journald {
+            assert!(text.lines().all(|l| !l.starts_with("20")), "{text}");
+            assert!(
+                line.starts_with(" INFO") || line.starts_with("INFO"),
+                "{line}"
+            );
+            assert!(!line.contains(&pid), "the journal has the pid: {line}");
+        } else {
+            assert!(stamped, "{text}");
+            assert!(line.contains(&pid), "{line}");
+        }
+    }
+}
