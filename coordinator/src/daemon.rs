@@ -131,6 +131,16 @@ impl Daemon {
         let stats_socket = tandem_proto::paths::stats_socket(&socket);
         sock::sockaddr(&socket).map_err(|e| StartError(e.to_string()))?;
         sock::sockaddr(&stats_socket).map_err(|e| StartError(e.to_string()))?;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let tmp_dir = tandem_proto::paths::tmp_socket_dir(euid);
+        let in_tmp = socket.parent() == Some(tmp_dir.as_path());
+        if in_tmp {
+            // /tmp/tandem-<uid>: made private, and refused unless it is.
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(&tmp_dir);
+            sock::check_private_dir(&tmp_dir, euid).map_err(StartError)?;
+        }
         sock::ensure_parent(&socket).map_err(|e| {
             StartError(format!(
                 "cannot create the socket directory for {}: {e}",
@@ -241,8 +251,6 @@ impl Daemon {
             }
         }
 
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
         let shared = Arc::new(Shared::new(
             opts.config,
             opts.config_path,

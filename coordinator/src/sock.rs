@@ -163,6 +163,36 @@ pub fn client_limit_message() -> String {
     )
 }
 
+/// Checks that `dir` is `euid`'s own and that nobody else may write in it:
+/// the test ssh-agent and tmux make of their directories in /tmp, where
+/// anyone could have made it first to catch the sockets.
+pub fn check_private_dir(dir: &Path, euid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let problem = if !m.is_dir() {
+        Some("it is not a directory (a symlink?)".to_string())
+    } else if m.uid() != euid {
+        Some(format!(
+            "it is owned by uid {}, not by you (uid {euid})",
+            m.uid()
+        ))
+    } else if m.mode() & 0o022 != 0 {
+        Some(format!(
+            "others may write in it (mode {:04o})",
+            m.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "{} is not safe for tandemd's sockets: {p}; remove it (tandemd then creates it, mode 0700), or set XDG_RUNTIME_DIR or TANDEM_SOCKET (--socket) to a directory of your own",
+            dir.display()
+        )),
+    }
+}
+
 /// Make a directory (and parents) for a socket, mode 0755 for new ones.
 pub fn ensure_parent(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -179,4 +209,35 @@ pub fn ensure_parent(path: &Path) -> io::Result<()> {
 pub fn cpath(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_private_dir_must_be_ours_and_closed_to_others() {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let dir = std::env::temp_dir().join(format!("tandem-sock-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let mode = |m: u32| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m));
+        mode(0o700).unwrap();
+        assert_eq!(check_private_dir(&dir, me), Ok(()));
+        mode(0o755).unwrap();
+        assert_eq!(
+            check_private_dir(&dir, me),
+            Ok(()),
+            "others may read, not write"
+        );
+        mode(0o777).unwrap();
+        let e = check_private_dir(&dir, me).unwrap_err();
+        assert!(e.contains("mode 0777") && e.contains("remove it"), "{e}");
+        mode(0o700).unwrap();
+        let e = check_private_dir(&dir, me.wrapping_add(1)).unwrap_err();
+        assert!(e.contains(&format!("owned by uid {me}")), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

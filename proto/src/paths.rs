@@ -36,8 +36,16 @@ pub fn socket_from(
     }
     match xdg_runtime_dir.filter(|p| !p.is_empty()) {
         Some(dir) => Path::new(&dir).join("tandem").join("tandemd.sock"),
-        None => PathBuf::from(format!("/tmp/tandem-{euid}/tandemd.sock")),
+        None => tmp_socket_dir(euid).join(MAIN_SOCKET_NAME),
     }
+}
+
+/// `/tmp/tandem-<uid>`: user `euid`'s socket directory when
+/// `XDG_RUNTIME_DIR` is unset. Anyone can create it first in /tmp, so
+/// tandemd uses it only if it is that user's own and nobody else may write
+/// in it (as ssh-agent and tmux do).
+pub fn tmp_socket_dir(euid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/tandem-{euid}"))
 }
 
 /// The stats socket that belongs to the main socket `main`, in the same

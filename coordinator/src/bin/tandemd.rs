@@ -16,7 +16,9 @@ const USAGE: &str = "usage: tandemd [--config PATH | --no-config] [--socket PATH
   --no-config              use the built-in defaults, read no file
   --socket PATH            main socket (default: $TANDEM_SOCKET, else
                            /run/tandem/tandemd.sock for root, else
-                           $XDG_RUNTIME_DIR/tandem/tandemd.sock); the stats socket
+                           $XDG_RUNTIME_DIR/tandem/tandemd.sock, else
+                           /tmp/tandem-<uid>/tandemd.sock, refused unless that
+                           directory is yours, closed to others' writes); the stats socket
                            sits beside it, named after it: stats.sock for
                            tandemd.sock, NAME.stats.sock for NAME.sock
   --foreground             accepted for compatibility: tandemd never forks

@@ -214,6 +214,15 @@ fn two_daemons_in_one_directory_keep_their_own_sockets() {
 /// 20 s (a tandemd that started when it should have refused): (exit code,
 /// output).
 fn bounded(cmd: &mut Command, log: &std::path::Path) -> (Option<i32>, String) {
+    bounded_until(cmd, log, None)
+}
+
+/// [`bounded`], also stopping it once its output contains `until`.
+fn bounded_until(
+    cmd: &mut Command,
+    log: &std::path::Path,
+    until: Option<&str>,
+) -> (Option<i32>, String) {
     let f = std::fs::File::create(log).expect("log file");
     let mut child = cmd
         .stdout(f.try_clone().expect("dup"))
@@ -225,7 +234,9 @@ fn bounded(cmd: &mut Command, log: &std::path::Path) -> (Option<i32>, String) {
         if let Some(st) = child.try_wait().expect("try_wait") {
             break st.code();
         }
-        if Instant::now() > end {
+        let done =
+            until.is_some_and(|u| std::fs::read_to_string(log).unwrap_or_default().contains(u));
+        if done || Instant::now() > end {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -518,4 +529,56 @@ fn under_journald_lines_carry_no_timestamp_and_the_pid_once() {
             assert!(line.contains(&pid), "{line}");
         }
     }
+}
+
+/// A user's default socket directory without XDG_RUNTIME_DIR,
+/// /tmp/tandem-<uid>, is used only if it is the user's own and closed to
+/// others' writes: one made first by someone else (here root, mode 0777) is
+/// refused with what to do; otherwise tandemd makes it, mode 0700. Before,
+/// the root-owned 0777 directory was used. Needs root (to be another user).
+#[test]
+fn the_tmp_socket_directory_must_be_the_users_own() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run tandemd as another user");
+        return;
+    }
+    let uid = 64999;
+    let tmp = std::path::PathBuf::from(format!("/tmp/tandem-{uid}"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let dir = TestDir::new("tmpdir");
+    let run = |log: &str| {
+        bounded_until(
+            Command::new(&coordinator_bins().tandemd)
+                .arg("--no-config")
+                .env_remove("TANDEM_SOCKET")
+                .env_remove("XDG_RUNTIME_DIR")
+                .env_remove("JOURNAL_STREAM")
+                .env("TANDEM_LOG", "info")
+                .uid(uid)
+                .gid(uid),
+            &dir.path().join(log),
+            Some("listening"),
+        )
+    };
+    std::fs::create_dir(&tmp).expect("mkdir");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (code, text) = run("planted.log");
+    assert!(code.is_some() && code != Some(0), "started: {text}");
+    assert!(
+        text.contains(tmp.to_str().expect("utf-8")) && text.contains("not safe"),
+        "{text}"
+    );
+    assert!(!tmp.join("tandemd.sock").exists(), "{text}");
+    std::fs::remove_dir_all(&tmp).expect("rm");
+
+    // Not there: tandemd makes it, the user's own, mode 0700 (and runs
+    // until it is stopped once listening).
+    let (_, text) = run("own.log");
+    let m = std::fs::metadata(&tmp).expect("made");
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(text.contains("listening"), "{text}");
+    assert_eq!((m.uid(), m.mode() & 0o777), (uid, 0o700));
 }
