@@ -582,3 +582,33 @@ fn the_tmp_socket_directory_must_be_the_users_own() {
     assert!(text.contains("listening"), "{text}");
     assert_eq!((m.uid(), m.mode() & 0o777), (uid, 0o700));
 }
+
+/// Past its connection cap (a quarter of the open-file limit: 64 here) the
+/// stats server closes the connection that waited longest, telling it so in
+/// a 503 that a client reads (not "Connection reset by peer"), and still
+/// answers the newcomer.
+#[test]
+fn past_the_stats_cap_the_oldest_connection_is_told_why_and_new_ones_are_answered() {
+    use std::io::Read;
+    let dir = TestDir::new("statscap");
+    let mut d = Tandemd::spawn_with_nofile(&dir, default_config(), 256);
+    d.wait_ready();
+    let mut idle: Vec<UnixStream> = (0..150)
+        .map(|_| UnixStream::connect(d.stats_socket()).expect("connect"))
+        .collect();
+    let (code, text) = tandemctl(&d, &["status"]);
+    assert_eq!(code, Some(0), "{text}");
+    let first = &mut idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = String::new();
+    first
+        .read_to_string(&mut answer)
+        .expect("the oldest connection's answer");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("at its limit of 64 open connections"),
+        "{answer}"
+    );
+}
