@@ -83,10 +83,14 @@ pub fn http_get(stats_socket: &Path, target: &str, timeout: Duration) -> Result<
     )
     .map_err(|e| format!("sending the request: {e}"))?;
     let mut raw = Vec::new();
-    s.take(MAX_RESPONSE as u64)
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("reading the response: {e}"))?;
-    parse_response(&raw)
+    let read = s.take(MAX_RESPONSE as u64).read_to_end(&mut raw);
+    match (read, parse_response(&raw)) {
+        (Ok(_), parsed) => parsed,
+        // A server that refuses may close before reading the request; the
+        // reset then comes after its answer, which is what to show.
+        (Err(_), Ok(r)) => Ok(r),
+        (Err(e), Err(_)) => Err(format!("reading the response: {e}")),
+    }
 }
 
 /// Parse a complete `Connection: close` response.
@@ -125,4 +129,33 @@ pub fn snapshot(stats_socket: &Path, timeout: Duration) -> Result<Snapshot, Stri
         ));
     }
     serde_json::from_str(&r.body).map_err(|e| format!("GET /stats returned bad JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A server that answers without reading the request and closes: the
+    /// close resets the connection, after the answer.
+    #[test]
+    fn a_refusal_sent_before_a_reset_is_shown_not_the_reset() {
+        let dir = std::env::temp_dir().join(format!("tandem-client-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stats.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            // Wait until the request is in our receive queue, unread.
+            std::thread::sleep(Duration::from_millis(200));
+            s.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\n\r\nfull\n")
+                .unwrap();
+        });
+        let r = http_get(&path, "/stats", Duration::from_secs(5));
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = r.expect("the answer, not the reset");
+        assert_eq!((r.status, r.body.as_str()), (503, "full\n"));
+    }
 }

@@ -101,6 +101,8 @@ pub struct Daemon {
     next_token: u64,
     threads: Vec<JoinHandle<()>>,
     socket_ids: Vec<(PathBuf, (u64, u64))>,
+    /// Where the TCP listener (`[stats] tcp_listen`) is bound, if there is one.
+    metrics_addr: Option<std::net::SocketAddr>,
     set_log_level: Option<Box<dyn Fn(tracing::Level) + Send>>,
     buf: Vec<u8>,
     out: Vec<u8>,
@@ -112,6 +114,8 @@ pub struct Daemon {
     broker: Broker,
     /// Bounds the debug lines about refused or malformed Follow messages.
     follow_log: RateLimit,
+    /// Closed to accept (and refuse) a connection when out of descriptors.
+    spare_fd: Option<OwnedFd>,
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
@@ -127,6 +131,16 @@ impl Daemon {
         let stats_socket = tandem_proto::paths::stats_socket(&socket);
         sock::sockaddr(&socket).map_err(|e| StartError(e.to_string()))?;
         sock::sockaddr(&stats_socket).map_err(|e| StartError(e.to_string()))?;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let tmp_dir = tandem_proto::paths::tmp_socket_dir(euid);
+        let in_tmp = socket.parent() == Some(tmp_dir.as_path());
+        if in_tmp {
+            // /tmp/tandem-<uid>: made private, and refused unless it is.
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(&tmp_dir);
+            sock::check_private_dir(&tmp_dir, euid).map_err(StartError)?;
+        }
         sock::ensure_parent(&socket).map_err(|e| {
             StartError(format!(
                 "cannot create the socket directory for {}: {e}",
@@ -136,8 +150,10 @@ impl Daemon {
         match sock::probe(&socket) {
             Ok(Probe::Live) => {
                 return Err(StartError(format!(
-                    "another tandemd is already running on {} (it accepted a connection); stop it first, or start this one with --socket PATH",
-                    socket.display()
+                    "another tandemd is already running on {} (it accepted a connection): stop it first, or give this one a socket of its own with --socket (e.g. {}: its stats socket follows the name, {})",
+                    socket.display(),
+                    socket.with_file_name("b.sock").display(),
+                    tandem_proto::paths::stats_socket(&socket.with_file_name("b.sock")).display()
                 )))
             }
             Ok(Probe::Stale) => {
@@ -154,9 +170,33 @@ impl Daemon {
                 )))
             }
         }
-        // No live daemon owns the directory's stats socket either.
-        if std::fs::symlink_metadata(&stats_socket).is_ok() {
-            let _ = std::fs::remove_file(&stats_socket);
+        // A stats socket left by a daemon that died is removed; one that
+        // something answers on (another daemon's socket of that name) is
+        // left alone, and this daemon does not start.
+        match sock::probe_stream(&stats_socket) {
+            Ok(Probe::Absent) => {}
+            Ok(Probe::Stale) => {
+                info!("removing stale socket {}", stats_socket.display());
+                std::fs::remove_file(&stats_socket).map_err(|e| {
+                    StartError(format!(
+                        "cannot remove stale socket {}: {e}",
+                        stats_socket.display()
+                    ))
+                })?;
+            }
+            Ok(Probe::Live) => {
+                return Err(StartError(format!(
+                    "{} (the stats socket of {}) is in use by another process: give this tandemd another --socket name",
+                    stats_socket.display(),
+                    socket.display()
+                )))
+            }
+            Err(e) => {
+                return Err(StartError(format!(
+                    "cannot use stats socket path {}: {e}",
+                    stats_socket.display()
+                )))
+            }
         }
         let listener = sock::listen_seqpacket(&socket)
             .map_err(|e| StartError(format!("cannot listen on {}: {e}", socket.display())))?;
@@ -174,6 +214,7 @@ impl Daemon {
             })?),
             None => None,
         };
+        let metrics_addr = tcp.as_ref().and_then(|t| t.local_addr().ok());
         // After both sockets are ours: a second tandemd never gets here.
         let mps = crate::mps::Mps::start(
             &opts.config.mps,
@@ -210,8 +251,6 @@ impl Daemon {
             }
         }
 
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
         let shared = Arc::new(Shared::new(
             opts.config,
             opts.config_path,
@@ -248,6 +287,7 @@ impl Daemon {
             next_token: FIRST_CONN_TOKEN,
             threads,
             socket_ids,
+            metrics_addr,
             set_log_level: opts.set_log_level,
             buf: vec![0u8; MAX_MESSAGE_LEN],
             out: vec![0u8; MAX_MESSAGE_LEN],
@@ -256,6 +296,7 @@ impl Daemon {
             client_tokens: HashMap::new(),
             broker: Broker::new(),
             follow_log: RateLimit::default(),
+            spare_fd: sock::spare_fd(),
         })
     }
 
@@ -273,11 +314,21 @@ impl Daemon {
 
     /// Serve until stopped (SIGTERM/SIGINT or a [`StopHandle`]), then clean up.
     pub fn run(mut self) -> io::Result<()> {
+        let metrics = self.metrics_addr.map_or_else(
+            || "off ([stats] tcp_listen is empty)".to_string(),
+            |a| format!("http://{a}/metrics and /healthz"),
+        );
+        // The journal names the pid on every line already.
+        let pid = if crate::logging::under_journald() {
+            String::new()
+        } else {
+            format!(" (pid {})", std::process::id())
+        };
         info!(
-            socket = %self.shared.socket.display(),
-            stats = %self.shared.stats_socket.display(),
-            pid = std::process::id(),
-            "tandemd listening"
+            "tandemd {} listening{pid}: clients and control on {}, stats on {}, TCP {metrics}",
+            env!("CARGO_PKG_VERSION"),
+            self.shared.socket.display(),
+            self.shared.stats_socket.display(),
         );
         let _ = crate::notify::notify("READY=1\nSTATUS=0 clients");
         let mut events = Vec::with_capacity(64);
@@ -293,6 +344,7 @@ impl Daemon {
                 .map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
                 .into_iter()
                 .chain(self.dedup_wait())
+                .chain(crate::logging::flush_throttled())
                 .min();
             events.clear();
             if let Err(e) = self.epoll.wait(&mut events, timeout) {
@@ -366,10 +418,19 @@ impl Daemon {
         }
     }
 
-    /// Re-read the configuration; a bad file keeps the old one.
+    /// Re-read the configuration; a bad or missing file keeps the old one.
     pub fn reload(&mut self, why: &str) -> Result<String, String> {
         let path = self.shared.config_path.clone();
         match Config::load(&path) {
+            Ok((_, Source::MissingFile)) if !path.as_os_str().is_empty() => {
+                self.shared.registry().totals.reload_failures += 1;
+                let msg = format!(
+                    "{} does not exist (deleted or moved?); the running configuration is kept: restore the file and reload again",
+                    path.display()
+                );
+                error!("{msg} ({why})");
+                Err(msg)
+            }
             Ok((cfg, src)) => {
                 let old = self.shared.config();
                 if old.stats.tcp_listen != cfg.stats.tcp_listen {
@@ -401,11 +462,9 @@ impl Daemon {
                     _ if path.as_os_str().is_empty() => {
                         "no configuration file (--no-config): built-in defaults kept".to_string()
                     }
-                    Source::File => format!("configuration reloaded from {}", path.display()),
-                    Source::MissingFile => format!(
-                        "{} does not exist; configuration reset to the defaults",
-                        path.display()
-                    ),
+                    Source::File | Source::MissingFile => {
+                        format!("configuration reloaded from {}", path.display())
+                    }
                 };
                 info!("{msg} ({why})");
                 Ok(msg)

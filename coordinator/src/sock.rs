@@ -113,6 +113,86 @@ pub fn probe(path: &Path) -> io::Result<Probe> {
     }
 }
 
+/// [`probe`] for a stream socket (the stats socket): what is at `path`.
+pub fn probe_stream(path: &Path) -> io::Result<Probe> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Probe::Absent),
+        Err(e) => return Err(e),
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; remove it or choose another path",
+                    path.display()
+                ),
+            ))
+        }
+        Ok(_) => {}
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Ok(Probe::Live),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Ok(Probe::Stale),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Probe::Absent),
+        // Another type of socket (a main socket of that name): in use.
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => Ok(Probe::Live),
+        Err(e) => Err(e),
+    }
+}
+
+/// A descriptor held in reserve (`/dev/null`), closed to make room for one
+/// more when the process runs out.
+#[must_use]
+pub fn spare_fd() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+}
+
+/// Whether `errno` says this process (or the system) is out of descriptors.
+#[must_use]
+pub fn out_of_fds(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// What a client refused for want of descriptors is told (and the log).
+#[must_use]
+pub fn client_limit_message() -> String {
+    let limit =
+        tandem_os::rlimit::nofile().map_or_else(|_| "?".to_string(), |l| l.soft.to_string());
+    format!(
+        "tandemd is at its client limit ({limit} open files): this job runs unscheduled; raise tandemd's open-file limit (LimitNOFILE= in its systemd unit)"
+    )
+}
+
+/// Checks that `dir` is `euid`'s own and that nobody else may write in it:
+/// the test ssh-agent and tmux make of their directories in /tmp, where
+/// anyone could have made it first to catch the sockets.
+pub fn check_private_dir(dir: &Path, euid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let problem = if !m.is_dir() {
+        Some("it is not a directory (a symlink?)".to_string())
+    } else if m.uid() != euid {
+        Some(format!(
+            "it is owned by uid {}, not by you (uid {euid})",
+            m.uid()
+        ))
+    } else if m.mode() & 0o022 != 0 {
+        Some(format!(
+            "others may write in it (mode {:04o})",
+            m.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "{} is not safe for tandemd's sockets: {p}; remove it (tandemd then creates it, mode 0700), or set XDG_RUNTIME_DIR or TANDEM_SOCKET (--socket) to a directory of your own",
+            dir.display()
+        )),
+    }
+}
+
 /// Make a directory (and parents) for a socket, mode 0755 for new ones.
 pub fn ensure_parent(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -129,4 +209,35 @@ pub fn ensure_parent(path: &Path) -> io::Result<()> {
 pub fn cpath(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_private_dir_must_be_ours_and_closed_to_others() {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let dir = std::env::temp_dir().join(format!("tandem-sock-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let mode = |m: u32| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m));
+        mode(0o700).unwrap();
+        assert_eq!(check_private_dir(&dir, me), Ok(()));
+        mode(0o755).unwrap();
+        assert_eq!(
+            check_private_dir(&dir, me),
+            Ok(()),
+            "others may read, not write"
+        );
+        mode(0o777).unwrap();
+        let e = check_private_dir(&dir, me).unwrap_err();
+        assert!(e.contains("mode 0777") && e.contains("remove it"), "{e}");
+        mode(0o700).unwrap();
+        let e = check_private_dir(&dir, me.wrapping_add(1)).unwrap_err();
+        assert!(e.contains(&format!("owned by uid {me}")), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,20 +1,24 @@
 //! A tiny HTTP/1.1 server for stats: `GET /stats` (JSON), `GET /metrics`
-//! (Prometheus text 0.0.4), anything else 404 with a help text. One request
-//! per connection (`Connection: close`), requests limited to 8 KiB and 2 s.
+//! (Prometheus text 0.0.4), `GET /healthz` (liveness: "ok"), anything else
+//! 404 with a help text. One request per connection (`Connection: close`),
+//! requests limited to 8 KiB and 2 s. Event-driven on one thread: an idle
+//! or slow client holds only its own connection, never a worker, and past
+//! [`connection_cap`] the oldest connection is closed to make room, so a
+//! flood of idle connections cannot keep tandemctl or a probe from an answer.
 //! The optional TCP listener has no authentication, so it serves only
 //! `/metrics` unless `[stats] tcp_serves_stats` says otherwise: `/stats`
 //! names executables, uids, cgroups, pods and kernels.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixListener;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tandem_os::poll::{self, Seen};
-use tracing::{debug, warn};
+use tandem_os::epoll::Epoll;
+use tracing::{debug, error, warn};
 
 use crate::shared::Shared;
 
@@ -22,10 +26,7 @@ use crate::shared::Shared;
 pub const MAX_REQUEST: usize = 8192;
 /// How long a client may take to send its request (and to read the answer).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
-/// Connections served at once; more get 503.
-pub const MAX_CONCURRENT: usize = 16;
-
-const HELP: &str = "tandemd stats: GET /stats (JSON snapshot) or GET /metrics (Prometheus text)\n";
+const HELP: &str = "tandemd stats: GET /stats (JSON snapshot), GET /metrics (Prometheus text) or GET /healthz (liveness)\n";
 
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub enum Route {
     Stats,
     /// Prometheus.
     Metrics,
+    /// Liveness: a fixed "ok", computed from nothing.
+    Healthz,
     /// 404.
     NotFound,
     /// 405.
@@ -69,11 +72,13 @@ pub fn route(head: &[u8]) -> Route {
     match path {
         "/stats" => Route::Stats,
         "/metrics" => Route::Metrics,
+        "/healthz" => Route::Healthz,
         _ => Route::NotFound,
     }
 }
 
-fn respond<S: Write>(s: &mut S, code: u16, reason: &str, ctype: &str, body: &str, head_only: bool) {
+/// A whole response.
+fn response(code: u16, reason: &str, ctype: &str, body: &str, head_only: bool) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -81,31 +86,71 @@ fn respond<S: Write>(s: &mut S, code: u16, reason: &str, ctype: &str, body: &str
     if !head_only {
         out.push_str(body);
     }
-    let _ = s.write_all(out.as_bytes());
-    let _ = s.flush();
+    out.into_bytes()
 }
 
-const TCP_NO_STATS: &str = "GET /stats is not served over TCP (it names executables, uids, pods and kernels, and TCP has no authentication): use stats.sock, or set [stats] tcp_serves_stats = true\n";
+const TCP_NO_STATS: &str = "GET /stats is not served over TCP (it names executables, uids, pods and kernels, and TCP has no authentication): use the stats socket, or set [stats] tcp_serves_stats = true\n";
 
-/// Read the head of one request (bounded), answer it; `tcp`: it came over
-/// the TCP listener.
+/// Where a request head ends (the blank line), if it is all there.
+#[must_use]
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// The whole answer to one request `head`; `tcp`: it came over the TCP
+/// listener.
+#[must_use]
+pub fn answer(head: &[u8], shared: &Shared, tcp: bool) -> Vec<u8> {
+    let head_only = head.starts_with(b"HEAD ");
+    match route(head) {
+        Route::Healthz => response(200, "OK", "text/plain", "ok\n", head_only),
+        Route::Stats if tcp && !shared.config().stats.tcp_serves_stats => {
+            response(404, "Not Found", "text/plain", TCP_NO_STATS, head_only)
+        }
+        Route::Stats => {
+            let body = serde_json::to_string_pretty(&shared.snapshot()).unwrap_or_default() + "\n";
+            response(200, "OK", "application/json", &body, head_only)
+        }
+        Route::Metrics => {
+            let body = crate::metrics::render(&shared.snapshot());
+            response(
+                200,
+                "OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                &body,
+                head_only,
+            )
+        }
+        Route::NotFound => response(404, "Not Found", "text/plain", HELP, head_only),
+        Route::BadMethod => response(405, "Method Not Allowed", "text/plain", HELP, false),
+        Route::Bad(why) => response(
+            400,
+            "Bad Request",
+            "text/plain",
+            &format!("{why}\n{HELP}"),
+            false,
+        ),
+    }
+}
+
+/// Read the head of one request from a blocking connection (bounded),
+/// answer it; `tcp`: it came over the TCP listener. The server itself is
+/// event-driven ([`serve`]) and answers the same way ([`answer`]).
 pub fn handle<S: Read + Write>(s: &mut S, shared: &Shared, tcp: bool) {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
+    let out = loop {
+        if let Some(i) = head_end(&buf) {
+            break answer(&buf[..i], shared, tcp);
         }
         if buf.len() > MAX_REQUEST {
-            respond(
-                s,
+            break response(
                 431,
                 "Request Header Fields Too Large",
                 "text/plain",
                 "request too large\n",
                 false,
             );
-            return;
         }
         match s.read(&mut chunk) {
             Ok(0) => return, // closed before a full request
@@ -117,129 +162,340 @@ pub fn handle<S: Read + Write>(s: &mut S, shared: &Shared, tcp: bool) {
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                respond(
-                    s,
+                break response(
                     408,
                     "Request Timeout",
                     "text/plain",
                     "request timeout\n",
                     false,
                 );
-                return;
             }
             Err(_) => return,
         }
     };
-    let head = &buf[..head_end];
-    let head_only = head.starts_with(b"HEAD ");
-    match route(head) {
-        Route::Stats if tcp && !shared.config().stats.tcp_serves_stats => {
-            respond(s, 404, "Not Found", "text/plain", TCP_NO_STATS, head_only);
+    let _ = s.write_all(&out);
+    let _ = s.flush();
+}
+
+/// Connections the stats server keeps open at most (see [`connection_cap`]).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections the stats server keeps open at once: [`MAX_CONNECTIONS`], or
+/// a quarter of the soft `RLIMIT_NOFILE` if that is less (the rest is for
+/// jobs), at least 16. Past it, the connection that has waited longest is
+/// closed with a 503 that says so, so idle connections can never lock the
+/// server: a new client is always answered.
+#[must_use]
+pub fn connection_cap() -> usize {
+    let soft = tandem_os::rlimit::nofile().map_or(1024, |l| l.soft);
+    usize::try_from(soft / 4)
+        .unwrap_or(usize::MAX)
+        .clamp(16, MAX_CONNECTIONS)
+}
+
+const TOKEN_WAKE: u64 = 0;
+const TOKEN_UNIX: u64 = 1;
+const TOKEN_TCP: u64 = 2;
+const FIRST_CONN: u64 = 16;
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
         }
-        Route::Stats => {
-            let body = serde_json::to_string_pretty(&shared.snapshot()).unwrap_or_default() + "\n";
-            respond(s, 200, "OK", "application/json", &body, head_only);
-        }
-        Route::Metrics => {
-            let body = crate::metrics::render(&shared.snapshot());
-            respond(
-                s,
-                200,
-                "OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                &body,
-                head_only,
-            );
-        }
-        Route::NotFound => respond(s, 404, "Not Found", "text/plain", HELP, head_only),
-        Route::BadMethod => respond(s, 405, "Method Not Allowed", "text/plain", HELP, false),
-        Route::Bad(why) => respond(
-            s,
-            400,
-            "Bad Request",
-            "text/plain",
-            &format!("{why}\n{HELP}"),
-            false,
-        ),
     }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Conn {
+    s: Stream,
+    tcp: bool,
+    /// The request head so far.
+    buf: Vec<u8>,
+    /// The answer, once there is one, and how much of it went out.
+    out: Option<(Vec<u8>, usize)>,
+    /// When it is closed: [`IO_TIMEOUT`] after it was accepted (to send its
+    /// request) or after its answer was ready (to read it).
+    deadline: Instant,
+}
+
+/// The event-driven stats server: one thread, non-blocking connections,
+/// each with its own deadline; nothing a client does (or fails to do)
+/// holds anything but its own connection.
+struct Server {
+    shared: Arc<Shared>,
+    epoll: Epoll,
+    unix: UnixListener,
+    tcp: Option<TcpListener>,
+    /// By token: the smallest is the connection accepted first.
+    conns: BTreeMap<u64, Conn>,
+    next: u64,
+    cap: usize,
 }
 
 /// Serve until a byte arrives on `wake` (read end of a pipe).
 pub fn serve(shared: Arc<Shared>, unix: UnixListener, tcp: Option<TcpListener>, wake: OwnedFd) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let epoll = match Epoll::new() {
+        Ok(e) => e,
+        Err(e) => {
+            error!("stats server: {e}; GET /stats and /metrics are not served");
+            return;
+        }
+    };
     let _ = unix.set_nonblocking(true);
+    let mut ok = epoll.add(wake.as_fd(), TOKEN_WAKE).is_ok();
+    ok &= epoll.add(unix.as_fd(), TOKEN_UNIX).is_ok();
     if let Some(t) = &tcp {
         let _ = t.set_nonblocking(true);
+        ok &= epoll.add(t.as_fd(), TOKEN_TCP).is_ok();
     }
+    if !ok {
+        error!("stats server: epoll_ctl failed; GET /stats and /metrics are not served");
+        return;
+    }
+    let mut server = Server {
+        shared,
+        epoll,
+        unix,
+        tcp,
+        conns: BTreeMap::new(),
+        next: FIRST_CONN,
+        cap: connection_cap(),
+    };
+    let mut events = Vec::with_capacity(tandem_os::epoll::MAX_EVENTS);
     loop {
-        let mut seen = [Seen::default(); 3];
-        let all = [wake.as_fd(), unix.as_fd()];
-        let with_tcp;
-        let fds: &[BorrowedFd<'_>] = match &tcp {
-            Some(t) => {
-                with_tcp = [wake.as_fd(), unix.as_fd(), t.as_fd()];
-                &with_tcp
-            }
-            None => &all,
-        };
-        if let Err(e) = poll::wait(fds, &mut seen[..fds.len()], None) {
+        let timeout = server
+            .conns
+            .values()
+            .map(|c| c.deadline)
+            .min()
+            .map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
+        events.clear();
+        if let Err(e) = server.epoll.wait(&mut events, timeout) {
             warn!("stats server: {e}");
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        if seen[0] != Seen::default() {
+        for ev in &events {
+            match ev.token {
+                TOKEN_WAKE => return,
+                TOKEN_UNIX => server.accept(false),
+                TOKEN_TCP => server.accept(true),
+                t => server.io(t),
+            }
+        }
+        server.expire();
+    }
+}
+
+impl Server {
+    fn accept(&mut self, tcp: bool) {
+        loop {
+            let got = match (&self.tcp, tcp) {
+                (Some(t), true) => t.accept().map(|(s, _)| Stream::Tcp(s)),
+                _ => self.unix.accept().map(|(s, _)| Stream::Unix(s)),
+            };
+            match got {
+                Ok(s) => self.add(s, tcp),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                    crate::logging::warn_throttled(
+                        "stats accept failed",
+                        &format!("stats server: accept failed: {e}"),
+                    );
+                    // The listener stays readable: free a descriptor (the
+                    // connection that waited longest) or pause a little,
+                    // rather than spin.
+                    if !(out_of_fds && self.evict_oldest()) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, s: Stream, tcp: bool) {
+        let nonblocking = match &s {
+            Stream::Unix(u) => u.set_nonblocking(true),
+            Stream::Tcp(t) => t.set_nonblocking(true),
+        };
+        if nonblocking.is_err() {
             return;
         }
-        while let Ok((s, _)) = unix.accept() {
-            spawn(&shared, &active, s, false, |s| {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(IO_TIMEOUT))?;
-                s.set_write_timeout(Some(IO_TIMEOUT))
-            });
+        if self.conns.len() >= self.cap {
+            self.evict_oldest();
         }
-        if let Some(t) = &tcp {
-            while let Ok((s, _)) = t.accept() {
-                spawn(&shared, &active, s, true, |s| {
-                    s.set_nonblocking(false)?;
-                    s.set_read_timeout(Some(IO_TIMEOUT))?;
-                    s.set_write_timeout(Some(IO_TIMEOUT))
-                });
+        let token = self.next;
+        self.next += 1;
+        if self.epoll.add(s.fd(), token).is_err() {
+            return;
+        }
+        self.conns.insert(
+            token,
+            Conn {
+                s,
+                tcp,
+                buf: Vec::new(),
+                out: None,
+                deadline: Instant::now() + IO_TIMEOUT,
+            },
+        );
+        // The request is usually there already: answer it at once.
+        self.io(token);
+    }
+
+    /// Close the connection accepted first, telling it why; `false` if
+    /// there is none.
+    fn evict_oldest(&mut self) -> bool {
+        let Some((_, mut c)) = self.conns.pop_first() else {
+            return false;
+        };
+        debug!(
+            "stats server: at its cap of {} connections; closing the oldest",
+            self.cap
+        );
+        let body = format!(
+            "tandemd's stats server is at its limit of {} open connections; this one waited longest and was closed: retry\n",
+            self.cap
+        );
+        refuse(&mut c.s, 503, "Service Unavailable", &body);
+        true
+    }
+
+    /// Read what a connection sent, answer once its request head is in,
+    /// and send what the socket takes.
+    fn io(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let mut chunk = [0u8; 1024];
+        while c.out.is_none() {
+            match c.s.read(&mut chunk) {
+                Ok(0) => {
+                    // Closed before a whole request: nothing to answer.
+                    self.close(token);
+                    return;
+                }
+                Ok(n) => {
+                    c.buf.extend_from_slice(&chunk[..n]);
+                    let answer = match head_end(&c.buf) {
+                        Some(end) => answer(&c.buf[..end], &self.shared, c.tcp),
+                        None if c.buf.len() > MAX_REQUEST => response(
+                            431,
+                            "Request Header Fields Too Large",
+                            "text/plain",
+                            "request too large\n",
+                            false,
+                        ),
+                        None => continue,
+                    };
+                    c.out = Some((answer, 0));
+                    c.buf = Vec::new();
+                    c.deadline = Instant::now() + IO_TIMEOUT;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.close(token);
+                    return;
+                }
+            }
+        }
+        let Some((out, sent)) = c.out.as_mut() else {
+            return;
+        };
+        while *sent < out.len() {
+            match c.s.write(&out[*sent..]) {
+                Ok(0) => break,
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The rest when the peer has read some: wait for room,
+                    // and no longer for input.
+                    if self.epoll.watch_write(c.s.fd(), token).is_err() {
+                        self.close(token);
+                    }
+                    return;
+                }
+                Err(_) => break,
+            }
+        }
+        self.close(token);
+    }
+
+    fn close(&mut self, token: u64) {
+        if let Some(mut c) = self.conns.remove(&token) {
+            self.epoll.delete(c.s.fd());
+            drain(&mut c.s);
+        }
+    }
+
+    /// Answer 408 to connections whose request did not arrive in time, and
+    /// drop those that did not read their answer in time.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in late {
+            if let Some(mut c) = self.conns.remove(&t) {
+                self.epoll.delete(c.s.fd());
+                if c.out.is_none() {
+                    refuse(&mut c.s, 408, "Request Timeout", "request timeout\n");
+                }
             }
         }
     }
 }
 
-fn spawn<S, F>(shared: &Arc<Shared>, active: &Arc<AtomicUsize>, mut s: S, tcp: bool, setup: F)
-where
-    S: Read + Write + Send + 'static,
-    F: FnOnce(&S) -> io::Result<()>,
-{
-    if setup(&s).is_err() {
-        return;
-    }
-    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONCURRENT {
-        active.fetch_sub(1, Ordering::AcqRel);
-        respond(
-            &mut s,
-            503,
-            "Service Unavailable",
-            "text/plain",
-            "busy, retry\n",
-            false,
-        );
-        return;
-    }
-    let shared = Arc::clone(shared);
-    let active2 = Arc::clone(active);
-    let r = std::thread::Builder::new()
-        .name("tandemd-http".into())
-        .spawn(move || {
-            handle(&mut s, &shared, tcp);
-            active2.fetch_sub(1, Ordering::AcqRel);
-        });
-    if let Err(e) = r {
-        active.fetch_sub(1, Ordering::AcqRel);
-        debug!("stats server: cannot spawn a thread: {e}");
+/// Best effort on a non-blocking connection: a short answer, then what the
+/// peer sent is read away, so that closing does not reset the connection
+/// under the answer (a close with unread input makes the peer's read fail
+/// with "Connection reset by peer" instead of showing it).
+fn refuse(s: &mut Stream, code: u16, reason: &str, body: &str) {
+    let _ = s.write_all(&response(code, reason, "text/plain", body, false));
+    drain(s);
+}
+
+fn drain(s: &mut Stream) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match s.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
     }
 }
 
@@ -255,6 +511,7 @@ mod tests {
             route(b"GET http://localhost/metrics HTTP/1.1"),
             Route::Metrics
         );
+        assert_eq!(route(b"GET /healthz HTTP/1.1"), Route::Healthz);
         assert_eq!(route(b"GET / HTTP/1.1"), Route::NotFound);
         assert_eq!(route(b"POST /stats HTTP/1.1"), Route::BadMethod);
         assert!(matches!(route(b"GET /stats"), Route::Bad(_)));

@@ -400,12 +400,12 @@ fn control_needs_privilege() {
         }
         assert_eq!(
             out[0] as u16,
-            RejectReason::NOT_PERMITTED.0,
+            RejectReason::CONTROL_DENIED.0,
             "reload by uid 65534"
         );
         assert_eq!(
             out[1] as u16,
-            RejectReason::NOT_PERMITTED.0,
+            RejectReason::CONTROL_DENIED.0,
             "set-class by uid 65534"
         );
         d.wait_log("uid 65534");
@@ -440,7 +440,7 @@ fn control_needs_privilege() {
         t,
     )
     .unwrap();
-    assert_ne!(st, 0);
+    assert_eq!(st, RejectReason::NO_SUCH_CLIENT.0, "{msg}");
     assert!(msg.contains("9999"), "{msg}");
     // tandemctl drives the same path
     let out = std::process::Command::new(tandemctl_bin())
@@ -482,14 +482,42 @@ fn config_errors_defaults_and_sighup_reload() {
     );
     assert!(!dir.path("x.sock").exists());
 
-    // a missing file: defaults, said at info level
-    let d = Tandemd::start("cfgmissing", None);
-    d.wait_log("does not exist; using the built-in defaults");
+    // a missing file named by --config: exit 2, naming it and --no-config
+    let missing = dir.path("missing.toml");
+    let out = std::process::Command::new(tandemd_bin())
+        .arg("--config")
+        .arg(&missing)
+        .arg("--socket")
+        .arg(dir.path("x.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(missing.to_str().unwrap()) && err.contains("--no-config"),
+        "{err}"
+    );
+    assert!(!dir.path("x.sock").exists());
+
+    // an empty file: the defaults
+    let d = Tandemd::start("cfgempty", None);
     let p = Peer::connect(&d.socket, ClientClass::Auto);
     assert_eq!(
         p.welcome.ring_capacity,
         tandem_proto::ring::DEFAULT_CAPACITY
     );
+    drop(p);
+
+    // SIGHUP after the file was deleted keeps the running configuration
+    std::fs::write(&d.config, "ring_capacity = 64\n").unwrap();
+    d.signal(libc::SIGHUP);
+    d.wait_stats("reload counted", |s| s.totals.reloads == 1);
+    std::fs::remove_file(&d.config).unwrap();
+    d.signal(libc::SIGHUP);
+    d.wait_stats("failed reload counted", |s| s.totals.reload_failures == 1);
+    d.wait_log("the running configuration is kept");
+    let p = Peer::connect(&d.socket, ClientClass::Auto);
+    assert_eq!(p.welcome.ring_capacity, 64, "not reset to the defaults");
     drop(p);
     drop(d);
 

@@ -49,6 +49,19 @@ impl Epoll {
         .map_err(Error::at("epoll_ctl(EPOLL_CTL_ADD)"))
     }
 
+    /// Watch `fd` (added under `token`) for room to write and hang-up instead
+    /// of input: a server that has an answer to send and nothing more to
+    /// read from the peer.
+    pub fn watch_write(&self, fd: BorrowedFd<'_>, token: u64) -> Result<()> {
+        epoll::modify(
+            &self.fd,
+            fd,
+            epoll::EventData::new_u64(token),
+            epoll::EventFlags::OUT | epoll::EventFlags::RDHUP,
+        )
+        .map_err(Error::at("epoll_ctl(EPOLL_CTL_MOD)"))
+    }
+
     /// Stop watching `fd` (errors ignored: closing the fd also removes it).
     pub fn delete(&self, fd: BorrowedFd<'_>) {
         let _ = epoll::delete(&self.fd, fd);
@@ -136,5 +149,20 @@ mod tests {
         ep.wait(&mut out, Some(Duration::from_secs(1))).unwrap();
         assert!(out[0].hangup);
         ep.delete(r.as_fd());
+    }
+
+    #[test]
+    fn watch_write_reports_room_to_write_instead_of_input() {
+        let ep = Epoll::new().unwrap();
+        let (r, w) = pipe().unwrap();
+        ep.add(w.as_fd(), 7).unwrap();
+        let mut out = Vec::new();
+        ep.wait(&mut out, Some(Duration::from_millis(1))).unwrap();
+        assert!(out.is_empty(), "a pipe's write end never has input");
+        ep.watch_write(w.as_fd(), 7).unwrap();
+        ep.wait(&mut out, Some(Duration::from_secs(1))).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].token, 7, "the empty pipe has room: {out:?}");
+        drop(r);
     }
 }

@@ -9,6 +9,7 @@
 //! * [`mm`]: the owned shared [`Mapping`].
 //! * [`futex`]: bounded, cross-process `FUTEX_WAIT` / `FUTEX_WAKE`.
 //! * [`epoll`]: tandemd's readiness loop and its wake-up pipe.
+//! * [`rlimit`]: the open-file limit, read and raised.
 //! * [`poll`]: waiting for a few descriptors at once, and an eventfd to
 //!   wake the thread that waits.
 //!
@@ -44,6 +45,7 @@ pub mod memfd;
 pub mod mm;
 pub mod msg;
 pub mod poll;
+pub mod rlimit;
 pub mod socket;
 
 pub use error::{Error, Result};

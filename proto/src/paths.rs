@@ -4,7 +4,10 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// File name of the read-only stats socket, beside the main socket.
+/// The main socket's default file name.
+pub const MAIN_SOCKET_NAME: &str = "tandemd.sock";
+/// File name of the read-only stats socket beside a main socket of the
+/// default name ([`MAIN_SOCKET_NAME`]); see [`stats_socket`] for others.
 pub const STATS_SOCKET_NAME: &str = "stats.sock";
 
 /// The main socket path from the environment: `$TANDEM_SOCKET`, else
@@ -33,15 +36,38 @@ pub fn socket_from(
     }
     match xdg_runtime_dir.filter(|p| !p.is_empty()) {
         Some(dir) => Path::new(&dir).join("tandem").join("tandemd.sock"),
-        None => PathBuf::from(format!("/tmp/tandem-{euid}/tandemd.sock")),
+        None => tmp_socket_dir(euid).join(MAIN_SOCKET_NAME),
     }
 }
 
-/// The stats socket that belongs to the main socket `main`.
+/// `/tmp/tandem-<uid>`: user `euid`'s socket directory when
+/// `XDG_RUNTIME_DIR` is unset. Anyone can create it first in /tmp, so
+/// tandemd uses it only if it is that user's own and nobody else may write
+/// in it (as ssh-agent and tmux do).
+pub fn tmp_socket_dir(euid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/tandem-{euid}"))
+}
+
+/// The stats socket that belongs to the main socket `main`, in the same
+/// directory, its name following the main socket's so that two daemons in
+/// one directory never share one: `stats.sock` beside the default
+/// `tandemd.sock`, else the main socket's name with `.sock` (if it has it)
+/// replaced by `.stats.sock` (`b.sock` -> `b.stats.sock`, `b` ->
+/// `b.stats.sock`). tandemd binds it and tandemctl finds it with this one
+/// function.
 pub fn stats_socket(main: &Path) -> PathBuf {
-    main.parent()
-        .unwrap_or_else(|| Path::new("."))
-        .join(STATS_SOCKET_NAME)
+    let dir = main.parent().unwrap_or_else(|| Path::new("."));
+    let name = main.file_name().unwrap_or_default();
+    if name == MAIN_SOCKET_NAME {
+        return dir.join(STATS_SOCKET_NAME);
+    }
+    // (A name that is not UTF-8 keeps its `.sock`: still its own name.)
+    let mut stats = match name.to_str().and_then(|n| n.strip_suffix(".sock")) {
+        Some(stem) => OsString::from(stem),
+        None => name.to_os_string(),
+    };
+    stats.push(".stats.sock");
+    dir.join(stats)
 }
 
 #[cfg(test)]
@@ -75,6 +101,27 @@ mod tests {
         assert_eq!(
             stats_socket(Path::new("/run/tandem/tandemd.sock")),
             PathBuf::from("/run/tandem/stats.sock")
+        );
+    }
+
+    #[test]
+    fn the_stats_socket_follows_the_main_sockets_name() {
+        for (main, stats) in [
+            ("/d/b.sock", "/d/b.stats.sock"),
+            ("/d/b", "/d/b.stats.sock"),
+            ("/d/stats.sock", "/d/stats.stats.sock"),
+            ("/d/x.tandemd.sock", "/d/x.tandemd.stats.sock"),
+            ("rel.sock", "rel.stats.sock"),
+        ] {
+            assert_eq!(
+                stats_socket(Path::new(main)),
+                PathBuf::from(stats),
+                "{main}"
+            );
+        }
+        assert_ne!(
+            stats_socket(Path::new("/d/a.sock")),
+            stats_socket(Path::new("/d/b.sock"))
         );
     }
 }

@@ -244,8 +244,17 @@ impl RejectReason {
     pub const SHUTTING_DOWN: RejectReason = RejectReason(5);
     /// Internal error in the coordinator (e.g. could not create the region).
     pub const INTERNAL: RejectReason = RejectReason(6);
+    /// A control request named a client id that is not registered.
+    pub const NO_SUCH_CLIENT: RejectReason = RejectReason(7);
+    /// A reload found the configuration file missing or invalid; the
+    /// running configuration is kept.
+    pub const CONFIG_NOT_APPLIED: RejectReason = RejectReason(8);
+    /// The sender of a control request may not make it (not root, not
+    /// tandemd's user, not in `admins`, or in a container).
+    pub const CONTROL_DENIED: RejectReason = RejectReason(9);
 
-    /// A short description, or `"unknown reason"`.
+    /// A short description, or `"unknown reason"` for a code this release
+    /// does not know (a newer peer's: every code decodes).
     #[must_use]
     pub const fn describe(self) -> &'static str {
         match self.0 {
@@ -255,6 +264,9 @@ impl RejectReason {
             4 => "too many clients",
             5 => "coordinator shutting down",
             6 => "coordinator internal error",
+            7 => "no such client",
+            8 => "configuration not applied",
+            9 => "operation not permitted",
             _ => "unknown reason",
         }
     }
@@ -1389,7 +1401,12 @@ mod tests {
             shown.contains("v9") && shown.contains("version mismatch") && shown.contains(msg),
             "{shown}"
         );
-        // unknown reasons still decode
+        // every refusal has its own description; unknown reasons still decode
+        let described: std::collections::BTreeSet<&str> =
+            (1..=9).map(|c| RejectReason(c).describe()).collect();
+        assert_eq!(described.len(), 9);
+        assert!(!described.contains("unknown reason"));
+        assert_eq!(RejectReason(10).describe(), "unknown reason");
         let mut b = body.clone();
         b[0..2].copy_from_slice(&500u16.to_le_bytes());
         assert!(matches!(

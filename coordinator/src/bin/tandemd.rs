@@ -10,12 +10,17 @@ use tandem_coordinator::logging;
 const USAGE: &str = "usage: tandemd [--config PATH | --no-config] [--socket PATH] [--foreground]
        tandemd --print-default-config
 
-  --config PATH            configuration file (default /etc/tandem/tandemd.toml;
-                           a missing file means the built-in defaults)
+  --config PATH            configuration file, which must exist (without it:
+                           /etc/tandem/tandemd.toml, or the built-in defaults
+                           if that does not exist)
   --no-config              use the built-in defaults, read no file
   --socket PATH            main socket (default: $TANDEM_SOCKET, else
                            /run/tandem/tandemd.sock for root, else
-                           $XDG_RUNTIME_DIR/tandem/tandemd.sock); stats.sock sits beside it
+                           $XDG_RUNTIME_DIR/tandem/tandemd.sock, else
+                           /tmp/tandem-<uid>/tandemd.sock, refused unless that
+                           directory is yours, closed to others' writes); the stats socket
+                           sits beside it, named after it: stats.sock for
+                           tandemd.sock, NAME.stats.sock for NAME.sock
   --foreground             accepted for compatibility: tandemd never forks
                            (systemd Type=notify)
   --print-default-config   print the documented defaults and exit
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
     if no_config && config.is_some() {
         return usage_error("--config and --no-config exclude each other");
     }
+    let explicit = config.is_some();
     let config_path = if no_config {
         PathBuf::new()
     } else {
@@ -65,6 +71,14 @@ fn main() -> ExitCode {
         (Config::default(), Source::MissingFile)
     } else {
         match Config::load(&config_path) {
+            Ok((_, Source::MissingFile)) if explicit => {
+                eprintln!(
+                    "tandemd: {} (given with --config) does not exist: create it (tandemd --print-default-config > {} writes the defaults), or start with --no-config to run on the built-in defaults",
+                    config_path.display(),
+                    config_path.display()
+                );
+                return ExitCode::from(2);
+            }
             Ok(x) => x,
             Err(e) => {
                 eprintln!("tandemd: {e}");
@@ -76,6 +90,18 @@ fn main() -> ExitCode {
     let set_level = logging::init(level);
     if let Some(w) = level_warning {
         tracing::warn!("{w}");
+    }
+    // A few descriptors per job (its connection, its region while it is
+    // handed over): the soft limit's usual 1024 is far below what the hard
+    // one allows.
+    match tandem_os::rlimit::raise_nofile() {
+        Ok((before, after)) if before.soft != after.soft => tracing::info!(
+            "open-file limit raised from {} to {} (the hard limit)",
+            before.soft,
+            after.soft
+        ),
+        Ok((_, now)) => tracing::info!("open-file limit {} (the hard limit)", now.soft),
+        Err(e) => tracing::warn!("cannot raise the open-file limit to the hard one: {e}"),
     }
     if no_config {
         tracing::info!("--no-config: using the built-in defaults");

@@ -45,6 +45,12 @@ impl Registry {
         self.next_id += 1;
         let id = self.next_id;
         let (fd, ring) = Ring::create(id, cfg.ring_capacity).map_err(|e| {
+            if crate::sock::out_of_fds(e.errno()) {
+                return (
+                    RejectReason::TOO_MANY_CLIENTS,
+                    crate::sock::client_limit_message(),
+                );
+            }
             warn!(
                 pid = who.pid,
                 "cannot create a ring region for a new client: {e}"

@@ -15,20 +15,56 @@ use tracing::{debug, info, warn};
 use super::{truncate_utf8, Conn, ConnState, Daemon, MAX_MESSAGES_PER_WAKE, MAX_PENDING};
 use crate::admission::Who;
 use crate::clients::gpu_key;
+use crate::logging::warn_throttled;
 use crate::sock::{self, PeerCred};
+
+// Causes of the warnings any local user can provoke, each rate-limited on
+// its own (crate::logging::Throttle).
+const ACCEPT_FAILED: &str = "accept failed";
+const SILENT_PEER: &str = "silent peer";
+const GARBAGE_PEER: &str = "garbage peer";
+const REFUSED_CLIENT: &str = "refused client";
+const VERSION_MISMATCH: &str = "protocol version mismatch";
+const CONTROL_DENIED: &str = "control request refused";
 
 impl Daemon {
     pub(super) fn accept_all(&mut self) {
-        let Some(listener) = self.listener.as_ref() else {
-            return;
-        };
         loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
             let fd = match sock::accept(listener.as_fd()) {
                 Ok(Some(fd)) => fd,
                 Ok(None) => return,
+                Err(e) if sock::out_of_fds(Some(e.errno())) && self.spare_fd.is_some() => {
+                    // Out of descriptors: the spare one makes room to take
+                    // the connection and tell it why, rather than leave it
+                    // waiting (and the listener readable: a busy loop).
+                    let why = sock::client_limit_message();
+                    self.spare_fd = None;
+                    let extra = self
+                        .listener
+                        .as_ref()
+                        .and_then(|l| sock::accept(l.as_fd()).ok().flatten());
+                    let refused = extra.is_some();
+                    if let Some(fd) = extra {
+                        warn_throttled(
+                            ACCEPT_FAILED,
+                            &format!("accept failed: {e}; refusing the connection: {why}"),
+                        );
+                        self.refuse_fd(&fd, RejectReason::TOO_MANY_CLIENTS, &why);
+                    }
+                    self.spare_fd = sock::spare_fd();
+                    if refused {
+                        continue;
+                    }
+                    // accept4 says EMFILE before it looks for a connection:
+                    // none was waiting.
+                    return;
+                }
                 Err(e) => {
-                    // EMFILE and friends: log and retry on the next wake-up.
-                    warn!("accept failed: {e}");
+                    // Log and retry on the next wake-up.
+                    warn_throttled(ACCEPT_FAILED, &format!("accept failed: {e}"));
                     return;
                 }
             };
@@ -86,11 +122,12 @@ impl Daemon {
         for t in expired {
             let ms = self.shared.config().handshake_timeout_ms;
             if let Some(c) = self.conns.get(&t) {
-                warn!(
-                    pid = c.cred.pid,
-                    uid = c.cred.uid,
-                    "peer pid {} sent no Hello or Control within {ms} ms; closing the connection",
-                    c.cred.pid
+                warn_throttled(
+                    SILENT_PEER,
+                    &format!(
+                        "peer pid {} (uid {}) sent no Hello or Control within {ms} ms; closing the connection",
+                        c.cred.pid, c.cred.uid
+                    ),
                 );
             }
             self.shared.registry().totals.handshake_timeouts += 1;
@@ -100,6 +137,30 @@ impl Daemon {
                 &format!("no message within {ms} ms"),
             );
         }
+    }
+
+    /// Send a Reject to a connection not yet registered (best effort) and
+    /// count it; the caller closes it.
+    fn refuse_fd(&mut self, fd: &std::os::fd::OwnedFd, reason: RejectReason, message: &str) {
+        let mut msg = message.to_string();
+        truncate_utf8(&mut msg, wire::MAX_REJECT_MESSAGE_LEN);
+        let m = Message::Reject(Reject {
+            reason,
+            peer_version: PROTOCOL_VERSION,
+            message: &msg,
+        });
+        if let Ok(n) = m.encode(&mut self.out) {
+            let _ = wire::send(fd.as_fd(), &self.out[..n], None);
+        }
+        // What the peer sent already is read away: a close with unread
+        // input would make its read fail ("Connection reset by peer")
+        // instead of showing the Reject.
+        for _ in 0..4 {
+            if !matches!(wire::recv(fd.as_fd(), &mut self.buf), Ok(g) if g.len > 0) {
+                break;
+            }
+        }
+        self.shared.registry().totals.rejected += 1;
     }
 
     /// Send a Reject (non-blocking, best effort), count it, and close.
@@ -179,9 +240,9 @@ impl Daemon {
         let got = match got {
             Err(e) if e.errno() == Some(libc::EAGAIN) => return,
             Err(ProtoError::BadAncillary { what }) => {
-                warn!(
-                    pid,
-                    "peer pid {pid}: bad first message: {what}; refusing it"
+                warn_throttled(
+                    GARBAGE_PEER,
+                    &format!("peer pid {pid}: bad first message: {what}; refusing it"),
                 );
                 self.refuse(
                     token,
@@ -203,9 +264,11 @@ impl Daemon {
             return;
         }
         if got.fd.is_some() {
-            warn!(
-                pid,
-                "peer pid {pid} attached a file descriptor to its first message; refusing it"
+            warn_throttled(
+                GARBAGE_PEER,
+                &format!(
+                    "peer pid {pid} attached a file descriptor to its first message; refusing it"
+                ),
             );
             self.refuse(
                 token,
@@ -262,7 +325,7 @@ impl Daemon {
                         }
                     }
                     Err((reason, msg)) => {
-                        warn!(pid, "refusing peer pid {pid}: {msg}");
+                        warn_throttled(REFUSED_CLIENT, &format!("refusing peer pid {pid}: {msg}"));
                         self.refuse(token, reason, &msg);
                     }
                 }
@@ -270,7 +333,10 @@ impl Daemon {
             Ok(Message::Control(ctl)) => self.control(token, cred, ctl),
             Ok(other) => {
                 let t = other.type_name();
-                warn!(pid, "peer pid {pid} opened with a {t} message; expected Hello or Control; refusing it");
+                warn_throttled(
+                    GARBAGE_PEER,
+                    &format!("peer pid {pid} opened with a {t} message; expected Hello or Control; refusing it"),
+                );
                 self.refuse(
                     token,
                     RejectReason::MALFORMED,
@@ -282,10 +348,9 @@ impl Daemon {
                 // are from different releases. The job runs on unscheduled
                 // (the shim fails open) until it restarts with the library
                 // installed beside this tandemd.
-                warn!(
-                    pid,
-                    peer_protocol = theirs,
-                    "peer pid {pid} speaks tandem protocol v{theirs}, this tandemd v{PROTOCOL_VERSION}: the job runs without tandem until it restarts with the libtandem.so of this release (restart it, or finish the rollout); {e}"
+                warn_throttled(
+                    VERSION_MISMATCH,
+                    &format!("peer pid {pid} speaks tandem protocol v{theirs}, this tandemd v{PROTOCOL_VERSION}: the job runs without tandem until it restarts with the libtandem.so of this release (restart it, or finish the rollout); {e}"),
                 );
                 *self
                     .shared
@@ -297,9 +362,9 @@ impl Daemon {
                 self.refuse(token, RejectReason::VERSION_MISMATCH, &e.to_string());
             }
             Err(e) => {
-                warn!(
-                    pid,
-                    "peer pid {pid} sent a malformed first message: {e}; refusing it"
+                warn_throttled(
+                    GARBAGE_PEER,
+                    &format!("peer pid {pid} sent a malformed first message: {e}; refusing it"),
                 );
                 self.refuse(token, RejectReason::MALFORMED, &e.to_string());
             }
@@ -381,9 +446,9 @@ impl Daemon {
         self.buf = buf;
         if let Some(why) = bad {
             let pid = self.conns.get(&token).map_or(0, |c| c.cred.pid);
-            warn!(
-                client = id,
-                pid, "client pid {pid} sent a bad message: {why}; disconnecting it"
+            warn_throttled(
+                GARBAGE_PEER,
+                &format!("client {id} (pid {pid}) sent a bad message: {why}; disconnecting it"),
             );
             self.refuse(token, RejectReason::MALFORMED, &why);
         } else if let Some(why) = gone {
@@ -404,17 +469,17 @@ impl Daemon {
             contained,
         ) {
             let whom = who.describe();
-            warn!(
-                pid,
-                uid = cred.uid,
-                contained,
-                "control request {} from pid {pid} ({whom}) refused: {}",
-                ctl.op.name(),
-                if contained {
-                    "it runs in a container"
-                } else {
-                    "not root, not tandemd's user, not in admins"
-                }
+            warn_throttled(
+                CONTROL_DENIED,
+                &format!(
+                    "control request {} from pid {pid} ({whom}) refused: {}",
+                    ctl.op.name(),
+                    if contained {
+                        "it runs in a container"
+                    } else {
+                        "not root, not tandemd's user, not in admins"
+                    }
+                ),
             );
             self.shared.registry().totals.control_denied += 1;
             let remedy = if contained {
@@ -426,7 +491,7 @@ impl Daemon {
                 )
             };
             (
-                RejectReason::NOT_PERMITTED.0,
+                RejectReason::CONTROL_DENIED.0,
                 format!("{whom} may not {}: {remedy}", ctl.op.name()),
             )
         } else {
@@ -440,7 +505,7 @@ impl Daemon {
             let r = match ctl.op {
                 ControlOp::Reload => self
                     .reload(&format!("tandemctl reload by uid {}", cred.uid))
-                    .map_err(|m| (RejectReason::INTERNAL, m)),
+                    .map_err(|m| (RejectReason::CONFIG_NOT_APPLIED, m)),
                 ControlOp::SetClass => {
                     let r = self.shared.registry().set_class(
                         &cfg,
@@ -450,7 +515,7 @@ impl Daemon {
                         cred.uid,
                     );
                     self.send_owed_boards();
-                    r.map_err(|m| (RejectReason::MALFORMED, m))
+                    r.map_err(|m| (RejectReason::NO_SUCH_CLIENT, m))
                 }
             };
             match r {

@@ -88,14 +88,13 @@ pub fn tandemctl_bin() -> PathBuf {
 }
 
 impl Tandemd {
-    /// Start with `config` as the file's text (None: no file, i.e. defaults).
+    /// Start with `config` as the file's text (None: an empty file, i.e.
+    /// the defaults; a reload reads what the test writes there later).
     pub fn start(tag: &str, config: Option<&str>) -> Tandemd {
         let dir = TestDir::new(tag);
         let socket = dir.path("d.sock");
         let cfg = dir.path("tandemd.toml");
-        if let Some(text) = config {
-            std::fs::write(&cfg, text).unwrap();
-        }
+        std::fs::write(&cfg, config.unwrap_or("")).unwrap();
         let log = dir.path("log");
         let mut t = Tandemd {
             stats: tandem_proto::paths::stats_socket(&socket),

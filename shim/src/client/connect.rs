@@ -229,7 +229,9 @@ fn rejected(r: &wire::Reject<'_>, path: &crate::log::String8<'_>) -> Outcome {
         RejectReason::NOT_PERMITTED => {
             "ask the operator (tandemd.toml) or set TANDEM_CLASS=training or auto"
         }
-        RejectReason::TOO_MANY_CLIENTS => "the operator can raise the client limit in tandemd.toml",
+        RejectReason::TOO_MANY_CLIENTS => {
+            "the operator can raise the client limit (max_clients in tandemd.toml, or tandemd's open-file limit)"
+        }
         _ => "see the coordinator's log",
     };
     crate::log!(

@@ -168,9 +168,9 @@ impl TestDir {
         self.path.join("tandemd.sock")
     }
 
-    /// `<dir>/stats.sock`.
+    /// `<dir>/stats.sock`, the stats socket of [`socket`](Self::socket).
     pub fn stats_socket(&self) -> PathBuf {
-        self.path.join("stats.sock")
+        tandem_proto::paths::stats_socket(&self.socket())
     }
 }
 
@@ -397,6 +397,28 @@ impl Tandemd {
 
     /// [`spawn`](Self::spawn) with extra environment variables (e.g. NOTIFY_SOCKET).
     pub fn spawn_with_env(dir: &TestDir, config: &str, env: &[(&str, &Path)]) -> Tandemd {
+        Self::spawn_on(dir, config, &dir.socket(), env)
+    }
+
+    /// [`spawn_with_env`](Self::spawn_with_env) on main socket `socket`
+    /// (its stats socket is the one its name gives).
+    pub fn spawn_on(dir: &TestDir, config: &str, socket: &Path, env: &[(&str, &Path)]) -> Tandemd {
+        Self::spawn_inner(dir, config, socket, env, None)
+    }
+
+    /// [`spawn`](Self::spawn) with soft and hard `RLIMIT_NOFILE` of `nofile`
+    /// (a daemon that runs out of descriptors soon).
+    pub fn spawn_with_nofile(dir: &TestDir, config: &str, nofile: u64) -> Tandemd {
+        Self::spawn_inner(dir, config, &dir.socket(), &[], Some(nofile))
+    }
+
+    fn spawn_inner(
+        dir: &TestDir,
+        config: &str,
+        socket: &Path,
+        env: &[(&str, &Path)],
+        nofile: Option<u64>,
+    ) -> Tandemd {
         static N: AtomicU64 = AtomicU64::new(0);
         let bins = coordinator_bins();
         let n = N.fetch_add(1, Ordering::Relaxed);
@@ -411,21 +433,39 @@ impl Tandemd {
         cmd.arg("--config")
             .arg(&cfg_path)
             .arg("--socket")
-            .arg(dir.socket())
+            .arg(socket)
             .arg("--foreground")
             .env("TANDEM_LOG", "info")
             .envs(env.iter().map(|(k, v)| (*k, *v)))
             .stdin(Stdio::null())
             .stdout(f)
             .stderr(f2);
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let l = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: between fork and exec the closure makes one
+            // async-signal-safe call (setrlimit) on a value it owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &l) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bins.tandemd.display()));
         Tandemd {
             pid: child.id(),
             child: Some(child),
-            socket: dir.socket(),
-            stats: dir.stats_socket(),
+            socket: socket.to_path_buf(),
+            stats: tandem_proto::paths::stats_socket(socket),
             log,
         }
     }

@@ -315,7 +315,7 @@ fn silent_and_never_reading_peers_do_not_stall_the_daemon() {
 }
 
 /// Control operations need privilege: `tandemctl reload` and `set-class`
-/// run as uid 65534 get NOT_PERMITTED (non-zero exit, a message saying so, a
+/// run as uid 65534 get CONTROL_DENIED (non-zero exit, a message saying so, a
 /// warn log line, the class unchanged), while root's succeed and set-class
 /// takes effect.
 #[test]
@@ -350,6 +350,10 @@ fn unprivileged_peer_cannot_use_control_operations() {
         assert!(
             text.to_ascii_lowercase().contains("permit"),
             "tandemctl {args:?} as uid 65534 must say it is not permitted: {text}"
+        );
+        assert!(
+            text.contains("(operation not permitted)") && !text.contains("class not permitted"),
+            "the refusal's label names what was refused: {text}"
         );
     }
     poll(SETTLE, "a warn line about the refused control op", || {
@@ -388,7 +392,7 @@ fn unprivileged_peer_cannot_use_control_operations() {
 }
 
 /// The same on the wire: a peer that connected as uid 65534 sends Control
-/// messages and gets ControlReply NOT_PERMITTED; a root peer's RELOAD gets OK.
+/// messages and gets ControlReply CONTROL_DENIED; a root peer's RELOAD gets OK.
 #[test]
 fn raw_control_from_an_unprivileged_peer_is_not_permitted() {
     // SAFETY: geteuid has no preconditions.
@@ -409,7 +413,7 @@ fn raw_control_from_an_unprivileged_peer_is_not_permitted() {
             .unwrap_or_else(|e| panic!("{op:?} as nobody: {e}\n{}", d.log()));
         assert_eq!(
             status,
-            RejectReason::NOT_PERMITTED.0,
+            RejectReason::CONTROL_DENIED.0,
             "{op:?} as uid 65534 answered {status} {msg:?}"
         );
     }
