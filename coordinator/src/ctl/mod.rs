@@ -1,9 +1,15 @@
 //! `tandemctl`: status, top, reload, set-class, run.
+//!
+//! The command line is parsed by clap: each subcommand is one variant of
+//! [`Command`] whose arguments are a struct in its own module (`run`, `top`),
+//! and [`main`] dispatches on it. A new subcommand is one more variant, one
+//! more module and one more arm in [`main`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use tandem_proto::wire::{ClientClass, ControlOp};
 
 use crate::client;
@@ -15,51 +21,80 @@ pub mod top;
 /// How long tandemctl waits for tandemd.
 pub const TIMEOUT: Duration = Duration::from_secs(3);
 
-const USAGE: &str = "usage: tandemctl [--socket PATH] COMMAND
-  status [--json]            registered clients (a table, or the raw JSON snapshot)
-  top                        the table, refreshed every second (q or Ctrl-C quits)
-  reload                     make tandemd re-read its configuration (privileged)
-  set-class ID CLASS         set a client's class: inference, training, or auto
-                             (auto = back to the configured policy) (privileged)
-  run [--class C] -- CMD...  run CMD under libtandem.so, starting a private tandemd
-                             if none answers on the socket
-The socket is --socket, else $TANDEM_SOCKET, else the default tandemd uses.";
+/// tandemctl's command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tandemctl",
+    version,
+    about = "The tandem operator's CLI: what tandemd sees, and jobs run under libtandem.so",
+    after_help = "The socket is --socket, else $TANDEM_SOCKET, else the default tandemd uses \
+                  (/run/tandem/tandemd.sock for root, else $XDG_RUNTIME_DIR/tandem/tandemd.sock, \
+                  else /tmp/tandem-UID/tandemd.sock)."
+)]
+pub struct Cli {
+    /// tandemd's main socket (its stats socket sits beside it)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Registered clients: a table, one line per GPU in use, totals
+    Status(StatusArgs),
+    /// The status table refreshed every second (q or Ctrl-C quits)
+    Top(top::Args),
+    /// Make tandemd re-read its configuration (privileged)
+    Reload,
+    /// Set a client's class (privileged)
+    SetClass(SetClassArgs),
+    /// Run CMD under libtandem.so, starting a private tandemd if none answers on the socket
+    Run(run::Args),
+}
+
+/// `tandemctl status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print the raw JSON snapshot (GET /stats) instead of the table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tandemctl set-class`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "auto hands the client back to the configured policy.")]
+pub struct SetClassArgs {
+    /// The client's id (the ID column of tandemctl status)
+    pub id: u64,
+    /// The class to give it
+    #[arg(value_parser = ["inference", "training", "auto"])]
+    pub class: String,
+}
 
 /// Run tandemctl with `args` (without the program name); returns the exit code.
 pub fn main(args: &[OsString]) -> u8 {
-    let mut socket: Option<PathBuf> = None;
-    let mut rest: Vec<OsString> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if rest.is_empty() && a == "--socket" {
-            match it.next() {
-                Some(p) => socket = Some(PathBuf::from(p)),
-                None => return usage("--socket needs a PATH"),
-            }
-        } else if rest.is_empty() && (a == "--help" || a == "-h") {
-            println!("{USAGE}");
-            return 0;
-        } else {
-            rest.push(a.clone());
-            rest.extend(it.by_ref().cloned());
+    let cli = match Cli::try_parse_from(
+        std::iter::once(OsString::from("tandemctl")).chain(args.iter().cloned()),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version print to stdout and exit 0; usage errors exit 2.
+            let _ = e.print();
+            return u8::try_from(e.exit_code()).unwrap_or(2);
         }
-    }
-    let socket = socket.unwrap_or_else(tandem_proto::paths::default_socket);
-    let Some(cmd) = rest.first().and_then(|c| c.to_str()) else {
-        return usage("no command given");
     };
-    let sub: Vec<OsString> = rest[1..].to_vec();
-    let result = match cmd {
-        "status" => status(&socket, &sub),
-        "top" => top::run(&socket),
-        "reload" => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
-        "set-class" => set_class(&socket, &sub),
-        "run" => return run::run(&socket, &sub),
-        "help" => {
-            println!("{USAGE}");
-            return 0;
-        }
-        other => return usage(&format!("unknown command {other:?}")),
+    let socket = cli
+        .socket
+        .unwrap_or_else(tandem_proto::paths::default_socket);
+    let result = match cli.command {
+        Command::Status(a) => status(&socket, &a),
+        Command::Top(a) => return top::run(&socket, &a),
+        Command::Reload => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
+        Command::SetClass(a) => set_class(&socket, &a),
+        Command::Run(a) => return run::run(&socket, &a),
     };
     match result {
         Ok(()) => 0,
@@ -70,19 +105,9 @@ pub fn main(args: &[OsString]) -> u8 {
     }
 }
 
-fn usage(msg: &str) -> u8 {
-    eprintln!("tandemctl: {msg}\n{USAGE}");
-    2
-}
-
-fn status(socket: &Path, args: &[OsString]) -> Result<(), String> {
-    let json = match args {
-        [] => false,
-        [a] if a == "--json" => true,
-        _ => return Err("usage: tandemctl status [--json]".into()),
-    };
+fn status(socket: &Path, args: &StatusArgs) -> Result<(), String> {
     let stats = tandem_proto::paths::stats_socket(socket);
-    if json {
+    if args.json {
         let r = client::http_get(&stats, "/stats", TIMEOUT)?;
         if r.status != 200 {
             return Err(format!("GET /stats answered {}", r.status));
@@ -95,22 +120,14 @@ fn status(socket: &Path, args: &[OsString]) -> Result<(), String> {
     Ok(())
 }
 
-fn set_class(socket: &Path, args: &[OsString]) -> Result<(), String> {
-    let [id, class] = args else {
-        return Err(
-            "usage: tandemctl set-class ID CLASS (CLASS: inference, training, auto)".into(),
-        );
-    };
-    let id: u64 = id
-        .to_str()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("{id:?} is not a client id (a number from tandemctl status)"))?;
-    let class = class
-        .to_str()
-        .and_then(|s| ClientClass::from_env_value(s.as_bytes()))
-        .filter(|_| !class.is_empty())
-        .ok_or_else(|| format!("{class:?} is not a class: use inference, training or auto"))?;
-    control(socket, ControlOp::SetClass, id, class)
+fn set_class(socket: &Path, args: &SetClassArgs) -> Result<(), String> {
+    let class = ClientClass::from_env_value(args.class.as_bytes()).ok_or_else(|| {
+        format!(
+            "{:?} is not a class: use inference, training or auto",
+            args.class
+        )
+    })?;
+    control(socket, ControlOp::SetClass, args.id, class)
 }
 
 fn control(socket: &Path, op: ControlOp, id: u64, class: ClientClass) -> Result<(), String> {

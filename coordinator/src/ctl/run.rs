@@ -46,37 +46,22 @@ pub fn find_shim(dir: &Path, env: Option<OsString>) -> Result<PathBuf, String> {
     }
 }
 
-/// Parse `[--class C] -- CMD...`.
-pub fn parse(args: &[OsString]) -> Result<(String, Vec<OsString>), String> {
-    let mut class = "auto".to_string();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if a == "--" {
-            i += 1;
-            break;
-        } else if a == "--class" {
-            let v = args
-                .get(i + 1)
-                .and_then(|v| v.to_str())
-                .ok_or("--class needs a value: inference, training, auto or off")?;
-            if !matches!(v, "inference" | "training" | "auto" | "off") {
-                return Err(format!(
-                    "--class {v:?} is not a class: use inference, training, auto or off"
-                ));
-            }
-            class = v.to_string();
-            i += 2;
-        } else {
-            // First non-option word starts the command (-- is optional).
-            break;
-        }
-    }
-    let cmd = args[i..].to_vec();
-    if cmd.is_empty() {
-        return Err("usage: tandemctl run [--class C] -- CMD [ARGS...]".into());
-    }
-    Ok((class, cmd))
+/// `tandemctl run`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The job runs with LD_PRELOAD=libtandem.so (beside tandemctl, or $TANDEM_SHIM), \
+TANDEM_CLASS and TANDEM_SOCKET set. When it exits, tandemctl prints the line of every process of \
+the job that registered with tandemd, and exits with the job's status \
+(128+N: killed by signal N)."
+)]
+pub struct Args {
+    /// The class the job claims (TANDEM_CLASS); tandemd's policy decides what it gets
+    #[arg(long, value_name = "CLASS", default_value = "auto",
+          value_parser = ["inference", "training", "auto", "off"])]
+    pub class: String,
+    /// The command and its arguments (put -- before it when it has options of its own)
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
+    pub cmd: Vec<OsString>,
 }
 
 /// Start tandemd on `socket` with the built-in defaults; wait until it listens.
@@ -148,7 +133,7 @@ fn preload(shim: &Path) -> OsString {
 }
 
 /// `tandemctl run`; returns the exit code (the job's, or 1/2 for our errors).
-pub fn run(socket: &Path, args: &[OsString]) -> u8 {
+pub fn run(socket: &Path, args: &Args) -> u8 {
     match run_inner(socket, args) {
         Ok(code) => code,
         Err(e) => {
@@ -158,8 +143,8 @@ pub fn run(socket: &Path, args: &[OsString]) -> u8 {
     }
 }
 
-fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
-    let (class, cmd) = parse(args)?;
+fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
+    let (class, cmd) = (&args.class, &args.cmd);
     let dir = exe_dir()?;
     let shim = find_shim(&dir, std::env::var_os("TANDEM_SHIM"))?;
     sock::sockaddr(socket).map_err(|e| e.to_string())?;
@@ -175,7 +160,7 @@ fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
     let spawned = Command::new(&cmd[0])
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload(&shim))
-        .env("TANDEM_CLASS", &class)
+        .env("TANDEM_CLASS", class)
         .env("TANDEM_SOCKET", socket)
         .spawn();
     let mut job = match spawned {
@@ -224,20 +209,40 @@ fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
     }
 
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        let cli = super::super::Cli::try_parse_from(
+            ["tandemctl", "run"].iter().chain(args).map(OsString::from),
+        )
+        .map_err(|e| e.to_string())?;
+        match cli.command {
+            super::super::Command::Run(a) => Ok(a),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
     #[test]
     fn parses_class_and_command() {
-        let (c, cmd) = parse(&os(&["--class", "inference", "--", "python", "-c", "x"])).unwrap();
-        assert_eq!(c, "inference");
-        assert_eq!(cmd, os(&["python", "-c", "x"]));
-        let (c, cmd) = parse(&os(&["true"])).unwrap();
-        assert_eq!((c.as_str(), cmd.len()), ("auto", 1));
-        assert!(parse(&os(&["--class", "fast", "--", "x"])).is_err());
-        assert!(parse(&os(&["--"])).is_err());
+        let a = parse(&["--class", "inference", "--", "python", "-c", "x"]).unwrap();
+        assert_eq!(a.class, "inference");
+        assert_eq!(a.cmd, os(&["python", "-c", "x"]));
+        let a = parse(&["--class=training", "--", "sh", "-c", "x"]).unwrap();
+        assert_eq!(a.class, "training");
+        assert_eq!(a.cmd, os(&["sh", "-c", "x"]));
+        // Without --: the first word starts the command, whose options stay its own.
+        let a = parse(&["python", "-c", "x", "--class", "y"]).unwrap();
+        assert_eq!(a.class, "auto");
+        assert_eq!(a.cmd, os(&["python", "-c", "x", "--class", "y"]));
+        let a = parse(&["--", "--odd-name"]).unwrap();
+        assert_eq!(a.cmd, os(&["--odd-name"]));
+        assert!(parse(&["--class", "fast", "--", "x"]).is_err());
+        assert!(parse(&["--"]).is_err());
+        assert!(parse(&[]).is_err());
     }
 
     #[test]

@@ -1,0 +1,122 @@
+//! tandemctl's command line as operators type it (issue 24): `--version`,
+//! `--help` per subcommand, `--opt=value`, shell exit codes for a command
+//! that cannot run, registration through a wrapper, `top` in a pipe.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use tandem_e2e::coord::{coordinator_bins, poll, tandemctl, Tandemd, TestDir, SETTLE};
+use tandem_e2e::{artifacts, host};
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run the command")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Every client tandemd has seen, live and departed.
+fn every_client(st: &Value) -> Vec<&Value> {
+    ["clients", "departed"]
+        .iter()
+        .filter_map(|k| st[*k].as_array())
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn version_and_help_answer_with_exit_0() {
+    let bins = coordinator_bins();
+    let nowhere = Path::new("/nonexistent/tandemd.sock");
+    let v = env!("CARGO_PKG_VERSION");
+    for (cmd, want) in [
+        (tandemctl(nowhere, &["--version"]), format!("tandemctl {v}")),
+        (tandemctl(nowhere, &["-V"]), format!("tandemctl {v}")),
+        (
+            {
+                let mut c = Command::new(&bins.tandemd);
+                c.arg("--version");
+                c
+            },
+            format!("tandemd {v}"),
+        ),
+    ] {
+        let mut cmd = cmd;
+        let o = output(&mut cmd);
+        assert!(o.status.success(), "{cmd:?}: {}", text(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), want, "{cmd:?}");
+    }
+    for sub in ["run", "status", "top", "set-class", "reload"] {
+        let o = output(&mut tandemctl(nowhere, &[sub, "--help"]));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{sub} --help: {}", text(&o));
+        assert!(
+            out.contains(&format!("Usage: tandemctl {sub}")),
+            "{sub} --help: {out}"
+        );
+    }
+    let o = output(&mut tandemctl(nowhere, &["top", "--help"]));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("-b, --batch") && out.contains("-n, --iterations"),
+        "{out}"
+    );
+    // A usage error says what was wrong and exits 2, as before.
+    let o = output(&mut tandemctl(nowhere, &["no-such-command"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no-such-command"), "{}", text(&o));
+    let o = output(&mut tandemctl(nowhere, &["set-class", "1", "fast"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// `scripts/run --help` prints its usage and builds nothing.
+#[test]
+fn scripts_run_help() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/run");
+    let o = output(Command::new(&script).arg("--help"));
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("usage: scripts/run"), "{out}");
+    assert!(!text(&o).contains("building"), "--help built: {}", text(&o));
+}
+
+/// `--class=inference` and `--class inference` both reach the job as its claim.
+#[test]
+fn run_takes_class_in_both_option_forms() {
+    let dir = TestDir::new("ctlclass");
+    let d = Tandemd::start(&dir);
+    for (form, class) in [
+        (vec!["--class=inference"], "inference"),
+        (vec!["--class", "training"], "training"),
+    ] {
+        let mut args = vec!["run"];
+        args.extend(&form);
+        args.push("--");
+        let mut cmd = tandemctl(d.socket(), &args);
+        cmd.arg(host("launcher")).args(["--count", "10"]);
+        cmd.env("LD_LIBRARY_PATH", &artifacts().lib_dir);
+        let o = output(&mut cmd);
+        assert!(o.status.success(), "{form:?}: {}", text(&o));
+        let pid: u32 = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("READY pid="))
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no READY line: {}", text(&o)));
+        poll(SETTLE, "the job listed with its claim", || {
+            let st = d.try_stats()?;
+            let c = every_client(&st)
+                .into_iter()
+                .find(|c| c["pid"] == pid)
+                .ok_or_else(|| st.to_string())?
+                .clone();
+            assert_eq!(c["class_claimed"], class, "{form:?}: {c}");
+            Ok(())
+        });
+    }
+}
