@@ -52,7 +52,7 @@ pub fn find_shim(dir: &Path, env: Option<OsString>) -> Result<PathBuf, String> {
     after_help = "The job runs with LD_PRELOAD=libtandem.so (beside tandemctl, or $TANDEM_SHIM), \
 TANDEM_CLASS and TANDEM_SOCKET set. When it exits, tandemctl prints the line of every process of \
 the job that registered with tandemd, and exits with the job's status \
-(128+N: killed by signal N)."
+(127: CMD not found, 126: CMD found but not executable, 128+N: killed by signal N)."
 )]
 pub struct Args {
     /// The class the job claims (TANDEM_CLASS); tandemd's policy decides what it gets
@@ -132,6 +132,22 @@ fn preload(shim: &Path) -> OsString {
     v
 }
 
+/// The exit code and message a shell gives for a command it cannot run:
+/// 127 when it is not found, 126 when it is found but cannot be executed.
+#[must_use]
+pub fn spawn_failure(cmd: &OsStr, e: &std::io::Error) -> (u8, String) {
+    let name = Path::new(cmd).display();
+    let has_slash = cmd.as_encoded_bytes().contains(&b'/');
+    match e.kind() {
+        std::io::ErrorKind::NotFound if has_slash => {
+            (127, format!("{name}: No such file or directory"))
+        }
+        std::io::ErrorKind::NotFound => (127, format!("{name}: command not found")),
+        std::io::ErrorKind::PermissionDenied => (126, format!("{name}: Permission denied")),
+        _ => (126, format!("{name}: cannot execute: {e}")),
+    }
+}
+
 /// `tandemctl run`; returns the exit code (the job's, or 1/2 for our errors).
 pub fn run(socket: &Path, args: &Args) -> u8 {
     match run_inner(socket, args) {
@@ -169,7 +185,9 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
             if let Some(d) = started.as_mut() {
                 stop(d);
             }
-            return Err(format!("cannot run {:?}: {e}", cmd[0]));
+            let (code, msg) = spawn_failure(&cmd[0], &e);
+            eprintln!("tandemctl run: {msg}");
+            return Ok(code);
         }
     };
     let pid = job.id();

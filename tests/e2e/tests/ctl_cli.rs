@@ -120,3 +120,29 @@ fn run_takes_class_in_both_option_forms() {
         });
     }
 }
+
+/// A command that cannot run exits as a shell's would: 127 not found, 126
+/// not executable, with the shell's words; the coordinator tandemctl
+/// started for it is stopped.
+#[test]
+fn run_exits_127_for_a_missing_command_and_126_for_one_not_executable() {
+    let dir = TestDir::new("ctlnoexec");
+    let not_exec = dir.path().join("not-executable");
+    std::fs::write(&not_exec, "#!/bin/sh\nexit 0\n").expect("write");
+    let not_exec = not_exec.to_str().expect("utf-8").to_string();
+    for (cmd, code, words) in [
+        ("/nonexistent", 127, "/nonexistent: No such file or directory"),
+        (
+            "tandem-no-such-command",
+            127,
+            "tandem-no-such-command: command not found",
+        ),
+        (not_exec.as_str(), 126, "not-executable: Permission denied"),
+    ] {
+        let o = output(&mut tandemctl(&dir.socket(), &["run", "--", cmd]));
+        assert_eq!(o.status.code(), Some(code), "{cmd}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(words), "{cmd}: {err}");
+        assert!(!dir.socket().exists(), "the started tandemd was left: {err}");
+    }
+}
