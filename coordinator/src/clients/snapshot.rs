@@ -100,6 +100,7 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         uid: c.who.uid,
         exe: c.exe.clone(),
         cgroup: c.cgroup.clone(),
+        ancestors: c.who.ancestors.clone(),
         class: c.decision.class.name().into(),
         class_claimed: c.claimed.name().into(),
         class_reason: c.decision.reason.clone(),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::client;
 use crate::sock::{self, Probe};
+use crate::state::ClientSnapshot;
 
 /// How long a started tandemd may take to listen.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -148,6 +149,22 @@ pub fn spawn_failure(cmd: &OsStr, e: &std::io::Error) -> (u8, String) {
     }
 }
 
+/// The clients that belong to the job `pid`: it or a process it started
+/// (its pid among their ancestors when they registered), registered after
+/// the client id `before`; in id order.
+pub fn of_job<'a>(
+    clients: impl Iterator<Item = &'a ClientSnapshot>,
+    pid: u32,
+    before: u64,
+) -> Vec<&'a ClientSnapshot> {
+    let mut v: Vec<&ClientSnapshot> = clients
+        .filter(|c| c.id > before && (c.pid == pid || c.ancestors.contains(&pid)))
+        .collect();
+    v.sort_by_key(|c| c.id);
+    v.dedup_by_key(|c| c.id);
+    v
+}
+
 /// `tandemctl run`; returns the exit code (the job's, or 1/2 for our errors).
 pub fn run(socket: &Path, args: &Args) -> u8 {
     match run_inner(socket, args) {
@@ -173,6 +190,11 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted));
     let stats = tandem_proto::paths::stats_socket(socket);
+    // Clients registered before the job are not the job's, whatever their pids.
+    let before = client::snapshot(&stats, super::TIMEOUT)
+        .ok()
+        .and_then(|s| s.clients.iter().chain(&s.departed).map(|c| c.id).max())
+        .unwrap_or(0);
     let spawned = Command::new(&cmd[0])
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload(&shim))
@@ -192,22 +214,27 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
     };
     let pid = job.id();
     let status = job.wait().map_err(|e| format!("waiting for the job: {e}"));
-    // The job's final line: it has left, so look among departed clients too.
+    // The job's final lines: it has left, so look among departed clients too.
     match client::snapshot(&stats, super::TIMEOUT) {
         Ok(s) => {
-            let lines: Vec<String> = s
-                .clients
-                .iter()
-                .chain(s.departed.iter())
-                .filter(|c| c.pid == pid)
-                .map(super::row)
-                .collect();
-            if lines.is_empty() {
-                eprintln!("tandemctl run: the job (pid {pid}) never registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
+            let mine = of_job(s.clients.iter().chain(&s.departed), pid, before);
+            if mine.is_empty() {
+                eprintln!("tandemctl run: neither the job (pid {pid}) nor any process it started registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
             } else {
+                for c in &mine {
+                    let how = if c.pid == pid {
+                        "the job itself".to_string()
+                    } else {
+                        format!("started by the job, pid {pid}")
+                    };
+                    eprintln!(
+                        "tandemctl run: pid {} ({}, {how}) registered as client {}",
+                        c.pid, c.exe, c.id
+                    );
+                }
                 eprintln!("{}", super::HEADER);
-                for l in lines {
-                    eprintln!("{l}");
+                for c in mine {
+                    eprintln!("{}", super::row(c));
                 }
             }
         }

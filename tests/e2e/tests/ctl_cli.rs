@@ -131,7 +131,11 @@ fn run_exits_127_for_a_missing_command_and_126_for_one_not_executable() {
     std::fs::write(&not_exec, "#!/bin/sh\nexit 0\n").expect("write");
     let not_exec = not_exec.to_str().expect("utf-8").to_string();
     for (cmd, code, words) in [
-        ("/nonexistent", 127, "/nonexistent: No such file or directory"),
+        (
+            "/nonexistent",
+            127,
+            "/nonexistent: No such file or directory",
+        ),
         (
             "tandem-no-such-command",
             127,
@@ -143,6 +147,47 @@ fn run_exits_127_for_a_missing_command_and_126_for_one_not_executable() {
         assert_eq!(o.status.code(), Some(code), "{cmd}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(words), "{cmd}: {err}");
-        assert!(!dir.socket().exists(), "the started tandemd was left: {err}");
+        assert!(
+            !dir.socket().exists(),
+            "the started tandemd was left: {err}"
+        );
     }
+}
+
+/// `tandemctl run -- sh -c '...'`: the shell never registers, the launcher
+/// it starts does; tandemctl counts it as the job's and names its pid.
+#[test]
+fn run_finds_the_process_a_wrapper_started() {
+    let dir = TestDir::new("ctlwrap");
+    let d = Tandemd::start(&dir);
+    let launcher = host("launcher");
+    // `; true` keeps sh from exec'ing the launcher in its own place.
+    let script = format!("{} --count 10; true", launcher.display());
+    let mut cmd = tandemctl(d.socket(), &["run", "--", "sh", "-c", &script]);
+    cmd.env("LD_LIBRARY_PATH", &artifacts().lib_dir);
+    let o = output(&mut cmd);
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    let pid: u32 = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("READY pid="))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no READY line: {all}"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("registered with tandemd ("), "{all}");
+    let said = err
+        .lines()
+        .find(|l| l.starts_with(&format!("tandemctl run: pid {pid} (")))
+        .unwrap_or_else(|| panic!("no line naming pid {pid}: {all}"));
+    assert!(
+        said.contains("launcher") && said.contains("started by the job, pid "),
+        "{said}"
+    );
+    assert!(
+        err.lines().any(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|p| p == pid.to_string())),
+        "no table row for pid {pid}: {all}"
+    );
 }
