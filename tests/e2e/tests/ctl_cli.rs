@@ -191,3 +191,35 @@ fn run_finds_the_process_a_wrapper_started() {
         "no table row for pid {pid}: {all}"
     );
 }
+
+/// `tandemctl top` in a pipe: plain tables (no escape codes), `-n` of them,
+/// exit 0; with no tandemd it fails instead of printing the error forever.
+#[test]
+fn top_in_a_pipe_writes_plain_tables_and_fails_without_tandemd() {
+    let dir = TestDir::new("ctltop");
+    let o = output(&mut tandemctl(&dir.socket(), &["top", "-b", "-n", "2"]));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot reach"),
+        "{}",
+        text(&o)
+    );
+    let d = Tandemd::start(&dir);
+    for (args, n) in [
+        (&["top", "-b", "-n", "2", "-d", "0.1"][..], 2),
+        (&["top", "-n", "1"], 1),
+    ] {
+        let o = output(&mut tandemctl(d.socket(), args));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        assert!(
+            !out.contains('\x1b'),
+            "{args:?} wrote escape codes: {out:?}"
+        );
+        let tables = out
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some("ID"))
+            .count();
+        assert_eq!(tables, n, "{args:?}: {out}");
+    }
+}
