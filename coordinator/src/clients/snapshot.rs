@@ -12,7 +12,7 @@ impl Registry {
     /// Client and GPU snapshots plus totals.
     #[must_use]
     pub fn snapshot(&self, now: Instant) -> (Vec<GpuSnapshot>, Vec<ClientSnapshot>, Totals) {
-        let sched = self.sched.snapshot();
+        let sched = self.sched.snapshot_at(tandem_proto::monotonic_ns());
         let clients: Vec<ClientSnapshot> = self
             .clients
             .values()

@@ -57,6 +57,7 @@ pub enum Command {
 
 /// `tandemctl status`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = COLUMNS)]
 pub struct StatusArgs {
     /// Print the raw JSON snapshot (GET /stats) instead of the table
     #[arg(long)]
@@ -161,28 +162,42 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// A GPU's UUID in the short form `nvidia-smi -L` output is searched by:
+/// `GPU-` and the first 8 hex digits (the full UUID is on the GPU's line
+/// under the table). tandem's fake driver's UUID is the bytes of
+/// "tandem-fakecuda", so it shows as GPU-74616e64 ("tand").
+#[must_use]
+pub fn short_uuid(uuid: &str) -> String {
+    let hex = uuid.strip_prefix("GPU-").unwrap_or(uuid);
+    format!("GPU-{}", hex.chars().take(8).collect::<String>())
+}
+
+/// Kernels the client ran: each launch call runs one, and a graph launch
+/// runs every kernel node of the graph (so a job with graphs runs more
+/// kernels than it makes launch calls).
+#[must_use]
+pub fn kernels(c: &ClientSnapshot) -> u64 {
+    c.launches
+        .saturating_sub(c.graph_launches)
+        .saturating_add(c.graph_kernels)
+}
+
 /// One table row.
 #[must_use]
 pub fn row(c: &ClientSnapshot) -> String {
-    let gpu = c.gpu.as_deref().map_or("-".to_string(), |g| {
-        g.strip_prefix("GPU-")
-            .unwrap_or(g)
-            .chars()
-            .take(8)
-            .collect()
-    });
+    let gpu = c.gpu.as_deref().map_or("-".to_string(), short_uuid);
     let shared = if c.dedup.share_weights {
         human_bytes(c.dedup.shared_bytes)
     } else {
         "-".to_string()
     };
     format!(
-        "{:>5} {:>8} {:<9} {:<8} {:>10} {:>8.1} {:>8} {:>9} {:>9} {:>8} {}",
+        "{:>5} {:>8} {:<9} {:<12} {:>10} {:>8.1} {:>8} {:>9} {:>9} {:>8} {}",
         c.id,
         c.pid,
         c.class,
         gpu,
-        c.launches,
+        kernels(c),
         c.launch_rate_hz,
         c.dropped,
         human_bytes(c.bytes_allocated),
@@ -226,7 +241,10 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
         parts.push(format!("board: {o} request{s} open"));
     }
     if let Some(t) = g.training_share {
-        parts.push(format!("training {:.0}% of recent work", t * 100.0));
+        parts.push(format!(
+            "training {:.0}% of GPU work in the last 2 s",
+            t * 100.0
+        ));
     }
     let p99 = on
         .iter()
@@ -241,7 +259,18 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
 
 /// The header line of [`table`].
 pub const HEADER: &str =
-    "   ID      PID CLASS     GPU        LAUNCHES   RATE/s  DROPPED       MEM    SHARED     WAIT EXE";
+    "   ID      PID CLASS     GPU             KERNELS LAUNCH/s  DROPPED       MEM    SHARED     WAIT EXE";
+
+/// What the columns of [`HEADER`] mean (`tandemctl status --help`).
+pub const COLUMNS: &str =
+    "Columns: ID the client id (for set-class); PID its process; CLASS the class \
+it was granted; GPU its GPU's UUID, short (the GPU line below the table has it whole); KERNELS \
+kernels it ran (a graph launch runs every kernel in the graph, so this is more than its launch \
+calls when it uses CUDA graphs); LAUNCH/s launch calls per second (1 s average); DROPPED launch \
+records its ring had no room for; MEM device memory it holds now; SHARED of that, weights shared \
+with other jobs; WAIT time its launches waited for tandem's gate; EXE its executable.
+Each GPU in use has a line: its jobs by class, whether inference is active, requests open on \
+its board, training's share of the GPU work of the last 2 s, the worst inference p99.";
 
 /// The status table.
 #[must_use]
@@ -395,7 +424,7 @@ mod tests {
         assert_eq!(
             sharing_line(&g, &cs).unwrap(),
             "GPU-1 (H100): 2 inference, 1 training; inference active; board: 2 requests open; \
-             training 46% of recent work; inference p99 30.0 ms"
+             training 46% of GPU work in the last 2 s; inference p99 30.0 ms"
         );
         assert_eq!(sharing_line(&g, &cs[..0]), None, "no jobs, no line");
     }
@@ -418,6 +447,36 @@ mod tests {
         let t = table(&snap);
         assert!(!t.contains("sharing"), "{t}");
         assert!(!t.contains("follow"), "no region, no follow line: {t}");
+    }
+
+    /// The table's words (issue 24): the GPU as a short UUID an operator
+    /// can find in `nvidia-smi -L`, and KERNELS counting the kernels of
+    /// graph launches, as the job's own count does.
+    #[test]
+    fn rows_show_a_short_uuid_and_kernels_run() {
+        let c: ClientSnapshot = serde_json::from_value(serde_json::json!({
+            "id": 1, "pid": 10, "uid": 0, "exe": "/job", "cgroup": "/", "class": "training",
+            "class_claimed": "auto", "class_reason": "r",
+            "gpu": "GPU-74616e64-656d-2d66-616b-656375646100", "connected_s": 1.0,
+            "launches": 13, "launches_ex": 1, "graph_launches": 4, "graph_kernels": 10,
+            "launch_rate_hz": 0.0, "records": 0, "dropped": 0, "bad_records": 0,
+            "ring_detached": false, "bytes_allocated": 0, "allocs": 0, "frees": 0,
+            "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0, "gate_waits": 0,
+            "gate_timeouts": 0, "top_kernels": []
+        }))
+        .unwrap();
+        assert_eq!(kernels(&c), 19);
+        let cols: Vec<&str> = HEADER.split_whitespace().collect();
+        let r = row(&c);
+        let vals: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(cols.len(), vals.len(), "{HEADER}\n{r}");
+        let at = |name: &str| vals[cols.iter().position(|c| *c == name).unwrap()];
+        assert_eq!(at("GPU"), "GPU-74616e64");
+        assert_eq!(at("KERNELS"), "19");
+        // Columns line up under their header.
+        let end = |line: &str, word: &str| line.find(word).unwrap() + word.len();
+        assert_eq!(end(HEADER, "KERNELS"), end(&r, " 19"), "{HEADER}\n{r}");
+        assert_eq!(short_uuid("GPU-1"), "GPU-1");
     }
 
     #[test]

@@ -223,3 +223,24 @@ fn top_in_a_pipe_writes_plain_tables_and_fails_without_tandemd() {
         assert_eq!(tables, n, "{args:?}: {out}");
     }
 }
+
+/// The shim names the driver it loaded, and says when it is tandem's fake
+/// driver instead of calling it the real one.
+#[test]
+fn the_shim_says_it_loaded_the_fake_driver() {
+    let dir = TestDir::new("ctlwords");
+    let d = Tandemd::start(&dir);
+    let mut cmd = tandemctl(d.socket(), &["run", "--"]);
+    cmd.arg(host("launcher")).args(["--count", "1"]);
+    cmd.env("LD_LIBRARY_PATH", &artifacts().lib_dir)
+        .env("TANDEM_LOG", "debug");
+    let o = output(&mut cmd);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}", text(&o));
+    let line = err
+        .lines()
+        .find(|l| l.contains("CUDA driver \"libcuda.so.1\" loaded from \""))
+        .unwrap_or_else(|| panic!("no driver line: {err}"));
+    assert!(line.contains("(tandem's fake driver"), "{line}");
+    assert!(!err.contains("real driver"), "{err}");
+}
