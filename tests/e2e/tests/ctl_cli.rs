@@ -6,7 +6,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use tandem_e2e::coord::{coordinator_bins, poll, tandemctl, Tandemd, TestDir, SETTLE};
+use tandem_e2e::coord::{
+    client_env, coordinator_bins, poll, ready_client_id, spawn_host, tandemctl, tandemctl_ok,
+    Tandemd, TestDir, EXIT, SETTLE,
+};
 use tandem_e2e::{artifacts, host};
 
 fn output(cmd: &mut Command) -> Output {
@@ -243,4 +246,46 @@ fn the_shim_says_it_loaded_the_fake_driver() {
         .unwrap_or_else(|| panic!("no driver line: {err}"));
     assert!(line.contains("(tandem's fake driver"), "{line}");
     assert!(!err.contains("real driver"), "{err}");
+}
+
+/// After `set-class ID inference` on an idle training job, the GPU line
+/// says one inference job, no training, and training's share of the last
+/// 2 s of GPU work falls to 0% (it read "training 100% of recent work"
+/// forever: the share windows only rolled on new work).
+#[test]
+fn the_gpu_line_after_set_class_tells_the_truth() {
+    let dir = TestDir::new("ctlsetclass");
+    let d = Tandemd::start(&dir);
+    let env = client_env(d.socket()).var("TANDEM_CLASS", "training");
+    let mut l = spawn_host("launcher", &["--count", "200", "--hold"], &env);
+    let id = ready_client_id(&mut l);
+    l.wait_line("DONE ", EXIT);
+    let gpu_line = |out: &str| {
+        out.lines()
+            .find(|x| x.contains(" inference, ") && x.contains(" training"))
+            .map(str::to_string)
+    };
+    poll(SETTLE, "the training job on the GPU line", || {
+        let out = tandemctl_ok(d.socket(), &["status"]);
+        match gpu_line(&out) {
+            Some(g) if g.contains("0 inference, 1 training") => Ok(()),
+            _ => Err(out),
+        }
+    });
+    tandemctl_ok(d.socket(), &["set-class", &id.to_string(), "inference"]);
+    let line = poll(SETTLE, "no training in the GPU line", || {
+        let out = tandemctl_ok(d.socket(), &["status"]);
+        match gpu_line(&out) {
+            Some(g)
+                if g.contains("1 inference, 0 training")
+                    && g.contains("training 0% of GPU work in the last 2 s") =>
+            {
+                Ok(g)
+            }
+            _ => Err(out),
+        }
+    });
+    assert!(!line.contains("100%"), "{line}");
+    l.close_stdin();
+    assert!(l.wait_exit(EXIT).success(), "{l}");
 }
