@@ -219,7 +219,7 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
         Ok(s) => {
             let mine = of_job(s.clients.iter().chain(&s.departed), pid, before);
             if mine.is_empty() {
-                eprintln!("tandemctl run: neither the job (pid {pid}) nor any process it started registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
+                eprintln!("tandemctl run: the job (pid {pid}) and the processes it started never registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
             } else {
                 for c in &mine {
                     let how = if c.pid == pid {
