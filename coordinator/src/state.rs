@@ -302,6 +302,11 @@ pub struct ClientSnapshot {
     pub exe: String,
     /// cgroup.
     pub cgroup: String,
+    /// Its parent, grandparent and so on at registration, nearest first
+    /// (pid 1 left out): how `tandemctl run` finds the processes of a job
+    /// started through a wrapper such as `sh -c`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<u32>,
     /// Class granted.
     pub class: String,
     /// Class claimed.

@@ -9,7 +9,8 @@
 //! * [`wire`] — NRI's multiplexed socket and ttrpc framing;
 //! * [`policy`] — which containers get tandem, and what they get;
 //! * [`records`] — the pod records tandemd reads;
-//! * [`plugin`] — registration and the runtime's calls.
+//! * [`plugin`] — registration and the runtime's calls;
+//! * [`reconnect`] — back-off and quiet logging while the runtime is unreachable.
 //!
 //! It runs in tandemd's DaemonSet, so a node without tandemd has no plugin
 //! and its pods start exactly as before.
@@ -18,5 +19,6 @@ pub mod api;
 pub mod pb;
 pub mod plugin;
 pub mod policy;
+pub mod reconnect;
 pub mod records;
 pub mod wire;

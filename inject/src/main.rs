@@ -3,12 +3,13 @@
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use tandem_inject::plugin::Plugin;
 use tandem_inject::policy::Paths;
+use tandem_inject::reconnect::Reconnect;
 
 const USAGE: &str = "usage: tandem-nri [--socket PATH] [--records DIR] [--host-lib-dir DIR] [--host-socket-dir DIR] [--idx NN]
+       tandem-nri --version
 
   --socket PATH          the runtime's NRI socket (default /var/run/nri/nri.sock)
   --records DIR          where pod records go, tandemd's [kubernetes] pod_info_dir
@@ -16,7 +17,8 @@ const USAGE: &str = "usage: tandem-nri [--socket PATH] [--records DIR] [--host-l
   --host-lib-dir DIR     host directory holding libtandem.so (default /var/lib/tandem/lib)
   --host-socket-dir DIR  host directory holding tandemd.sock (default /run/tandem)
   --idx NN               plugin index, two digits (default 50)
-Reconnects every 5 s while the runtime is unreachable.";
+While the runtime is unreachable it retries, waiting 1 s, then twice as long
+each time up to 60 s, and logs once per change of state.";
 
 fn main() -> ExitCode {
     let mut socket = PathBuf::from("/var/run/nri/nri.sock");
@@ -32,6 +34,10 @@ fn main() -> ExitCode {
             "--host-lib-dir" => val("a DIR").map(|v| paths.host_lib_dir = v),
             "--host-socket-dir" => val("a DIR").map(|v| paths.host_socket_dir = v),
             "--idx" => val("two digits").map(|v| idx = v),
+            "-V" | "--version" => {
+                println!("tandem-nri {}", env!("CARGO_PKG_VERSION"));
+                return ExitCode::SUCCESS;
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -55,17 +61,25 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut retry = Reconnect::default();
+    let at = socket.display().to_string();
     loop {
-        match UnixStream::connect(&socket) {
-            Ok(s) => match plugin.serve(s, "tandem", &idx) {
-                Ok(()) => eprintln!("tandem-nri: the runtime closed the connection; reconnecting"),
-                Err(e) => eprintln!("tandem-nri: {e}; reconnecting"),
-            },
-            Err(e) => eprintln!(
-                "tandem-nri: cannot reach {} ({e}): is NRI enabled in the runtime? retrying in 5 s",
-                socket.display()
-            ),
+        let why = match UnixStream::connect(&socket) {
+            Ok(s) => {
+                if let Some(line) = retry.connected(&at) {
+                    eprintln!("tandem-nri: {line}");
+                }
+                match plugin.serve(s, "tandem", &idx) {
+                    Ok(()) => "the runtime closed the connection".to_string(),
+                    Err(e) => e.to_string(),
+                }
+            }
+            Err(e) => format!("cannot reach {at} ({e}): is NRI enabled in the runtime?"),
+        };
+        let (wait, line) = retry.failed(&why);
+        if let Some(line) = line {
+            eprintln!("tandem-nri: {line}");
         }
-        std::thread::sleep(Duration::from_secs(5));
+        std::thread::sleep(wait);
     }
 }

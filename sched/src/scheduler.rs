@@ -22,6 +22,22 @@ pub const MAX_REQUEST_NS: u64 = 10_000_000_000;
 /// Period of the windows over which shares of GPU work are counted (the share
 /// covers the current and the previous window).
 pub const SHARE_WINDOW_NS: u64 = 1_000_000_000;
+
+/// The work of a pair of share windows (the current one from
+/// `window_start`, the one before) that still counts at `now`: both within
+/// the first window, the current one alone (it has become the previous)
+/// within the second, none after. Windows roll only on events, so a
+/// snapshot ages them itself.
+fn recent(window_start: u64, now: u64, cur: u64, prev: u64) -> u64 {
+    let age = now.saturating_sub(window_start);
+    if age >= 2 * SHARE_WINDOW_NS {
+        0
+    } else if age >= SHARE_WINDOW_NS {
+        cur
+    } else {
+        cur.saturating_add(prev)
+    }
+}
 /// How long a training client whose GPU is not known yet (group 0) is gated
 /// as if inference shared its GPU, while any inference client is registered:
 /// its device report normally follows within one reader pass of its first
@@ -468,12 +484,27 @@ impl Scheduler {
     /// Per-client and per-GPU state, as of the latest time seen.
     #[must_use]
     pub fn snapshot(&self) -> SchedSnapshot {
-        let now = self.now;
+        self.snapshot_at(self.now)
+    }
+
+    /// [`Scheduler::snapshot`] as of `now_ns` (or the latest time seen, if
+    /// later): the work shares cover the share windows that `now_ns` falls
+    /// in, so work older than two windows no longer counts even when no
+    /// event has come since to roll them.
+    #[must_use]
+    pub fn snapshot_at(&self, now_ns: u64) -> SchedSnapshot {
+        let now = self.now.max(now_ns);
         let mut clients = Vec::with_capacity(self.clients.len());
         for (&id, c) in &self.clients {
             let g = self.gpus.get(&c.gpu);
             let (gpu_work, gpu_train) = g.map_or((0, 0), |g| {
-                (g.work_cur + g.work_prev, g.train_cur + g.train_prev)
+                (
+                    recent(g.window_start, now, g.work_cur, g.work_prev),
+                    recent(g.window_start, now, g.train_cur, g.train_prev),
+                )
+            });
+            let work = g.map_or(c.work_cur + c.work_prev, |g| {
+                recent(g.window_start, now, c.work_cur, c.work_prev)
             });
             let share = |num: u64| {
                 if gpu_work == 0 {
@@ -495,7 +526,7 @@ impl Scheduler {
                 p50_ns: quantile(&mut lat, 0.5),
                 p99_ns: quantile(&mut lat, 0.99),
                 slo_p99_ns: c.slo_p99_ns,
-                work_share: share(c.work_cur + c.work_prev),
+                work_share: share(work),
                 train_share: share(gpu_train),
                 kernels_known: c.kernels.len(),
                 allowance: c.allowance,
@@ -516,10 +547,14 @@ impl Scheduler {
                 active_budget_ns: g.active_budget_ns,
                 training_clients: g.n_training,
                 training_budget_ns: self.effective_budget(gid, g, now),
-                training_share: if g.work_cur + g.work_prev == 0 {
-                    0.0
-                } else {
-                    (g.train_cur + g.train_prev) as f64 / (g.work_cur + g.work_prev) as f64
+                training_share: {
+                    let work = recent(g.window_start, now, g.work_cur, g.work_prev);
+                    let train = recent(g.window_start, now, g.train_cur, g.train_prev);
+                    if work == 0 {
+                        0.0
+                    } else {
+                        train as f64 / work as f64
+                    }
                 },
             })
             .collect();

@@ -780,6 +780,33 @@ fn shares_count_estimated_work_per_gpu() {
     assert!((h.gpu(0).training_share - 0.75).abs() < 1e-9);
 }
 
+/// The shares are of recent work: with no event since, a snapshot two share
+/// windows later counts none of it (the training that ran before a job
+/// turned inference is not "recent work" forever).
+#[test]
+fn shares_forget_work_older_than_two_windows_without_an_event() {
+    let mut h = H::default();
+    h.reg(T0, 1, Class::Training, 0);
+    for _ in 0..3 {
+        h.launch(T0, 1, 99);
+    }
+    let at = |t: u64| h.s.snapshot_at(t).gpus[0].training_share;
+    assert!((at(T0) - 1.0).abs() < 1e-9);
+    assert!(
+        (at(T0 + SHARE_WINDOW_NS) - 1.0).abs() < 1e-9,
+        "one window on: still recent"
+    );
+    assert_eq!(
+        at(T0 + 2 * SHARE_WINDOW_NS),
+        0.0,
+        "two windows on: none recent"
+    );
+    assert_eq!(
+        h.s.snapshot_at(T0 + 2 * SHARE_WINDOW_NS).clients[0].work_share,
+        0.0
+    );
+}
+
 // ---- launch limits ----
 
 fn limit(client: ClientId, beyond: Allowance) -> Output {

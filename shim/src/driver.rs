@@ -219,10 +219,34 @@ fn load() -> bool {
         SUPPORT[which as usize].store(p as usize, Ordering::Release);
     }
     STATE.store(LOADED, Ordering::Release);
+    // Say which file answered, and whether it is tandem's fake driver (it
+    // exports `fakecuda_*` introspection symbols; no NVIDIA driver does).
+    let cu_init = lookup(handle, c"cuInit");
+    // SAFETY: an all-zero Dl_info is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and writes `info`.
+    let file = if !cu_init.is_null() && unsafe { libc::dladdr(cu_init, &mut info) } != 0 {
+        if info.dli_fname.is_null() {
+            path
+        } else {
+            // SAFETY: a non-NULL dli_fname is NUL-terminated and lives as
+            // long as the object stays loaded (we never unload it).
+            unsafe { CStr::from_ptr(info.dli_fname) }
+        }
+    } else {
+        path
+    };
+    let fake = !lookup(handle, c"fakecuda_kernels_executed").is_null();
     crate::log!(
         Debug,
-        "real driver loaded from {:?}",
-        crate::log::String8(path.to_bytes())
+        "CUDA driver {:?} loaded from {:?}{}",
+        crate::log::String8(path.to_bytes()),
+        crate::log::String8(file.to_bytes()),
+        if fake {
+            " (tandem's fake driver: host memory, simulated kernels; no GPU)"
+        } else {
+            ""
+        }
     );
     true
 }

@@ -12,7 +12,7 @@ impl Registry {
     /// Client and GPU snapshots plus totals.
     #[must_use]
     pub fn snapshot(&self, now: Instant) -> (Vec<GpuSnapshot>, Vec<ClientSnapshot>, Totals) {
-        let sched = self.sched.snapshot();
+        let sched = self.sched.snapshot_at(tandem_proto::monotonic_ns());
         let clients: Vec<ClientSnapshot> = self
             .clients
             .values()
@@ -100,6 +100,7 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         uid: c.who.uid,
         exe: c.exe.clone(),
         cgroup: c.cgroup.clone(),
+        ancestors: c.who.ancestors.clone(),
         class: c.decision.class.name().into(),
         class_claimed: c.claimed.name().into(),
         class_reason: c.decision.reason.clone(),

@@ -1,9 +1,15 @@
 //! `tandemctl`: status, top, reload, set-class, run.
+//!
+//! The command line is parsed by clap: each subcommand is one variant of
+//! [`Command`] whose arguments are a struct in its own module (`run`, `top`),
+//! and [`main`] dispatches on it. A new subcommand is one more variant, one
+//! more module and one more arm in [`main`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use tandem_proto::wire::{ClientClass, ControlOp};
 
 use crate::client;
@@ -15,51 +21,81 @@ pub mod top;
 /// How long tandemctl waits for tandemd.
 pub const TIMEOUT: Duration = Duration::from_secs(3);
 
-const USAGE: &str = "usage: tandemctl [--socket PATH] COMMAND
-  status [--json]            registered clients (a table, or the raw JSON snapshot)
-  top                        the table, refreshed every second (q or Ctrl-C quits)
-  reload                     make tandemd re-read its configuration (privileged)
-  set-class ID CLASS         set a client's class: inference, training, or auto
-                             (auto = back to the configured policy) (privileged)
-  run [--class C] -- CMD...  run CMD under libtandem.so, starting a private tandemd
-                             if none answers on the socket
-The socket is --socket, else $TANDEM_SOCKET, else the default tandemd uses.";
+/// tandemctl's command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tandemctl",
+    version,
+    about = "The tandem operator's CLI: what tandemd sees, and jobs run under libtandem.so",
+    after_help = "The socket is --socket, else $TANDEM_SOCKET, else the default tandemd uses \
+                  (/run/tandem/tandemd.sock for root, else $XDG_RUNTIME_DIR/tandem/tandemd.sock, \
+                  else /tmp/tandem-UID/tandemd.sock)."
+)]
+pub struct Cli {
+    /// tandemd's main socket (its stats socket sits beside it)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Registered clients: a table, one line per GPU in use, totals
+    Status(StatusArgs),
+    /// The status table refreshed every second (q or Ctrl-C quits)
+    Top(top::Args),
+    /// Make tandemd re-read its configuration (privileged)
+    Reload,
+    /// Set a client's class (privileged)
+    SetClass(SetClassArgs),
+    /// Run CMD under libtandem.so, starting a private tandemd if none answers on the socket
+    Run(run::Args),
+}
+
+/// `tandemctl status`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = COLUMNS)]
+pub struct StatusArgs {
+    /// Print the raw JSON snapshot (GET /stats) instead of the table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tandemctl set-class`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "auto hands the client back to the configured policy.")]
+pub struct SetClassArgs {
+    /// The client's id (the ID column of tandemctl status)
+    pub id: u64,
+    /// The class to give it
+    #[arg(value_parser = ["inference", "training", "auto"])]
+    pub class: String,
+}
 
 /// Run tandemctl with `args` (without the program name); returns the exit code.
 pub fn main(args: &[OsString]) -> u8 {
-    let mut socket: Option<PathBuf> = None;
-    let mut rest: Vec<OsString> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if rest.is_empty() && a == "--socket" {
-            match it.next() {
-                Some(p) => socket = Some(PathBuf::from(p)),
-                None => return usage("--socket needs a PATH"),
-            }
-        } else if rest.is_empty() && (a == "--help" || a == "-h") {
-            println!("{USAGE}");
-            return 0;
-        } else {
-            rest.push(a.clone());
-            rest.extend(it.by_ref().cloned());
+    let cli = match Cli::try_parse_from(
+        std::iter::once(OsString::from("tandemctl")).chain(args.iter().cloned()),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version print to stdout and exit 0; usage errors exit 2.
+            let _ = e.print();
+            return u8::try_from(e.exit_code()).unwrap_or(2);
         }
-    }
-    let socket = socket.unwrap_or_else(tandem_proto::paths::default_socket);
-    let Some(cmd) = rest.first().and_then(|c| c.to_str()) else {
-        return usage("no command given");
     };
-    let sub: Vec<OsString> = rest[1..].to_vec();
-    let result = match cmd {
-        "status" => status(&socket, &sub),
-        "top" => top::run(&socket),
-        "reload" => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
-        "set-class" => set_class(&socket, &sub),
-        "run" => return run::run(&socket, &sub),
-        "help" => {
-            println!("{USAGE}");
-            return 0;
-        }
-        other => return usage(&format!("unknown command {other:?}")),
+    let socket = cli
+        .socket
+        .unwrap_or_else(tandem_proto::paths::default_socket);
+    let result = match cli.command {
+        Command::Status(a) => status(&socket, &a),
+        Command::Top(a) => return top::run(&socket, &a),
+        Command::Reload => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
+        Command::SetClass(a) => set_class(&socket, &a),
+        Command::Run(a) => return run::run(&socket, &a),
     };
     match result {
         Ok(()) => 0,
@@ -70,19 +106,9 @@ pub fn main(args: &[OsString]) -> u8 {
     }
 }
 
-fn usage(msg: &str) -> u8 {
-    eprintln!("tandemctl: {msg}\n{USAGE}");
-    2
-}
-
-fn status(socket: &Path, args: &[OsString]) -> Result<(), String> {
-    let json = match args {
-        [] => false,
-        [a] if a == "--json" => true,
-        _ => return Err("usage: tandemctl status [--json]".into()),
-    };
+fn status(socket: &Path, args: &StatusArgs) -> Result<(), String> {
     let stats = tandem_proto::paths::stats_socket(socket);
-    if json {
+    if args.json {
         let r = client::http_get(&stats, "/stats", TIMEOUT)?;
         if r.status != 200 {
             return Err(format!("GET /stats answered {}", r.status));
@@ -95,22 +121,14 @@ fn status(socket: &Path, args: &[OsString]) -> Result<(), String> {
     Ok(())
 }
 
-fn set_class(socket: &Path, args: &[OsString]) -> Result<(), String> {
-    let [id, class] = args else {
-        return Err(
-            "usage: tandemctl set-class ID CLASS (CLASS: inference, training, auto)".into(),
-        );
-    };
-    let id: u64 = id
-        .to_str()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("{id:?} is not a client id (a number from tandemctl status)"))?;
-    let class = class
-        .to_str()
-        .and_then(|s| ClientClass::from_env_value(s.as_bytes()))
-        .filter(|_| !class.is_empty())
-        .ok_or_else(|| format!("{class:?} is not a class: use inference, training or auto"))?;
-    control(socket, ControlOp::SetClass, id, class)
+fn set_class(socket: &Path, args: &SetClassArgs) -> Result<(), String> {
+    let class = ClientClass::from_env_value(args.class.as_bytes()).ok_or_else(|| {
+        format!(
+            "{:?} is not a class: use inference, training or auto",
+            args.class
+        )
+    })?;
+    control(socket, ControlOp::SetClass, args.id, class)
 }
 
 fn control(socket: &Path, op: ControlOp, id: u64, class: ClientClass) -> Result<(), String> {
@@ -144,28 +162,42 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// A GPU's UUID in the short form `nvidia-smi -L` output is searched by:
+/// `GPU-` and the first 8 hex digits (the full UUID is on the GPU's line
+/// under the table). tandem's fake driver's UUID is the bytes of
+/// "tandem-fakecuda", so it shows as GPU-74616e64 ("tand").
+#[must_use]
+pub fn short_uuid(uuid: &str) -> String {
+    let hex = uuid.strip_prefix("GPU-").unwrap_or(uuid);
+    format!("GPU-{}", hex.chars().take(8).collect::<String>())
+}
+
+/// Kernels the client ran: each launch call runs one, and a graph launch
+/// runs every kernel node of the graph (so a job with graphs runs more
+/// kernels than it makes launch calls).
+#[must_use]
+pub fn kernels(c: &ClientSnapshot) -> u64 {
+    c.launches
+        .saturating_sub(c.graph_launches)
+        .saturating_add(c.graph_kernels)
+}
+
 /// One table row.
 #[must_use]
 pub fn row(c: &ClientSnapshot) -> String {
-    let gpu = c.gpu.as_deref().map_or("-".to_string(), |g| {
-        g.strip_prefix("GPU-")
-            .unwrap_or(g)
-            .chars()
-            .take(8)
-            .collect()
-    });
+    let gpu = c.gpu.as_deref().map_or("-".to_string(), short_uuid);
     let shared = if c.dedup.share_weights {
         human_bytes(c.dedup.shared_bytes)
     } else {
         "-".to_string()
     };
     format!(
-        "{:>5} {:>8} {:<9} {:<8} {:>10} {:>8.1} {:>8} {:>9} {:>9} {:>8} {}",
+        "{:>5} {:>8} {:<9} {:<12} {:>10} {:>8.1} {:>8} {:>9} {:>9} {:>8} {}",
         c.id,
         c.pid,
         c.class,
         gpu,
-        c.launches,
+        kernels(c),
         c.launch_rate_hz,
         c.dropped,
         human_bytes(c.bytes_allocated),
@@ -209,7 +241,10 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
         parts.push(format!("board: {o} request{s} open"));
     }
     if let Some(t) = g.training_share {
-        parts.push(format!("training {:.0}% of recent work", t * 100.0));
+        parts.push(format!(
+            "training {:.0}% of GPU work in the last 2 s",
+            t * 100.0
+        ));
     }
     let p99 = on
         .iter()
@@ -224,7 +259,18 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
 
 /// The header line of [`table`].
 pub const HEADER: &str =
-    "   ID      PID CLASS     GPU        LAUNCHES   RATE/s  DROPPED       MEM    SHARED     WAIT EXE";
+    "   ID      PID CLASS     GPU             KERNELS LAUNCH/s  DROPPED       MEM    SHARED     WAIT EXE";
+
+/// What the columns of [`HEADER`] mean (`tandemctl status --help`).
+pub const COLUMNS: &str =
+    "Columns: ID the client id (for set-class); PID its process; CLASS the class \
+it was granted; GPU its GPU's UUID, short (the GPU line below the table has it whole); KERNELS \
+kernels it ran (a graph launch runs every kernel in the graph, so this is more than its launch \
+calls when it uses CUDA graphs); LAUNCH/s launch calls per second (1 s average); DROPPED launch \
+records its ring had no room for; MEM device memory it holds now; SHARED of that, weights shared \
+with other jobs; WAIT time its launches waited for tandem's gate; EXE its executable.
+Each GPU in use has a line: its jobs by class, whether inference is active, requests open on \
+its board, training's share of the GPU work of the last 2 s, the worst inference p99.";
 
 /// The status table.
 #[must_use]
@@ -378,7 +424,7 @@ mod tests {
         assert_eq!(
             sharing_line(&g, &cs).unwrap(),
             "GPU-1 (H100): 2 inference, 1 training; inference active; board: 2 requests open; \
-             training 46% of recent work; inference p99 30.0 ms"
+             training 46% of GPU work in the last 2 s; inference p99 30.0 ms"
         );
         assert_eq!(sharing_line(&g, &cs[..0]), None, "no jobs, no line");
     }
@@ -401,6 +447,36 @@ mod tests {
         let t = table(&snap);
         assert!(!t.contains("sharing"), "{t}");
         assert!(!t.contains("follow"), "no region, no follow line: {t}");
+    }
+
+    /// The table's words (issue 24): the GPU as a short UUID an operator
+    /// can find in `nvidia-smi -L`, and KERNELS counting the kernels of
+    /// graph launches, as the job's own count does.
+    #[test]
+    fn rows_show_a_short_uuid_and_kernels_run() {
+        let c: ClientSnapshot = serde_json::from_value(serde_json::json!({
+            "id": 1, "pid": 10, "uid": 0, "exe": "/job", "cgroup": "/", "class": "training",
+            "class_claimed": "auto", "class_reason": "r",
+            "gpu": "GPU-74616e64-656d-2d66-616b-656375646100", "connected_s": 1.0,
+            "launches": 13, "launches_ex": 1, "graph_launches": 4, "graph_kernels": 10,
+            "launch_rate_hz": 0.0, "records": 0, "dropped": 0, "bad_records": 0,
+            "ring_detached": false, "bytes_allocated": 0, "allocs": 0, "frees": 0,
+            "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0, "gate_waits": 0,
+            "gate_timeouts": 0, "top_kernels": []
+        }))
+        .unwrap();
+        assert_eq!(kernels(&c), 19);
+        let cols: Vec<&str> = HEADER.split_whitespace().collect();
+        let r = row(&c);
+        let vals: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(cols.len(), vals.len(), "{HEADER}\n{r}");
+        let at = |name: &str| vals[cols.iter().position(|c| *c == name).unwrap()];
+        assert_eq!(at("GPU"), "GPU-74616e64");
+        assert_eq!(at("KERNELS"), "19");
+        // Columns line up under their header.
+        let end = |line: &str, word: &str| line.find(word).unwrap() + word.len();
+        assert_eq!(end(HEADER, "KERNELS"), end(&r, " 19"), "{HEADER}\n{r}");
+        assert_eq!(short_uuid("GPU-1"), "GPU-1");
     }
 
     #[test]

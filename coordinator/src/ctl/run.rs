@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::client;
 use crate::sock::{self, Probe};
+use crate::state::ClientSnapshot;
 
 /// How long a started tandemd may take to listen.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,37 +47,22 @@ pub fn find_shim(dir: &Path, env: Option<OsString>) -> Result<PathBuf, String> {
     }
 }
 
-/// Parse `[--class C] -- CMD...`.
-pub fn parse(args: &[OsString]) -> Result<(String, Vec<OsString>), String> {
-    let mut class = "auto".to_string();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if a == "--" {
-            i += 1;
-            break;
-        } else if a == "--class" {
-            let v = args
-                .get(i + 1)
-                .and_then(|v| v.to_str())
-                .ok_or("--class needs a value: inference, training, auto or off")?;
-            if !matches!(v, "inference" | "training" | "auto" | "off") {
-                return Err(format!(
-                    "--class {v:?} is not a class: use inference, training, auto or off"
-                ));
-            }
-            class = v.to_string();
-            i += 2;
-        } else {
-            // First non-option word starts the command (-- is optional).
-            break;
-        }
-    }
-    let cmd = args[i..].to_vec();
-    if cmd.is_empty() {
-        return Err("usage: tandemctl run [--class C] -- CMD [ARGS...]".into());
-    }
-    Ok((class, cmd))
+/// `tandemctl run`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The job runs with LD_PRELOAD=libtandem.so (beside tandemctl, or $TANDEM_SHIM), \
+TANDEM_CLASS and TANDEM_SOCKET set. When it exits, tandemctl prints the line of every process of \
+the job that registered with tandemd, and exits with the job's status \
+(127: CMD not found, 126: CMD found but not executable, 128+N: killed by signal N)."
+)]
+pub struct Args {
+    /// The class the job claims (TANDEM_CLASS); tandemd's policy decides what it gets
+    #[arg(long, value_name = "CLASS", default_value = "auto",
+          value_parser = ["inference", "training", "auto", "off"])]
+    pub class: String,
+    /// The command and its arguments (put -- before it when it has options of its own)
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
+    pub cmd: Vec<OsString>,
 }
 
 /// Start tandemd on `socket` with the built-in defaults; wait until it listens.
@@ -147,8 +133,40 @@ fn preload(shim: &Path) -> OsString {
     v
 }
 
+/// The exit code and message a shell gives for a command it cannot run:
+/// 127 when it is not found, 126 when it is found but cannot be executed.
+#[must_use]
+pub fn spawn_failure(cmd: &OsStr, e: &std::io::Error) -> (u8, String) {
+    let name = Path::new(cmd).display();
+    let has_slash = cmd.as_encoded_bytes().contains(&b'/');
+    match e.kind() {
+        std::io::ErrorKind::NotFound if has_slash => {
+            (127, format!("{name}: No such file or directory"))
+        }
+        std::io::ErrorKind::NotFound => (127, format!("{name}: command not found")),
+        std::io::ErrorKind::PermissionDenied => (126, format!("{name}: Permission denied")),
+        _ => (126, format!("{name}: cannot execute: {e}")),
+    }
+}
+
+/// The clients that belong to the job `pid`: it or a process it started
+/// (its pid among their ancestors when they registered), registered after
+/// the client id `before`; in id order.
+pub fn of_job<'a>(
+    clients: impl Iterator<Item = &'a ClientSnapshot>,
+    pid: u32,
+    before: u64,
+) -> Vec<&'a ClientSnapshot> {
+    let mut v: Vec<&ClientSnapshot> = clients
+        .filter(|c| c.id > before && (c.pid == pid || c.ancestors.contains(&pid)))
+        .collect();
+    v.sort_by_key(|c| c.id);
+    v.dedup_by_key(|c| c.id);
+    v
+}
+
 /// `tandemctl run`; returns the exit code (the job's, or 1/2 for our errors).
-pub fn run(socket: &Path, args: &[OsString]) -> u8 {
+pub fn run(socket: &Path, args: &Args) -> u8 {
     match run_inner(socket, args) {
         Ok(code) => code,
         Err(e) => {
@@ -158,8 +176,8 @@ pub fn run(socket: &Path, args: &[OsString]) -> u8 {
     }
 }
 
-fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
-    let (class, cmd) = parse(args)?;
+fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
+    let (class, cmd) = (&args.class, &args.cmd);
     let dir = exe_dir()?;
     let shim = find_shim(&dir, std::env::var_os("TANDEM_SHIM"))?;
     sock::sockaddr(socket).map_err(|e| e.to_string())?;
@@ -172,10 +190,15 @@ fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted));
     let stats = tandem_proto::paths::stats_socket(socket);
+    // Clients registered before the job are not the job's, whatever their pids.
+    let before = client::snapshot(&stats, super::TIMEOUT)
+        .ok()
+        .and_then(|s| s.clients.iter().chain(&s.departed).map(|c| c.id).max())
+        .unwrap_or(0);
     let spawned = Command::new(&cmd[0])
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload(&shim))
-        .env("TANDEM_CLASS", &class)
+        .env("TANDEM_CLASS", class)
         .env("TANDEM_SOCKET", socket)
         .spawn();
     let mut job = match spawned {
@@ -184,27 +207,34 @@ fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
             if let Some(d) = started.as_mut() {
                 stop(d);
             }
-            return Err(format!("cannot run {:?}: {e}", cmd[0]));
+            let (code, msg) = spawn_failure(&cmd[0], &e);
+            eprintln!("tandemctl run: {msg}");
+            return Ok(code);
         }
     };
     let pid = job.id();
     let status = job.wait().map_err(|e| format!("waiting for the job: {e}"));
-    // The job's final line: it has left, so look among departed clients too.
+    // The job's final lines: it has left, so look among departed clients too.
     match client::snapshot(&stats, super::TIMEOUT) {
         Ok(s) => {
-            let lines: Vec<String> = s
-                .clients
-                .iter()
-                .chain(s.departed.iter())
-                .filter(|c| c.pid == pid)
-                .map(super::row)
-                .collect();
-            if lines.is_empty() {
-                eprintln!("tandemctl run: the job (pid {pid}) never registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
+            let mine = of_job(s.clients.iter().chain(&s.departed), pid, before);
+            if mine.is_empty() {
+                eprintln!("tandemctl run: the job (pid {pid}) and the processes it started never registered with tandemd (no CUDA calls, TANDEM_CLASS=off, or the shim could not connect)");
             } else {
+                for c in &mine {
+                    let how = if c.pid == pid {
+                        "the job itself".to_string()
+                    } else {
+                        format!("started by the job, pid {pid}")
+                    };
+                    eprintln!(
+                        "tandemctl run: pid {} ({}, {how}) registered as client {}",
+                        c.pid, c.exe, c.id
+                    );
+                }
                 eprintln!("{}", super::HEADER);
-                for l in lines {
-                    eprintln!("{l}");
+                for c in mine {
+                    eprintln!("{}", super::row(c));
                 }
             }
         }
@@ -224,20 +254,40 @@ fn run_inner(socket: &Path, args: &[OsString]) -> Result<u8, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
     }
 
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        let cli = super::super::Cli::try_parse_from(
+            ["tandemctl", "run"].iter().chain(args).map(OsString::from),
+        )
+        .map_err(|e| e.to_string())?;
+        match cli.command {
+            super::super::Command::Run(a) => Ok(a),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
     #[test]
     fn parses_class_and_command() {
-        let (c, cmd) = parse(&os(&["--class", "inference", "--", "python", "-c", "x"])).unwrap();
-        assert_eq!(c, "inference");
-        assert_eq!(cmd, os(&["python", "-c", "x"]));
-        let (c, cmd) = parse(&os(&["true"])).unwrap();
-        assert_eq!((c.as_str(), cmd.len()), ("auto", 1));
-        assert!(parse(&os(&["--class", "fast", "--", "x"])).is_err());
-        assert!(parse(&os(&["--"])).is_err());
+        let a = parse(&["--class", "inference", "--", "python", "-c", "x"]).unwrap();
+        assert_eq!(a.class, "inference");
+        assert_eq!(a.cmd, os(&["python", "-c", "x"]));
+        let a = parse(&["--class=training", "--", "sh", "-c", "x"]).unwrap();
+        assert_eq!(a.class, "training");
+        assert_eq!(a.cmd, os(&["sh", "-c", "x"]));
+        // Without --: the first word starts the command, whose options stay its own.
+        let a = parse(&["python", "-c", "x", "--class", "y"]).unwrap();
+        assert_eq!(a.class, "auto");
+        assert_eq!(a.cmd, os(&["python", "-c", "x", "--class", "y"]));
+        let a = parse(&["--", "--odd-name"]).unwrap();
+        assert_eq!(a.cmd, os(&["--odd-name"]));
+        assert!(parse(&["--class", "fast", "--", "x"]).is_err());
+        assert!(parse(&["--"]).is_err());
+        assert!(parse(&[]).is_err());
     }
 
     #[test]

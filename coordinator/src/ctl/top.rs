@@ -1,4 +1,5 @@
-//! `tandemctl top`: the status table refreshed every second, plain ANSI.
+//! `tandemctl top`: the status table refreshed every second, plain ANSI on a
+//! terminal; plain tables one after another in batch mode (`-b`) or a pipe.
 
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd};
@@ -46,32 +47,93 @@ impl Drop for RawMode {
     }
 }
 
-/// Run until q or Ctrl-C.
-pub fn run(socket: &Path) -> Result<(), String> {
+/// `tandemctl top`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Outside a terminal (a pipe, a file) top writes plain tables, as with -b. \
+It exits 1 when tandemd cannot be reached: at once in batch mode, else when the last refresh failed."
+)]
+pub struct Args {
+    /// Batch mode: plain tables one after another, no escape codes, no keys read
+    #[arg(short = 'b', long = "batch")]
+    pub batch: bool,
+    /// Stop after N refreshes (default: until q, Ctrl-C or SIGTERM)
+    #[arg(short = 'n', long = "iterations", value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Seconds between refreshes
+    #[arg(short = 'd', long = "delay", value_name = "SECS", default_value_t = 1.0,
+          value_parser = parse_delay)]
+    pub delay: f64,
+}
+
+fn parse_delay(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if d.is_finite() && (0.0..=3600.0).contains(&d) => Ok(d),
+        _ => Err(format!("{s:?} is not a number of seconds from 0 to 3600")),
+    }
+}
+
+/// Whether `fd` is a terminal.
+fn is_tty(fd: i32) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// Run until q, Ctrl-C, SIGTERM or `-n` refreshes; returns the exit code.
+pub fn run(socket: &Path, args: &Args) -> u8 {
     let stats = tandem_proto::paths::stats_socket(socket);
     let quit = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&quit));
     }
+    let mut out = std::io::stdout();
+    // Escape codes and keys only with a terminal on both ends.
+    let screen = !args.batch && is_tty(out.as_raw_fd()) && is_tty(std::io::stdin().as_raw_fd());
+    let delay = std::time::Duration::from_secs_f64(args.delay);
     let stdin = std::io::stdin();
     let fd = stdin.as_raw_fd();
-    let _raw = RawMode::enter(fd);
-    let mut out = std::io::stdout();
+    let _raw = screen.then(|| RawMode::enter(fd));
+    let mut shown = 0u64;
+    let mut failed = false;
     while !quit.load(Ordering::Relaxed) {
-        let screen = match client::snapshot(&stats, super::TIMEOUT) {
-            Ok(s) => super::table(&s),
-            Err(e) => format!("{e}\n"),
-        };
-        let _ = write!(out, "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{screen}");
+        let snap = client::snapshot(&stats, super::TIMEOUT);
+        failed = snap.is_err();
+        shown += 1;
+        match (&snap, screen) {
+            (Ok(s), true) => {
+                let _ = write!(
+                    out,
+                    "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{}",
+                    super::table(s)
+                );
+            }
+            (Err(e), true) if shown > 1 => {
+                let _ = write!(out, "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{e}\n");
+            }
+            (Ok(s), false) => {
+                let sep = if shown > 1 { "\n" } else { "" };
+                let _ = write!(out, "{sep}{}", super::table(s));
+            }
+            // Unreachable at the first look, or at any look in batch mode:
+            // say so and fail, as top does when it cannot read /proc.
+            (Err(e), _) => {
+                let _ = out.flush();
+                eprintln!("tandemctl top: {e}");
+                return 1;
+            }
+        }
         let _ = out.flush();
+        if args.iterations.is_some_and(|n| shown >= n) {
+            break;
+        }
+        if !screen {
+            sleep_unless(&quit, delay);
+            continue;
+        }
         let mut seen = [Seen::default()];
-        let r = poll::wait(
-            &[stdin.as_fd()],
-            &mut seen,
-            Some(std::time::Duration::from_secs(1)),
-        );
-        let shown = matches!(r, Ok(n) if n > 0);
-        if shown && seen[0].readable {
+        let r = poll::wait(&[stdin.as_fd()], &mut seen, Some(delay));
+        let woke = matches!(r, Ok(n) if n > 0);
+        if woke && seen[0].readable {
             let mut b = [0u8; 16];
             // SAFETY: reading into a valid buffer.
             let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
@@ -82,11 +144,25 @@ pub fn run(socket: &Path) -> Result<(), String> {
             {
                 break;
             }
-        } else if shown && seen[0].closed {
+        } else if woke && seen[0].closed {
             // stdin closed: keep refreshing until a signal, but do not spin.
-            std::thread::sleep(std::time::Duration::from_secs(1));
+            sleep_unless(&quit, delay);
         }
     }
-    let _ = writeln!(out);
-    Ok(())
+    if screen {
+        let _ = writeln!(out);
+    }
+    u8::from(failed)
+}
+
+/// Sleep for `d`, waking early (within 50 ms) when `quit` is set.
+fn sleep_unless(quit: &AtomicBool, d: std::time::Duration) {
+    let end = std::time::Instant::now() + d;
+    while !quit.load(Ordering::Relaxed) {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
+    }
 }

@@ -44,7 +44,7 @@ fn tandemctl_status_prints_a_table_naming_the_running_clients() {
     assert_eq!(
         cols,
         [
-            "ID", "PID", "CLASS", "GPU", "LAUNCHES", "RATE/s", "DROPPED", "MEM", "SHARED", "WAIT",
+            "ID", "PID", "CLASS", "GPU", "KERNELS", "LAUNCH/s", "DROPPED", "MEM", "SHARED", "WAIT",
             "EXE"
         ],
         "table header: {all}"
