@@ -95,6 +95,7 @@ impl Registry {
             uid = who.uid,
             contained = who.contained(),
             pod = who.container.placement.as_ref().and_then(|p| p.pod_uid.as_deref()).unwrap_or("-"),
+            slurm_job = ?who.slurm.as_ref().map(|j| j.job),
             exe = %exe,
             class = decision.class.name(),
             reason = %decision.reason,

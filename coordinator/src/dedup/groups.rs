@@ -278,6 +278,7 @@ mod tests {
             exe: exe.map(str::to_string),
             cgroup: cgroup.map(str::to_string),
             container: Default::default(),
+            slurm: None,
         }
     }
 
