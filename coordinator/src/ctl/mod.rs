@@ -9,6 +9,7 @@ use tandem_proto::wire::{ClientClass, ControlOp};
 use crate::client;
 use crate::state::{ClientSnapshot, GpuSnapshot, Snapshot};
 
+pub mod cdi;
 pub mod run;
 pub mod top;
 
@@ -23,6 +24,8 @@ const USAGE: &str = "usage: tandemctl [--socket PATH] COMMAND
                              (auto = back to the configured policy) (privileged)
   run [--class C] -- CMD...  run CMD under libtandem.so, starting a private tandemd
                              if none answers on the socket
+  cdi generate [--version V] [--lib-dir D] [--socket-dir D] [--out FILE]
+                             a CDI spec giving containers tandem (tandem.io/shim=all)
 The socket is --socket, else $TANDEM_SOCKET, else the default tandemd uses.";
 
 /// Run tandemctl with `args` (without the program name); returns the exit code.
@@ -55,6 +58,7 @@ pub fn main(args: &[OsString]) -> u8 {
         "reload" => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
         "set-class" => set_class(&socket, &sub),
         "run" => return run::run(&socket, &sub),
+        "cdi" => return cdi::main(&sub),
         "help" => {
             println!("{USAGE}");
             return 0;
