@@ -14,8 +14,12 @@
 //! section on the cgroup hierarchy; its cgroup v1 layout in
 //! slurm.schedmd.com/cgroups.html and `src/plugins/cgroup/v1`.) `<step>` is a
 //! number or `batch`, `extern`, `interactive`. The job id is only taken
-//! where this layout puts it: below a `uid_<n>` below `slurm[_<node>]`, or
-//! below a `…slurmstepd.scope`.
+//! where this layout puts it, from the root of the hierarchy: `/slurm[_<node>]/
+//! uid_<n>/job_<id>` or `/system.slice/[<node>_]slurmstepd.scope/job_<id>`.
+//! Only root creates cgroups there; anywhere else (a user's delegated
+//! subtree on cgroup v2, where anyone may name a cgroup `slurmstepd.scope`)
+//! or in a path seen from another cgroup namespace (`/../…`) it is not
+//! taken, so a process cannot pass itself off as a Slurm job.
 
 /// A Slurm job step as its cgroup path names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,28 +51,26 @@ fn is_stepd_scope(c: &str) -> bool {
 pub fn parse_slurm_path(path: &str) -> Option<SlurmStep> {
     let comps: Vec<&str> = path
         .split('/')
-        .filter(|c| !c.is_empty() && *c != "." && *c != "..")
+        .filter(|c| !c.is_empty() && *c != ".")
         .collect();
-    (0..comps.len()).find_map(|i| {
-        let job = number::<u64>(comps[i].strip_prefix("job_")?)?;
-        let parent = i.checked_sub(1).map(|p| comps[p])?;
-        let uid = if is_stepd_scope(parent) {
-            None
-        } else {
-            let uid = number::<u32>(parent.strip_prefix("uid_")?)?;
-            let root = i.checked_sub(2).map(|p| comps[p])?;
-            if !is_slurm_v1_root(root) {
-                return None;
-            }
-            Some(uid)
-        };
-        let step = comps
-            .get(i + 1)
-            .and_then(|c| c.strip_prefix("step_"))
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        Some(SlurmStep { job, step, uid })
-    })
+    if comps.contains(&"..") {
+        return None;
+    }
+    let (root, parent, job) = (comps.first()?, comps.get(1)?, comps.get(2)?);
+    let uid = if *root == "system.slice" && is_stepd_scope(parent) {
+        None
+    } else if is_slurm_v1_root(root) {
+        Some(number::<u32>(parent.strip_prefix("uid_")?)?)
+    } else {
+        return None;
+    };
+    let job = number::<u64>(job.strip_prefix("job_")?)?;
+    let step = comps
+        .get(3)
+        .and_then(|c| c.strip_prefix("step_"))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    Some(SlurmStep { job, step, uid })
 }
 
 #[cfg(test)]
@@ -142,6 +144,12 @@ mod tests {
             "/slurm/uid_0/job_/step_0",
             "/slurm/uid_0/job_6x/step_0",
             "/process_api/0123456789abcdef0123456789abcdef",
+            // Not from the root: a user's delegated subtree on cgroup v2 may
+            // hold cgroups of any name.
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/slurmstepd.scope/job_6/step_0",
+            "/user.slice/user-1000.slice/user@1000.service/slurm/uid_0/job_6",
+            "/system.slice/x.service/slurmstepd.scope/job_6",
+            "/../system.slice/slurmstepd.scope/job_6/step_0",
         ] {
             assert_eq!(parse_slurm_path(path), None, "{path}");
         }
