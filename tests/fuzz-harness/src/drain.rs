@@ -47,6 +47,7 @@ fn register(shared: &Shared, n: u32, class: ClientClass, flags: u8) -> Option<Pe
         exe: Some(format!("/fuzz/job{n}")),
         cgroup: Some(format!("/fuzz/job{n}")),
         container: Default::default(),
+        slurm: None,
     };
     let hello = Hello {
         pid: who.pid,
