@@ -218,8 +218,12 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 232, "tandem
  * this name (e.g. "cuLaunchKernel_ptsz"); UINT64_MAX if the shim does not hook it.
  */
 uint64_t tandem_hook_count(const char *symbol);
-/* Calls libtandem.so itself made to that driver variant (not on the program's behalf);
- * the driver saw tandem_hook_count(symbol) + tandem_driver_calls(symbol) calls.
+/* Calls libtandem.so itself made to that driver function (not on the program's behalf):
+ * a hooked variant, or an unhooked function the shim uses for its own work (completion
+ * marks' cuEventCreate and cuEventRecord, cuCtxSetCurrent, ...); UINT64_MAX if the shim
+ * neither hooks nor calls it. The driver saw tandem_hook_count(symbol) +
+ * tandem_driver_calls(symbol) calls of a hooked variant, and the program's own calls
+ * plus tandem_driver_calls(symbol) of any other.
  */
 uint64_t tandem_driver_calls(const char *symbol);
 /* Kernels this process sent to the GPU: successful launches not recorded by stream

@@ -10,6 +10,7 @@ use tandem_proto::wire::ClientClass;
 
 use crate::config::{AutoClass, Config, GrantClass};
 use crate::containers::ContainerView;
+use crate::slurm::SlurmJob;
 use crate::sock::PeerCred;
 pub use tandem_ident::{cgroup_under, exe_and_cgroup_match};
 use tandem_ident::{selector_holds, Job};
@@ -32,6 +33,8 @@ pub struct Who {
     pub cgroup: Option<String>,
     /// The container it runs in, if any (pod, container, pod metadata).
     pub container: ContainerView,
+    /// The Slurm job it runs in, if any (from the cgroup path).
+    pub slurm: Option<SlurmJob>,
     /// Its parent, that one's parent, and so on (/proc/PID/stat), nearest
     /// first, pid 1 and 0 left out, at most [`MAX_ANCESTORS`]: what
     /// `tandemctl run` matches a wrapper's descendants by.
@@ -85,6 +88,7 @@ impl Who {
             .ok()
             .and_then(|s| tandem_ident::cgroup_of_proc(&s));
         let container = crate::containers::view(cred.pid, cgroup.as_deref(), pod_info_dir, euid);
+        let slurm = crate::slurm::job_of(cgroup.as_deref(), cred.uid);
         let groups = std::fs::read_to_string(format!("{base}/status"))
             .ok()
             .and_then(|s| {
@@ -105,6 +109,7 @@ impl Who {
             exe,
             cgroup,
             container,
+            slurm,
             ancestors: ancestors_of(cred.pid),
         }
     }
@@ -126,13 +131,17 @@ impl Who {
         self.container.contained
     }
 
-    /// `uid N`, or `uid N in pod NS/NAME` / `uid N in a container`.
+    /// `uid N`, or `uid N in pod NS/NAME` / `uid N in a container` /
+    /// `uid N in Slurm job J of USER`.
     #[must_use]
     pub fn describe(&self) -> String {
-        match (&self.container.pod, self.contained()) {
-            (Some(p), _) => format!("uid {} in pod {}/{}", self.uid, p.namespace, p.name),
-            (None, true) => format!("uid {} in a container", self.uid),
-            (None, false) => format!("uid {}", self.uid),
+        match (&self.container.pod, self.contained(), &self.slurm) {
+            (Some(p), _, _) => format!("uid {} in pod {}/{}", self.uid, p.namespace, p.name),
+            (None, true, _) => format!("uid {} in a container", self.uid),
+            (None, false, Some(j)) => {
+                format!("uid {} in Slurm job {} of {}", self.uid, j.job, j.user)
+            }
+            (None, false, None) => format!("uid {}", self.uid),
         }
     }
 }
@@ -243,6 +252,14 @@ fn inference_allowed(cfg: &Config, daemon_euid: u32, who: &Who) -> Option<String
             return Some("pod labels match policy.inference.pod_labels".into());
         }
     }
+    if let Some(j) = &who.slurm {
+        if a.slurm_jobs.contains(&j.job) {
+            return Some(format!("Slurm job {} listed", j.job));
+        }
+        if let Some(u) = a.slurm_users.iter().find(|u| j.user_is(u)) {
+            return Some(format!("Slurm job {} of user {u} listed", j.job));
+        }
+    }
     if a.anyone {
         return Some("policy.inference.anyone".into());
     }
@@ -300,6 +317,7 @@ mod tests {
             exe: Some("/usr/bin/python3".into()),
             cgroup: Some("/serving.slice/a.service".into()),
             container: ContainerView::default(),
+            slurm: None,
             ancestors: Vec::new(),
         }
     }
@@ -348,6 +366,50 @@ mod tests {
         let d = decide(&cfg, 0, &in_pod(0, "batch"), ClientClass::Inference);
         assert_eq!(d.class, ClientClass::Training, "{}", d.reason);
         assert!(d.reason.contains("namespace batch"), "{}", d.reason);
+    }
+
+    #[test]
+    fn slurm_jobs_are_matched_by_user_and_job_not_by_cgroup() {
+        let mut cfg = Config::default();
+        let mut w = who(1000);
+        w.cgroup = Some("/system.slice/slurmstepd.scope/job_6/step_0/user/task_0".into());
+        w.slurm = crate::slurm::job_of(w.cgroup.as_deref(), 1000);
+        w.slurm.as_mut().unwrap().user = "alice".into();
+        let d = decide(&cfg, 0, &w, ClientClass::Inference);
+        assert_eq!(d.class, ClientClass::Training, "{}", d.reason);
+        assert!(d.reason.contains("Slurm job 6 of alice"), "{}", d.reason);
+        // One rule for every job of a user, by name or uid.
+        cfg.policy.inference.slurm_users = vec!["alice".into()];
+        let d = decide(&cfg, 0, &w, ClientClass::Inference);
+        assert_eq!(d.class, ClientClass::Inference, "{}", d.reason);
+        assert!(
+            d.reason.contains("Slurm job 6 of user alice"),
+            "{}",
+            d.reason
+        );
+        cfg.policy.inference.slurm_users = vec!["1000".into()];
+        assert_eq!(
+            decide(&cfg, 0, &w, ClientClass::Inference).class,
+            ClientClass::Inference
+        );
+        // The same user outside a Slurm job is not matched.
+        let outside = who(1000);
+        assert_eq!(
+            decide(&cfg, 0, &outside, ClientClass::Inference).class,
+            ClientClass::Training
+        );
+        // Or one job by id.
+        cfg.policy.inference.slurm_users.clear();
+        cfg.policy.inference.slurm_jobs = vec![7];
+        assert_eq!(
+            decide(&cfg, 0, &w, ClientClass::Inference).class,
+            ClientClass::Training
+        );
+        cfg.policy.inference.slurm_jobs = vec![6];
+        assert_eq!(
+            decide(&cfg, 0, &w, ClientClass::Inference).class,
+            ClientClass::Inference
+        );
     }
 
     #[test]

@@ -138,6 +138,12 @@ pub struct InferenceAllow {
     pub namespaces: Vec<String>,
     /// Jobs in pods carrying all these labels may (empty: no criterion).
     pub pod_labels: std::collections::BTreeMap<String, String>,
+    /// Slurm jobs of these users (names, or uids in decimal) may: a task
+    /// slurmstepd placed in the job's cgroup, not the same user's other
+    /// processes.
+    pub slurm_users: Vec<String>,
+    /// These Slurm jobs (ids) may.
+    pub slurm_jobs: Vec<u64>,
 }
 
 /// `[[policy.override]]`.

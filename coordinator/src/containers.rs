@@ -18,13 +18,28 @@ use serde::{Deserialize, Serialize};
 use tandem_ident::{Placement, PodMeta};
 use tracing::warn;
 
+/// Where tandem-nri writes pod records by default (`--records`) and where the
+/// chart mounts them (`hostPaths.podInfoDir`): tandemd looks there unless told
+/// otherwise, so a hand install beside tandem-nri needs no config line.
+pub const DEFAULT_POD_INFO_DIR: &str = "/run/tandem-pods";
+
 /// `[kubernetes]` in tandemd.toml.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubernetesConfig {
-    /// Where the injector records each pod's metadata ("" = nowhere: rules
-    /// on namespaces, labels and annotations then match no job).
+    /// Where the injector records each pod's metadata (default
+    /// [`DEFAULT_POD_INFO_DIR`]; "" = nowhere: rules on namespaces, labels
+    /// and annotations then match no job). A directory that does not exist
+    /// holds no records.
     pub pod_info_dir: String,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            pod_info_dir: DEFAULT_POD_INFO_DIR.into(),
+        }
+    }
 }
 
 /// One `<pod uid>.json` as the injector writes it.
@@ -294,6 +309,26 @@ mod tests {
         assert_eq!(v.default_group().as_deref(), Some("pidns:9"));
         v.contained = false;
         assert_eq!(v.default_group(), None);
+    }
+
+    /// The default is where tandem-nri writes and the chart mounts records, so
+    /// a tandemd.toml without `[kubernetes]` (a hand install) still finds them.
+    #[test]
+    fn pod_records_are_found_where_the_chart_and_the_injector_put_them() {
+        let cfg = crate::config::Config::parse("", Path::new("/etc/tandem/tandemd.toml")).unwrap();
+        assert_eq!(cfg.kubernetes.pod_info_dir, DEFAULT_POD_INFO_DIR);
+        let values = include_str!("../../deploy/helm/tandem/values.yaml");
+        assert!(
+            values
+                .lines()
+                .any(|l| l.trim() == format!("podInfoDir: {DEFAULT_POD_INFO_DIR}")),
+            "the chart's hostPaths.podInfoDir is not {DEFAULT_POD_INFO_DIR}"
+        );
+        let nri = include_str!("../../inject/src/main.rs");
+        assert!(
+            nri.contains(&format!("PathBuf::from(\"{DEFAULT_POD_INFO_DIR}\")")),
+            "tandem-nri's default --records is not {DEFAULT_POD_INFO_DIR}"
+        );
     }
 
     #[test]

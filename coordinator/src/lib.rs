@@ -57,6 +57,7 @@ pub mod notify;
 pub mod reader;
 pub use tandem_sched as sched;
 pub mod shared;
+pub mod slurm;
 pub mod sock;
 pub mod state;
 pub mod stats_http;

@@ -1,9 +1,10 @@
 //! Prometheus text exposition (format 0.0.4) of a [`Snapshot`].
 //!
 //! Per-client series carry `client`, `pid`, `class`, `exe`, and where known
-//! the `namespace`, `pod` and `container` of the job and the `UUID` of its
-//! GPU, named as the DCGM exporter names them so that the two join
-//! (`on (UUID)`, `on (namespace, pod)`).
+//! the `namespace`, `pod` and `container` of the job, its `slurm_job` and
+//! `slurm_user` under Slurm, and the `UUID` of its GPU, named as the DCGM
+//! exporter names them so that the two join (`on (UUID)`, `on (namespace,
+//! pod)`).
 
 mod fleet;
 
@@ -50,6 +51,8 @@ fn labels(c: &ClientSnapshot) -> String {
             pod.and_then(|p| p.name.clone().or_else(|| p.uid.clone())),
         ),
         ("container", container),
+        ("slurm_job", c.slurm.as_ref().map(|j| j.job.to_string())),
+        ("slurm_user", c.slurm.as_ref().map(|j| j.user.clone())),
         ("UUID", c.gpu.clone()),
     ] {
         if let Some(v) = value {

@@ -384,6 +384,9 @@ pub struct ClientSnapshot {
     /// The pod and container it runs in (null: a host process).
     #[serde(default)]
     pub pod: Option<crate::containers::PodSnapshot>,
+    /// The Slurm job it runs in (null: none).
+    #[serde(default)]
+    pub slurm: Option<crate::slurm::SlurmJob>,
     /// The `CUDA_MPS_CLIENT_PRIORITY` it was told to join tandem's MPS
     /// daemon with (0 normal, 1 below normal); null: not told to join.
     #[serde(default)]

@@ -6,8 +6,8 @@
 # Only GPU tasks get the shim; a job opts out with --export=TANDEM_CLASS=off
 # (or by setting TANDEM_CLASS=off itself). The class a job claims comes from
 # TANDEM_CLASS (e.g. sbatch --export=ALL,TANDEM_CLASS=inference); tandemd's
-# [policy.inference] decides what it gets (uids, gids, or cgroups such as
-# Slurm's /system.slice/slurmstepd.scope/job_<id> paths).
+# [policy.inference] decides what it gets (uids, gids, or the Slurm job's
+# user or id: slurm_users, slurm_jobs).
 LIB=${TANDEM_LIB:-/usr/local/lib/libtandem.so}
 SOCKET=${TANDEM_SOCKET:-/run/tandem/tandemd.sock}
 

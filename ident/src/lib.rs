@@ -8,9 +8,11 @@
 
 mod matcher;
 mod placement;
+mod slurm;
 
 pub use matcher::Matcher;
 pub use placement::{cgroup_of_proc, parse_cgroup_path, Placement, Runtime};
+pub use slurm::{parse_slurm_path, SlurmStep};
 
 use std::collections::BTreeMap;
 

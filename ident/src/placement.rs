@@ -13,8 +13,24 @@
 //! | systemd, CRI-O | same | `crio-<64 hex>.scope` |
 //! | systemd, docker / cri-dockerd | same | `docker-<64 hex>.scope` |
 //!
-//! A container outside Kubernetes has a container component and no pod
-//! (`/system.slice/docker-<id>.scope`, `/docker/<id>`). The parser looks at
+//! A container outside Kubernetes has a container component and no pod:
+//!
+//! | runtime, driver | path |
+//! | --- | --- |
+//! | docker, cgroupfs | `/docker/<64 hex>` |
+//! | docker, systemd | `/system.slice/docker-<64 hex>.scope` |
+//! | podman, cgroupfs | `/libpod_parent/libpod-<64 hex>` (in a pod: `/libpod_parent/<pod id>/libpod-<64 hex>`) |
+//! | podman, systemd | `/machine.slice/libpod-<64 hex>.scope` (in a pod: `machine-libpod_pod_<pod id>.slice/…`) |
+//!
+//! (podman: libpod's `CgroupfsDefaultCgroupParent = "/libpod_parent"` and
+//! `SystemdDefaultCgroupParent = "machine.slice"`, with the container's
+//! cgroup named `libpod-<id>` under either; its monitor is
+//! `libpod-conmon-<id>.scope`, not the container.)
+//!
+//! A bare hex run is a container id only where a runtime puts one: below a
+//! pod component, or below `docker`. Elsewhere it is someone else's name (a
+//! sandbox's `/process_api/<32 hex>`, a service's instance id), so a hex
+//! run alone never makes a process a container. The parser looks at
 //! components, not at whole paths, so it also reads the paths a reader in
 //! another cgroup namespace sees (`/../../kubepods-…-pod….slice/cri-…scope`),
 //! nested hierarchies (kind's `/kubelet.slice/kubelet-kubepods.slice/…`), and
@@ -29,6 +45,8 @@ pub enum Runtime {
     CriO,
     /// `docker-<id>.scope` (docker, cri-dockerd) or `/docker/<id>`.
     Docker,
+    /// `libpod-<id>[.scope]` (podman).
+    Podman,
     /// A bare id (cgroupfs driver: containerd and docker look the same).
     Unknown,
 }
@@ -41,6 +59,7 @@ impl Runtime {
             Runtime::Containerd => "containerd",
             Runtime::CriO => "cri-o",
             Runtime::Docker => "docker",
+            Runtime::Podman => "podman",
             Runtime::Unknown => "unknown",
         }
     }
@@ -116,6 +135,9 @@ fn container_component(c: &str) -> Option<(String, Runtime)> {
         .or_else(|| stem.strip_prefix("cri-dockerd-"))
     {
         (id, Runtime::Docker)
+    } else if let Some(id) = stem.strip_prefix("libpod-") {
+        // `libpod-conmon-<id>` is podman's monitor: not hex, so not taken.
+        (id, Runtime::Podman)
     } else {
         (stem, Runtime::Unknown)
     };
@@ -141,15 +163,16 @@ pub fn parse_cgroup_path(path: &str) -> Option<Placement> {
     };
     // The container is the first container-like component below the pod (a
     // container's own sub-cgroups follow it); outside a pod, the first one at
-    // all, but a bare id counts only under `docker` (`/docker/<id>`) or as the
-    // last component, so that random hex in a service path is not taken.
+    // all. A bare id counts only where a runtime puts one: directly below the
+    // pod, or below `docker` (`/docker/<id>`); anywhere else a hex run is
+    // not a container id.
     let container = comps[search_from..].iter().enumerate().find_map(|(k, c)| {
         let (id, rt) = container_component(c)?;
         let i = search_from + k;
-        let plain_ok = pod_uid.is_some() || i + 1 == comps.len();
         match rt {
             Runtime::Unknown if i > 0 && comps[i - 1] == "docker" => Some((id, Runtime::Docker)),
-            Runtime::Unknown if !plain_ok => None,
+            Runtime::Unknown if pod_uid.is_some() && i == search_from => Some((id, rt)),
+            Runtime::Unknown => None,
             _ => Some((id, rt)),
         }
     });
@@ -169,10 +192,12 @@ pub fn parse_cgroup_path(path: &str) -> Option<Placement> {
 }
 
 /// The cgroup path to identify a process by, from the text of its
-/// `/proc/PID/cgroup`: the cgroup v2 path (`0::…`) when it names a pod or
-/// container, else the first cgroup v1 line that does (on a cgroup v1 or
-/// hybrid host the v2 line is just `/`), else the v2 path, else the first
-/// v1 path.
+/// `/proc/PID/cgroup`: the cgroup v2 path (`0::…`) when it names a pod, a
+/// container or a Slurm job, else the first cgroup v1 line that does (on a
+/// cgroup v1 or hybrid host the v2 line is just `/`, and Slurm's
+/// `proctrack/cgroup` names the job only in the hierarchies it uses, such as
+/// freezer, while memory may hold anything), else the v2 path, else the
+/// first v1 path.
 #[must_use]
 pub fn cgroup_of_proc(text: &str) -> Option<String> {
     let mut v2 = None;
@@ -188,7 +213,8 @@ pub fn cgroup_of_proc(text: &str) -> Option<String> {
             v1.push(path);
         }
     }
-    let names_one = |p: &&str| parse_cgroup_path(p).is_some();
+    let names_one =
+        |p: &&str| parse_cgroup_path(p).is_some() || crate::parse_slurm_path(p).is_some();
     v2.filter(names_one)
         .or_else(|| v1.iter().copied().find(names_one))
         .or(v2)
@@ -201,6 +227,7 @@ mod tests {
     use super::*;
 
     const ID: &str = "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376";
+    const ID2: &str = "8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
     const UID: &str = "74c13223-5a00-11e9-b385-42010a80018d";
     const UID_: &str = "74c13223_5a00_11e9_b385_42010a80018d";
 
@@ -326,6 +353,50 @@ mod tests {
     }
 
     #[test]
+    fn podman_paths_both_managers() {
+        // podman 4.3 (Debian 12) as root with the cgroupfs manager on a
+        // cgroup v1 host: libpod's default parent `/libpod_parent` and the
+        // container's `libpod-<id>`; in a pod, the pod's id in between.
+        for path in [
+            format!("/libpod_parent/libpod-{ID}"),
+            format!("/libpod_parent/{ID2}/libpod-{ID}"),
+            // The systemd manager: `machine.slice/libpod-<id>.scope`, with a
+            // sub-cgroup of its own on cgroup v2, and rootless under the
+            // user's manager.
+            format!("/machine.slice/libpod-{ID}.scope"),
+            format!("/machine.slice/libpod-{ID}.scope/container"),
+            format!("/machine.slice/machine-libpod_pod_{ID2}.slice/libpod-{ID}.scope"),
+            format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"),
+        ] {
+            let p = at(&path);
+            assert_eq!(p.pod_uid, None, "{path}");
+            assert_eq!(p.container_id.as_deref(), Some(ID), "{path}");
+            assert_eq!(p.runtime, Some(Runtime::Podman), "{path}");
+        }
+        // conmon, podman's monitor, is not the container.
+        assert_eq!(
+            parse_cgroup_path(&format!("/machine.slice/libpod-conmon-{ID}.scope")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_hex_run_outside_a_runtime_layout_is_no_container() {
+        // This machine's own memory cgroup on cgroup v1 (a sandbox's
+        // `/process_api/<32 hex>`), a service instance, a pod's id outside a
+        // pod layout: none names a container.
+        for path in [
+            "/process_api/0123456789abcdef0123456789abcdef".to_string(),
+            format!("/system.slice/app@{ID}.service"),
+            format!("/system.slice/{ID}"),
+            format!("/{ID}"),
+            format!("/libpod_parent/{ID2}"),
+        ] {
+            assert_eq!(parse_cgroup_path(&path), None, "{path}");
+        }
+    }
+
+    #[test]
     fn host_paths_name_nothing() {
         for path in [
             "/",
@@ -365,5 +436,25 @@ mod tests {
             Some("/system.slice/a.service")
         );
         assert_eq!(cgroup_of_proc(""), None);
+    }
+
+    #[test]
+    fn proc_cgroup_on_v1_takes_the_slurm_job_over_the_memory_cgroup() {
+        // A task of Slurm job 6 (proctrack/cgroup, cgroup/v1) on a hybrid
+        // host whose memory hierarchy holds the machine's own sandbox
+        // cgroup: the freezer line names the job.
+        let text = "13:memory:/process_api/0123456789abcdef0123456789abcdef\n\
+                    7:freezer:/slurm_vm/uid_0/job_6/step_0\n\
+                    1:name=systemd:/init.scope\n0::/\n";
+        assert_eq!(
+            cgroup_of_proc(text).as_deref(),
+            Some("/slurm_vm/uid_0/job_6/step_0")
+        );
+        // cgroup/v2: the v2 line itself.
+        let v2 = "0::/system.slice/slurmstepd.scope/job_6/step_0/user/task_0\n";
+        assert_eq!(
+            cgroup_of_proc(v2).as_deref(),
+            Some("/system.slice/slurmstepd.scope/job_6/step_0/user/task_0")
+        );
     }
 }

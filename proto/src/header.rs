@@ -39,8 +39,12 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
     ),
     (
         "uint64_t tandem_driver_calls(const char *symbol);",
-        "Calls libtandem.so itself made to that driver variant (not on the program's behalf);\n\
-         the driver saw tandem_hook_count(symbol) + tandem_driver_calls(symbol) calls.",
+        "Calls libtandem.so itself made to that driver function (not on the program's behalf):\n\
+         a hooked variant, or an unhooked function the shim uses for its own work (completion\n\
+         marks' cuEventCreate and cuEventRecord, cuCtxSetCurrent, ...); UINT64_MAX if the shim\n\
+         neither hooks nor calls it. The driver saw tandem_hook_count(symbol) +\n\
+         tandem_driver_calls(symbol) calls of a hooked variant, and the program's own calls\n\
+         plus tandem_driver_calls(symbol) of any other.",
     ),
     (
         "uint64_t tandem_kernels_launched(void);",

@@ -5,7 +5,8 @@
 //!
 //! Hooked functions are reached through their real-pointer slots and counted as
 //! the shim's own calls (`counters::own_call`), so the driver's count stays the
-//! program's plus ours; the others through `driver::support`.
+//! program's plus ours; the others through `driver::support`, counted too
+//! (`counters::support_call`): a program may call them as well.
 
 use crate::types::{CUcontext, CUevent, CUstream, CuResult};
 
@@ -66,14 +67,17 @@ macro_rules! hooked {
 macro_rules! support {
     ($which:ident, fn($($ty:ty),*)) => {{
         match $crate::driver::support($crate::driver::Support::$which) {
-            // SAFETY: the support slot holds the driver's function of that name,
-            // whose C signature is the one written here (cuda.h).
-            Some(p) => Ok(unsafe {
-                core::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn($($ty),*) -> $crate::types::CuResult,
-                >(p)
-            }),
+            Some(p) => {
+                $crate::counters::support_call($crate::driver::Support::$which);
+                // SAFETY: the support slot holds the driver's function of that
+                // name, whose C signature is the one written here (cuda.h).
+                Ok(unsafe {
+                    core::mem::transmute::<
+                        usize,
+                        unsafe extern "C" fn($($ty),*) -> $crate::types::CuResult,
+                    >(p)
+                })
+            }
             None => Err($crate::calls::missing($crate::driver::Support::$which.name())),
         }
     }};

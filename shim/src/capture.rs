@@ -44,6 +44,7 @@ fn is_capturing_slow(stream: CUstream, per_thread: bool) -> bool {
     // SAFETY: the driver's cuStreamIsCapturing{,_ptsz} has this signature.
     let f = unsafe { core::mem::transmute::<usize, IsCapturing>(f) };
     let mut status = STATUS_NONE;
+    crate::counters::support_call(which);
     // SAFETY: `stream` is the caller's launch stream; `status` is ours.
     let rc = unsafe { f(stream, &mut status) };
     rc == CuResult::SUCCESS && status != STATUS_NONE

@@ -3,6 +3,7 @@
 //! Counts are per process: a child after `fork` starts again from zero. With
 //! `TANDEM_LOG=debug` they are printed at exit; `tandem_hook_count` reads them.
 
+use crate::driver::Support;
 use crate::table::{Hook, Kind, HOOK_COUNT};
 use core::ffi::{c_char, CStr};
 use core::fmt::Write;
@@ -21,6 +22,19 @@ static OWN: [AtomicU64; HOOK_COUNT] = [const { AtomicU64::new(0) }; HOOK_COUNT];
 #[cold]
 pub fn own_call(hook: Hook) {
     OWN[hook as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Calls the shim made to the driver functions it uses for its own work and
+/// does not hook (`driver::Support`: completion marks' `cuEventCreate`,
+/// `cuEventRecord`, the watcher's `cuCtxSetCurrent`, dedup's VMM calls). The
+/// program may call the same functions directly, and the driver then sees
+/// both: `tandem_driver_calls` answers for these too, so a program comparing
+/// its own count with the driver's can subtract ours.
+static SUPPORT_OWN: [AtomicU64; Support::COUNT] = [const { AtomicU64::new(0) }; Support::COUNT];
+
+#[cold]
+pub fn support_call(which: Support) {
+    SUPPORT_OWN[which as usize].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Launch calls that failed, and launches recorded into a graph by stream capture.
@@ -79,7 +93,7 @@ pub fn reset() {
     for c in &COUNTS {
         c.0.store(0, Ordering::Relaxed);
     }
-    for c in &OWN {
+    for c in OWN.iter().chain(&SUPPORT_OWN) {
         c.store(0, Ordering::Relaxed);
     }
     LAUNCH_FAILED.store(0, Ordering::Relaxed);
@@ -151,9 +165,12 @@ pub unsafe extern "C" fn tandem_hook_count(symbol: *const c_char) -> u64 {
     Hook::by_symbol(name.to_bytes()).map_or(u64::MAX, get)
 }
 
-/// Calls libtandem.so itself made to the real driver's variant `symbol` (not on
-/// the program's behalf); `UINT64_MAX` if `symbol` is not hooked. The driver saw
-/// `tandem_hook_count(symbol) + tandem_driver_calls(symbol)` calls.
+/// Calls libtandem.so itself made to the real driver's function `symbol` (not
+/// on the program's behalf): a hooked variant, or one of the unhooked functions
+/// the shim uses for its own work; `UINT64_MAX` if the shim neither hooks nor
+/// calls `symbol`. The driver saw `tandem_hook_count(symbol) +
+/// tandem_driver_calls(symbol)` calls of a hooked variant, and the program's
+/// own calls plus `tandem_driver_calls(symbol)` of any other.
 ///
 /// # Safety
 /// `symbol` is NULL or a NUL-terminated string.
@@ -164,7 +181,16 @@ pub unsafe extern "C" fn tandem_driver_calls(symbol: *const c_char) -> u64 {
     }
     // SAFETY: non-null and NUL-terminated per this function's contract.
     let name = unsafe { CStr::from_ptr(symbol) };
-    Hook::by_symbol(name.to_bytes()).map_or(u64::MAX, |h| OWN[h as usize].load(Ordering::Relaxed))
+    let name = name.to_bytes();
+    if let Some(h) = Hook::by_symbol(name) {
+        return OWN[h as usize].load(Ordering::Relaxed);
+    }
+    Support::ALL
+        .iter()
+        .find(|s| s.symbol().to_bytes() == name)
+        .map_or(u64::MAX, |&s| {
+            SUPPORT_OWN[s as usize].load(Ordering::Relaxed)
+        })
 }
 
 /// Kernels this process sent to the GPU: successful, not stream-captured

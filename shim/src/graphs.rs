@@ -96,11 +96,13 @@ fn count_kernels(graph: CUgraph, depth: u32) -> Option<u32> {
         core::mem::transmute::<usize, NodeGetType>(driver::support(Support::GraphNodeGetType)?)
     };
     let mut n = 0usize;
+    crate::counters::support_call(Support::GraphGetNodes);
     // SAFETY: a NULL node array asks for the count only.
     if unsafe { get_nodes(graph, core::ptr::null_mut(), &mut n) } != CuResult::SUCCESS {
         return None;
     }
     let mut nodes: Vec<CUgraphNode> = vec![core::ptr::null_mut(); n];
+    crate::counters::support_call(Support::GraphGetNodes);
     // SAFETY: `nodes` has room for `n` handles.
     if unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut n) } != CuResult::SUCCESS {
         return None;
@@ -109,6 +111,7 @@ fn count_kernels(graph: CUgraph, depth: u32) -> Option<u32> {
     let mut kernels = 0u32;
     for node in nodes {
         let mut t = u32::MAX;
+        crate::counters::support_call(Support::GraphNodeGetType);
         // SAFETY: `node` came from the driver just now.
         if unsafe { node_type(node, &mut t) } != CuResult::SUCCESS {
             return None;
@@ -120,6 +123,7 @@ fn count_kernels(graph: CUgraph, depth: u32) -> Option<u32> {
                 // SAFETY: as above.
                 let child = unsafe { core::mem::transmute::<usize, ChildGraph>(child) };
                 let mut g: CUgraph = core::ptr::null_mut();
+                crate::counters::support_call(Support::GraphChildGraphNodeGetGraph);
                 // SAFETY: `node` is a child-graph node of a live graph.
                 if unsafe { child(node, &mut g) } != CuResult::SUCCESS {
                     return None;

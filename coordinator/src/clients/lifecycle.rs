@@ -101,6 +101,8 @@ impl Registry {
             uid = who.uid,
             contained = who.contained(),
             pod = who.container.placement.as_ref().and_then(|p| p.pod_uid.as_deref()).unwrap_or("-"),
+            container = who.container.placement.as_ref().and_then(|p| p.short_id()).unwrap_or("-"),
+            slurm_job = %who.slurm.as_ref().map_or_else(|| "-".to_string(), |j| j.job.to_string()),
             exe = %exe,
             class = decision.class.name(),
             reason = %decision.reason,

@@ -145,6 +145,7 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
             mapped_bytes: 0,
         },
         pod: c.who.container.snapshot(),
+        slurm: c.who.slurm.clone(),
         mps_priority: c.mps.map(|m| m.priority),
     }
 }

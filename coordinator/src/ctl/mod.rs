@@ -15,6 +15,7 @@ use tandem_proto::wire::{ClientClass, ControlOp};
 use crate::client;
 use crate::state::{ClientSnapshot, GpuSnapshot, Snapshot};
 
+pub mod cdi;
 pub mod run;
 pub mod top;
 
@@ -53,6 +54,8 @@ pub enum Command {
     SetClass(SetClassArgs),
     /// Run CMD under libtandem.so, starting a private tandemd if none answers on the socket
     Run(run::Args),
+    /// Container Device Interface: `cdi generate` writes a spec that gives containers tandem
+    Cdi(cdi::Args),
 }
 
 /// `tandemctl status`.
@@ -96,6 +99,7 @@ pub fn main(args: &[OsString]) -> u8 {
         Command::Reload => control(&socket, ControlOp::Reload, 0, ClientClass::Auto),
         Command::SetClass(a) => set_class(&socket, &a),
         Command::Run(a) => return run::run(&socket, &a),
+        Command::Cdi(a) => return cdi::main(&a),
     };
     match result {
         Ok(()) => 0,

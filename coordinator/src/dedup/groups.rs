@@ -279,6 +279,7 @@ mod tests {
             cgroup: cgroup.map(str::to_string),
             container: Default::default(),
             ancestors: Vec::new(),
+            slurm: None,
         }
     }
 

@@ -157,7 +157,8 @@ mod tests {
                           "p99_ms": null, "slo_p99_target_ms": null, "train_share": 0.0,
                           "latency_buckets": {buckets}, "latency_sum_ns": 43000000}},
                 "pod": {{"uid": "u-1", "namespace": "serving", "name": "llm-0",
-                        "container": "server", "container_id": "abc", "runtime": "containerd"}}
+                        "container": "server", "container_id": "abc", "runtime": "containerd"}},
+                "slurm": {{"job": 6, "step": "0", "user": "alice", "uid": 1000}}
             }}],
             "totals": {{"clients": 1, "launches": 7, "dropped": 0, "clients_reclaimed": 0,
                        "rejected": 1, "clients_registered": 1, "handshake_timeouts": 0,
@@ -167,7 +168,7 @@ mod tests {
         ))
         .unwrap();
         let text = super::super::render(&s);
-        let l = "client=\"1\",pid=\"11\",class=\"inference\",exe=\"/usr/bin/python3\",namespace=\"serving\",pod=\"llm-0\",container=\"server\",UUID=\"GPU-1\"";
+        let l = "client=\"1\",pid=\"11\",class=\"inference\",exe=\"/usr/bin/python3\",namespace=\"serving\",pod=\"llm-0\",container=\"server\",slurm_job=\"6\",slurm_user=\"alice\",UUID=\"GPU-1\"";
         for want in [
             format!("tandem_launches_total{{{l}}} 7"),
             format!("tandem_request_latency_seconds_bucket{{{l},le=\"0.0025\"}} 0"),

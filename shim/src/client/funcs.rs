@@ -89,6 +89,7 @@ fn name_of(key: usize) -> Option<&'static [u8]> {
     // SAFETY: the driver's cuFuncGetName has this signature (cuda.h, CUDA 12.3).
     let get = unsafe { core::mem::transmute::<usize, FuncGetName>(p) };
     let mut name: *const c_char = core::ptr::null();
+    crate::counters::support_call(Support::FuncGetName);
     // SAFETY: `key` is a CUfunction the program just launched; `name` is ours.
     let rc = unsafe { get(&mut name, key as CUfunction) };
     if rc != CuResult::SUCCESS || name.is_null() {
@@ -197,15 +198,18 @@ pub fn send_device(s: &Session) {
     // SAFETY: the driver's cuCtxGetDevice has this signature (cuda.h).
     let get_dev = unsafe { core::mem::transmute::<usize, CtxGetDevice>(get_dev) };
     let mut dev: c_int = 0;
+    crate::counters::support_call(Support::CtxGetDevice);
     // SAFETY: `dev` is ours; a launch just succeeded, so a context is current.
     if unsafe { get_dev(&mut dev) } != CuResult::SUCCESS {
         crate::log!(Debug, "cuCtxGetDevice failed; no Device message");
         return;
     }
     let mut uuid = [0u8; 16];
-    let uuid_fn = driver::support(Support::DeviceGetUuidV2)
-        .or_else(|| driver::support(Support::DeviceGetUuid));
-    if let Some(f) = uuid_fn {
+    let uuid_fn = [Support::DeviceGetUuidV2, Support::DeviceGetUuid]
+        .into_iter()
+        .find_map(|w| Some((w, driver::support(w)?)));
+    if let Some((which, f)) = uuid_fn {
+        crate::counters::support_call(which);
         // SAFETY: cuDeviceGetUuid{,_v2}(CUuuid *, CUdevice); CUuuid is 16 bytes.
         let f = unsafe { core::mem::transmute::<usize, DeviceGetUuid>(f) };
         // SAFETY: `uuid` is 16 writable bytes; `dev` came from the driver.
@@ -220,6 +224,7 @@ pub fn send_device(s: &Session) {
     let mut name_buf = [0u8; MAX_DEVICE_NAME_LEN + 1];
     let mut name: &[u8] = &[];
     if let Some(f) = driver::support(Support::DeviceGetName) {
+        crate::counters::support_call(Support::DeviceGetName);
         // SAFETY: cuDeviceGetName(char *, int, CUdevice).
         let f = unsafe { core::mem::transmute::<usize, DeviceGetName>(f) };
         // SAFETY: the buffer holds `len` bytes; the driver writes at most that.

@@ -192,3 +192,25 @@ fn inference_claims_follow_the_policy() {
         assert!(l.wait_exit(EXIT).success(), "{l}");
     }
 }
+
+/// The demo job (`scripts/run`'s `linked` host) granted training: the shim
+/// places completion marks for it, with its own cuCtxSetCurrent,
+/// cuEventCreate and cuEventRecord, which the program also calls. The
+/// job's check (program's calls + the shim's = the driver's) holds: no
+/// MISMATCH lines, because `tandem_driver_calls` counts the shim's calls of
+/// the driver functions it does not hook too.
+#[test]
+fn the_demo_job_as_training_counts_the_shims_own_mark_calls() {
+    let dir = TestDir::new("demo-training");
+    let d = Tandemd::start(&dir);
+    let env = client_env(d.socket()).var("TANDEM_CLASS", "training");
+    let out = tandem_e2e::run_host("linked", &[], &env);
+    out.assert_ok();
+    assert!(out.mismatches().is_empty(), "{out}");
+    let own = out.counts("SHIMOWN", "main");
+    assert!(
+        own.get("cuEventRecord").copied().unwrap_or(0) >= 1
+            && own.get("cuEventCreate").copied().unwrap_or(0) >= 1,
+        "a training job gets completion marks, so the shim records events of its own: {out}"
+    );
+}

@@ -201,7 +201,7 @@ fn containers_get_pod_identity_pod_trust_groups_and_no_privilege() {
         record(&pods_dir, p);
     }
     let config = default_config().replacen(
-        "\npod_info_dir = \"\"\n",
+        "\npod_info_dir = \"/run/tandem-pods\"\n",
         &format!("\npod_info_dir = \"{}\"\n", pods_dir.display()),
         1,
     );

@@ -48,6 +48,7 @@ fn register(shared: &Shared, n: u32, class: ClientClass, flags: u8) -> Option<Pe
         cgroup: Some(format!("/fuzz/job{n}")),
         container: Default::default(),
         ancestors: Vec::new(),
+        slurm: None,
     };
     let hello = Hello {
         pid: who.pid,
