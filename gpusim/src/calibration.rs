@@ -29,7 +29,8 @@
 
 use std::fmt::Write as _;
 
-use crate::matrix::{Device, Row};
+use crate::matrix::{Device, MatrixCfg, Row};
+use crate::params::Params;
 
 /// Largest factor between the model's and the measured p99 ratio.
 pub const RATIO_FACTOR: f64 = 1.25;
@@ -237,6 +238,29 @@ impl Target {
             self.training,
             self.mode
         )
+    }
+}
+
+/// The calibration matrix of one device: every measured pair in the
+/// baseline modes, one seed, shorter windows (what `cargo test` runs, and
+/// `tandem-sim matrix --reduced`).
+#[must_use]
+pub fn reduced_matrix(device: Device, params: Params) -> MatrixCfg {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for t in TARGETS.iter().filter(|t| t.device == device) {
+        let p = (t.inference.to_string(), t.training.to_string());
+        if !pairs.contains(&p) {
+            pairs.push(p);
+        }
+    }
+    MatrixCfg {
+        pairs,
+        modes: vec!["plain".into(), "mps".into(), "mps_lowprio".into()],
+        seeds: vec![1],
+        window_ns: 10_000_000_000,
+        min_requests: 1_000,
+        max_window_ns: 60_000_000_000,
+        ..MatrixCfg::full(device, params)
     }
 }
 

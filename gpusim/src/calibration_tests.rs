@@ -13,7 +13,7 @@ fn reduced(device: Device) -> Vec<Row> {
     if device == Device::H100 {
         crate::measured::apply(&mut params, traces()).unwrap();
     }
-    run_matrix(&MatrixCfg::reduced(device, params), Some(traces())).unwrap()
+    run_matrix(&reduced_matrix(device, params), Some(traces())).unwrap()
 }
 
 /// What `scripts/test` runs: every measured point in the baseline modes
@@ -48,7 +48,7 @@ fn breaking_one_parameter_breaks_the_calibration() {
         &MatrixCfg {
             pairs: vec![("resnet50_b32".into(), "resnet50_train".into())],
             modes: vec!["mps".into()],
-            ..MatrixCfg::reduced(Device::H100, params)
+            ..reduced_matrix(Device::H100, params)
         },
         Some(traces()),
     )

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tandem_gpusim::calibration::{check, holdout};
+use tandem_gpusim::calibration::{check, holdout, reduced_matrix};
 use tandem_gpusim::matrix::{load_trace, run_matrix, Device, MatrixCfg};
 use tandem_gpusim::measured;
 use tandem_gpusim::params::{Params, MODEL_VERSION};
@@ -147,7 +147,7 @@ fn main() -> ExitCode {
             let mut rows = Vec::new();
             for &d in &devices {
                 let mut m = if reduced {
-                    MatrixCfg::reduced(d, params_of(d))
+                    reduced_matrix(d, params_of(d))
                 } else {
                     MatrixCfg::full(d, params_of(d))
                 };

@@ -226,31 +226,6 @@ impl MatrixCfg {
         }
     }
 
-    /// The calibration matrix of one device: every measured pair in the
-    /// baseline modes, one seed, shorter windows (what `cargo test` runs).
-    #[must_use]
-    pub fn reduced(device: Device, params: Params) -> MatrixCfg {
-        let pairs = crate::calibration::TARGETS
-            .iter()
-            .filter(|t| t.device == device)
-            .map(|t| (t.inference.to_string(), t.training.to_string()))
-            .fold(Vec::new(), |mut v, p| {
-                if !v.contains(&p) {
-                    v.push(p);
-                }
-                v
-            });
-        MatrixCfg {
-            pairs,
-            modes: vec!["plain".into(), "mps".into(), "mps_lowprio".into()],
-            seeds: vec![1],
-            window_ns: 10_000_000_000,
-            min_requests: 1_000,
-            max_window_ns: 60_000_000_000,
-            ..MatrixCfg::full(device, params)
-        }
-    }
-
     /// The window a cell of an inference job at `rate` req/s gets.
     #[must_use]
     pub fn window_for(&self, rate: f64) -> u64 {

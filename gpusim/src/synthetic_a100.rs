@@ -169,7 +169,7 @@
 //! the GEMVs' widths and the kernel time per run are kept; the count drops
 //! from about 14 to 9 a layer, about 30,000 kernels per request.
 
-use crate::gpu::SmResources;
+use crate::gpu::{GpuParams, SmResources};
 use crate::params::Params;
 use crate::trace::{JobClass, Kernel, Op, Trace, FORMAT};
 
@@ -1755,6 +1755,42 @@ pub fn job(p: &Params, name: &str) -> Option<Trace> {
         "bert_b32" => bert_b32(p),
         _ => return None,
     })
+}
+
+// The A100's parameters live beside its traces, so that `params` does not
+// import this module (which imports `params`).
+impl Params {
+    /// The A100 of the Tally artifact ([`crate::tally`]): the device the
+    /// A100 traces ([`crate::synthetic_a100`]) are built for. Its figures and
+    /// their sources are in `synthetic_a100`'s module docs ("The device"):
+    /// 108 SMs of compute capability 8.0, 1,555 GB/s of HBM2 (A100 40 GB),
+    /// 312 TFLOP/s dense fp16/bf16 on tensor cores. The scheduling figures
+    /// (`timeslice_ns`, `switch_ns`, `interference`) are the H100 fit's,
+    /// carried over until the A100 pairs are fitted; the launch costs of the
+    /// H100 jobs (`resnet_launch_ns`, `bert_launch_ns`, `train_*`) are kept
+    /// for the H100 jobs' builders and unused by the A100 ones, which carry
+    /// their own (`synthetic_a100`). `cpu_cv` is fitted to the Tally
+    /// inference jobs' alone spread (p99 only 1.0-1.2% above the mean).
+    #[must_use]
+    pub fn a100() -> Params {
+        let h100 = Params::calibrated();
+        Params {
+            gpu: GpuParams {
+                sms: 108,
+                // PCIe Gen4 x16 is 32 GB/s per direction; pinned copies reach
+                // well under it (assumed, as the H100's 25 GB/s of 64).
+                copy_bytes_per_ns: 20.0,
+                sm: SmResources::AMPERE,
+                dram_bytes_per_ns: A100_DRAM_GBPS,
+                ..h100.gpu.clone()
+            },
+            sm_flop_per_ns: A100_TENSOR_TFLOPS * 1e3 / 108.0,
+            gemm_eff: ORT_GEMM_EFF,
+            mem_eff: 0.7,
+            cpu_cv: ORT_CPU_CV,
+            ..h100
+        }
+    }
 }
 
 #[cfg(test)]
