@@ -44,14 +44,7 @@ pub const A100_INFERENCE: [(&str, Option<f64>); 3] = [
     ("bert_ort_graph", None),
 ];
 /// The A100 set's training jobs (Tally's).
-pub const A100_TRAINING: [&str; 6] = [
-    "whisper_large_v3_b16",
-    "resnet50_b128",
-    "pointnet_b128",
-    "pegasus_x_base_b4",
-    "gpt2_large_b1",
-    "bert_b32",
-];
+pub const A100_TRAINING: [&str; 6] = crate::synthetic_a100::TRAINING_JOBS;
 
 /// The GPU a set of pairs runs on, with its jobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

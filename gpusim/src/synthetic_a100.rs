@@ -536,19 +536,7 @@ impl B<'_> {
     }
 
     fn copy(&mut self, bytes: u64, d2h: bool, gap: u64) {
-        self.ops.push(if d2h {
-            Op::CopyD2h {
-                bytes,
-                stream: 0,
-                host_gap_ns: gap,
-            }
-        } else {
-            Op::CopyH2d {
-                bytes,
-                stream: 0,
-                host_gap_ns: gap,
-            }
-        });
+        self.ops.push(Op::copy(bytes, d2h, gap));
     }
 
     fn sync(&mut self, gap: u64) {

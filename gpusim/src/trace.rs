@@ -175,6 +175,24 @@ impl Kernel {
 }
 
 impl Op {
+    /// A copy on stream 0, device to host (`d2h`) or host to device.
+    #[must_use]
+    pub fn copy(bytes: u64, d2h: bool, host_gap_ns: u64) -> Op {
+        if d2h {
+            Op::CopyD2h {
+                bytes,
+                stream: 0,
+                host_gap_ns,
+            }
+        } else {
+            Op::CopyH2d {
+                bytes,
+                stream: 0,
+                host_gap_ns,
+            }
+        }
+    }
+
     /// CPU time before the op is issued.
     #[must_use]
     pub fn host_gap_ns(&self) -> u64 {
