@@ -444,4 +444,69 @@ mod tests {
         let sps = out[0].steps_per_s.unwrap();
         assert!((sps - 1e3 / 3.0).abs() < 1.0, "{sps}");
     }
+
+    /// Counts what passes tandem's gate.
+    #[derive(Default)]
+    struct Count {
+        gated: usize,
+        launched: usize,
+    }
+
+    impl TandemSide for Count {
+        fn register(&mut self, _: Ns, _: usize, _: Class) {}
+        fn before_launch(&mut self, _: Ns, _: usize, _: &crate::trace::Kernel) -> Gate {
+            self.gated += 1;
+            Gate::Proceed
+        }
+        fn launch_anyway(&mut self, _: Ns, _: usize) {}
+        fn after_launch(&mut self, _: Ns, _: usize, _: &crate::trace::Kernel) -> Option<u64> {
+            self.launched += 1;
+            None
+        }
+        fn launch_completed(&mut self, _: Ns, _: usize, _: u64) {}
+        fn host_event(&mut self, _: Ns, _: usize, _: HostEvent) {}
+        fn next_wake(&self) -> Option<Ns> {
+            None
+        }
+        fn wake(&mut self, _: Ns, _: &mut Vec<usize>) {}
+    }
+
+    /// A request launched as one CUDA graph passes tandem's gate once, as
+    /// the shim sees one `cuGraphLaunch`; launched eagerly, once a kernel.
+    #[test]
+    fn a_graph_launch_passes_the_gate_once() {
+        let p = crate::params::Params::calibrated();
+        let eager = crate::synthetic::job(&p, "bert_b8").unwrap();
+        let graph = crate::synthetic::as_graph(&eager, "bert_b8_graph", &p);
+        graph.check().unwrap();
+        let kernels = eager.kernels().count();
+        let cfg = RunCfg {
+            gpu: p.gpu.clone(),
+            sharing: Sharing::Mps,
+            seed: 1,
+            warmup_ns: 0,
+            window_ns: 1_000_000_000,
+            drain_max_ns: 1_000_000_000,
+            explicit_requests: false,
+        };
+        let count = |t: &Trace| {
+            let spec = JobSpec {
+                trace: t.clone(),
+                rate_per_s: 5.0,
+                cpu_cv: 0.0,
+                sm_pct: 100,
+            };
+            let mut c = Count::default();
+            let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut c);
+            let requests = out[0].latencies_ms.len();
+            assert!(requests > 0);
+            (c.gated, c.launched, requests)
+        };
+        let (gated, launched, requests) = count(&eager);
+        assert_eq!((gated, launched), (requests * kernels, requests * kernels));
+        let (gated, launched, requests) = count(&graph);
+        assert_eq!((gated, launched), (requests, requests));
+        // The graph's later nodes carry no host gap: the job is GPU-bound.
+        assert!(graph.host_ns() < eager.host_ns() / 10);
+    }
 }
