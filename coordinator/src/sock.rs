@@ -84,23 +84,29 @@ pub enum Probe {
     Live,
 }
 
+/// Whether a socket file is at `path` (false: nothing is); anything else
+/// there is an error naming it, so that it is never removed.
+fn socket_file_at(path: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+        Ok(m) if !m.file_type().is_socket() => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket; remove it or choose another path",
+                path.display()
+            ),
+        )),
+        Ok(_) => Ok(true),
+    }
+}
+
 /// Look at `path` without disturbing a live daemon much (a connection that is
 /// closed at once; tandemd treats it as a peer that hung up before its Hello).
 pub fn probe(path: &Path) -> io::Result<Probe> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Probe::Absent),
-        Err(e) => return Err(e),
-        Ok(m) if !m.file_type().is_socket() => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} exists and is not a socket; remove it or choose another path",
-                    path.display()
-                ),
-            ))
-        }
-        Ok(_) => {}
+    if !socket_file_at(path)? {
+        return Ok(Probe::Absent);
     }
     match connect_seqpacket(path, Duration::from_millis(500)) {
         Ok(_) => Ok(Probe::Live),
@@ -115,20 +121,8 @@ pub fn probe(path: &Path) -> io::Result<Probe> {
 
 /// [`probe`] for a stream socket (the stats socket): what is at `path`.
 pub fn probe_stream(path: &Path) -> io::Result<Probe> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Probe::Absent),
-        Err(e) => return Err(e),
-        Ok(m) if !m.file_type().is_socket() => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} exists and is not a socket; remove it or choose another path",
-                    path.display()
-                ),
-            ))
-        }
-        Ok(_) => {}
+    if !socket_file_at(path)? {
+        return Ok(Probe::Absent);
     }
     match std::os::unix::net::UnixStream::connect(path) {
         Ok(_) => Ok(Probe::Live),
