@@ -139,17 +139,24 @@ impl Daemon {
         }
     }
 
-    /// Send a Reject to a connection not yet registered (best effort) and
-    /// count it; the caller closes it.
-    fn refuse_fd(&mut self, fd: &std::os::fd::OwnedFd, reason: RejectReason, message: &str) {
+    /// A Reject with `message` (cut to the wire's limit) encoded into
+    /// `self.out`: its length, or None if it does not encode.
+    fn encode_reject(&mut self, reason: RejectReason, message: &str) -> Option<usize> {
         let mut msg = message.to_string();
         truncate_utf8(&mut msg, wire::MAX_REJECT_MESSAGE_LEN);
-        let m = Message::Reject(Reject {
+        Message::Reject(Reject {
             reason,
             peer_version: PROTOCOL_VERSION,
             message: &msg,
-        });
-        if let Ok(n) = m.encode(&mut self.out) {
+        })
+        .encode(&mut self.out)
+        .ok()
+    }
+
+    /// Send a Reject to a connection not yet registered (best effort) and
+    /// count it; the caller closes it.
+    fn refuse_fd(&mut self, fd: &std::os::fd::OwnedFd, reason: RejectReason, message: &str) {
+        if let Some(n) = self.encode_reject(reason, message) {
             let _ = wire::send(fd.as_fd(), &self.out[..n], None);
         }
         // What the peer sent already is read away: a close with unread
@@ -165,15 +172,8 @@ impl Daemon {
 
     /// Send a Reject (non-blocking, best effort), count it, and close.
     pub(super) fn refuse(&mut self, token: u64, reason: RejectReason, message: &str) {
-        let mut msg = message.to_string();
-        truncate_utf8(&mut msg, wire::MAX_REJECT_MESSAGE_LEN);
-        let m = Message::Reject(Reject {
-            reason,
-            peer_version: PROTOCOL_VERSION,
-            message: &msg,
-        });
         if let Some(c) = self.close(token) {
-            if let Ok(n) = m.encode(&mut self.out) {
+            if let Some(n) = self.encode_reject(reason, message) {
                 let _ = wire::send(c.fd.as_fd(), &self.out[..n], None);
             }
             if let ConnState::Client { id } = c.state {
