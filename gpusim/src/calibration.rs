@@ -2,7 +2,7 @@
 //! check.
 //!
 //! Every measured (pair, mode) is one calibration point with its own
-//! figures ([`TARGETS`]):
+//! figures ([`targets`]):
 //!
 //! * **H100** (DESIGN.md "Facts measured on the target": H100 80GB HBM3,
 //!   driver 580.159.04; ResNet50 fp16 inference against ResNet50 bf16
@@ -125,27 +125,10 @@ const fn h100(
     }
 }
 
-const fn a100(
-    inference: &'static str,
-    training: &'static str,
-    mode: &'static str,
-    p99: f64,
-    kept: f64,
-) -> Target {
-    Target {
-        device: Device::A100,
-        inference,
-        training,
-        mode,
-        p99_ratio: Measured::Point(p99),
-        train_fraction: Measured::Point(kept),
-    }
-}
-
 use Measured::{Point, Range};
 
-/// Every measured point (DESIGN.md's two tables).
-pub const TARGETS: [Target; 42] = [
+/// The H100's measured points (DESIGN.md "Facts measured on the target").
+pub const H100_TARGETS: [Target; 6] = [
     h100("resnet50_b4", "plain", Point(3.1), Point(0.85)),
     h100("resnet50_b32", "plain", Point(1.8), Point(0.85)),
     h100("resnet50_b4", "mps", Point(0.87), Point(0.96)),
@@ -162,63 +145,32 @@ pub const TARGETS: [Target; 42] = [
         Range(0.7, 1.6),
         Range(0.92, 0.97),
     ),
-    // llama2-7b: MPS, MPS + priority, time-slicing.
-    a100("llama2_7b_ort", "whisper_large_v3_b16", "mps", 1.79, 0.99),
-    a100(
-        "llama2_7b_ort",
-        "whisper_large_v3_b16",
-        "mps_lowprio",
-        1.71,
-        0.96,
-    ),
-    a100("llama2_7b_ort", "whisper_large_v3_b16", "plain", 2.04, 0.72),
-    a100("llama2_7b_ort", "resnet50_b128", "mps", 1.29, 0.74),
-    a100("llama2_7b_ort", "resnet50_b128", "mps_lowprio", 1.27, 0.74),
-    a100("llama2_7b_ort", "resnet50_b128", "plain", 2.29, 0.50),
-    a100("llama2_7b_ort", "pointnet_b128", "mps", 1.47, 0.80),
-    a100("llama2_7b_ort", "pointnet_b128", "mps_lowprio", 1.40, 0.79),
-    a100("llama2_7b_ort", "pointnet_b128", "plain", 2.16, 0.50),
-    a100("llama2_7b_ort", "pegasus_x_base_b4", "mps", 2.24, 0.85),
-    a100(
-        "llama2_7b_ort",
-        "pegasus_x_base_b4",
-        "mps_lowprio",
-        1.84,
-        0.81,
-    ),
-    a100("llama2_7b_ort", "pegasus_x_base_b4", "plain", 1.79, 0.47),
-    a100("llama2_7b_ort", "gpt2_large_b1", "mps", 2.14, 0.84),
-    a100("llama2_7b_ort", "gpt2_large_b1", "mps_lowprio", 1.80, 0.81),
-    a100("llama2_7b_ort", "gpt2_large_b1", "plain", 1.77, 0.47),
-    a100("llama2_7b_ort", "bert_b32", "mps", 3.53, 0.92),
-    a100("llama2_7b_ort", "bert_b32", "mps_lowprio", 2.44, 0.85),
-    a100("llama2_7b_ort", "bert_b32", "plain", 2.14, 0.47),
-    // bert.
-    a100("bert_ort", "whisper_large_v3_b16", "mps", 11.8, 1.0),
-    a100(
-        "bert_ort",
-        "whisper_large_v3_b16",
-        "mps_lowprio",
-        5.81,
-        0.96,
-    ),
-    a100("bert_ort", "whisper_large_v3_b16", "plain", 2.73, 0.73),
-    a100("bert_ort", "resnet50_b128", "mps", 2.20, 0.78),
-    a100("bert_ort", "resnet50_b128", "mps_lowprio", 2.18, 0.77),
-    a100("bert_ort", "resnet50_b128", "plain", 2.73, 0.56),
-    a100("bert_ort", "pointnet_b128", "mps", 4.14, 0.84),
-    a100("bert_ort", "pointnet_b128", "mps_lowprio", 3.72, 0.82),
-    a100("bert_ort", "pointnet_b128", "plain", 2.72, 0.56),
-    a100("bert_ort", "pegasus_x_base_b4", "mps", 4.18, 0.90),
-    a100("bert_ort", "pegasus_x_base_b4", "mps_lowprio", 3.79, 0.88),
-    a100("bert_ort", "pegasus_x_base_b4", "plain", 2.71, 0.51),
-    a100("bert_ort", "gpt2_large_b1", "mps", 5.34, 0.88),
-    a100("bert_ort", "gpt2_large_b1", "mps_lowprio", 5.12, 0.86),
-    a100("bert_ort", "gpt2_large_b1", "plain", 2.73, 0.51),
-    a100("bert_ort", "bert_b32", "mps", 6.68, 0.94),
-    a100("bert_ort", "bert_b32", "mps_lowprio", 4.40, 0.91),
-    a100("bert_ort", "bert_b32", "plain", 2.73, 0.53),
 ];
+
+/// The modes of Tally's table the model runs, by the model's name.
+const TALLY_MODES: [(usize, &str); 3] = [
+    (crate::tally::mode::MPS, "mps"),
+    (crate::tally::mode::MPS_PRIORITY, "mps_lowprio"),
+    (crate::tally::mode::TIME_SLICING, "plain"),
+];
+
+/// Every measured point: the H100's, then the A100's from Tally's table
+/// ([`crate::tally::PAIRS`], checked against DESIGN.md "Facts from peers"),
+/// each p99 ratio rounded to DESIGN.md's two decimals.
+#[must_use]
+pub fn targets() -> Vec<Target> {
+    let a100 = crate::tally::PAIRS.iter().flat_map(|p| {
+        TALLY_MODES.iter().map(move |&(m, mode)| Target {
+            device: Device::A100,
+            inference: p.inference,
+            training: p.training,
+            mode,
+            p99_ratio: Point((p.p99_ratio(m) * 100.0).round() / 100.0),
+            train_fraction: Point(p.modes[m].train_kept),
+        })
+    });
+    H100_TARGETS.iter().copied().chain(a100).collect()
+}
 
 impl Target {
     /// Whether the model's values were chosen looking at this point (else
@@ -247,7 +199,7 @@ impl Target {
 #[must_use]
 pub fn reduced_matrix(device: Device, params: Params) -> MatrixCfg {
     let mut pairs: Vec<(String, String)> = Vec::new();
-    for t in TARGETS.iter().filter(|t| t.device == device) {
+    for t in targets().iter().filter(|t| t.device == device) {
         let p = (t.inference.to_string(), t.training.to_string());
         if !pairs.contains(&p) {
             pairs.push(p);
@@ -279,6 +231,7 @@ pub const EXCEPTIONS: &str = include_str!("../calibration_exceptions.txt");
 /// # Errors
 /// A line without `key: cause`, or a key that names no target.
 pub fn exceptions(text: &str) -> Result<Vec<(String, String)>, String> {
+    let all = targets();
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -292,7 +245,7 @@ pub fn exceptions(text: &str) -> Result<Vec<(String, String)>, String> {
             ));
         };
         let key = key.split_whitespace().collect::<Vec<_>>().join(" ");
-        if !TARGETS.iter().any(|t| t.key() == key) {
+        if !all.iter().any(|t| t.key() == key) {
             return Err(format!(
                 "exceptions line {}: {key:?} is no calibration point",
                 n + 1
@@ -367,7 +320,7 @@ pub fn check_with(rows: &[Row], exceptions_text: &str) -> (Vec<Fit>, Vec<String>
             excused.len()
         ));
     }
-    for t in TARGETS {
+    for t in targets() {
         let Some(r) = find(rows, t.device.name(), t.inference, t.training, t.mode) else {
             continue;
         };

@@ -27,7 +27,7 @@ fn every_measured_point_is_reproduced_or_excused() {
     // reproduces them (issue 22 is open until then).
     let rows = reduced(Device::H100);
     let (fits, bad) = check(&rows);
-    let expected = TARGETS
+    let expected = targets()
         .iter()
         .filter(|t| {
             rows.iter()
@@ -121,7 +121,7 @@ fn a_point_outside_its_tolerance_fails_unless_excused_and_excuses_are_few() {
     // No cause, an unknown point, or more than four: refused.
     assert!(exceptions("h100 resnet50_b32 resnet50_train mps:").is_err());
     assert!(exceptions("h100 nope resnet50_train mps: x").is_err());
-    let five: String = TARGETS[..5]
+    let five: String = targets()[..5]
         .iter()
         .map(|t| format!("{}: c\n", t.key()))
         .collect();
@@ -137,7 +137,7 @@ fn the_committed_exceptions_file_parses_within_its_limit() {
 
 #[test]
 fn a100_lowprio_must_be_slow_on_most_pairs_and_the_order_of_merit_holds() {
-    let lows: Vec<Row> = TARGETS
+    let lows: Vec<Row> = targets()
         .iter()
         .filter(|t| t.device == Device::A100 && t.mode == "mps_lowprio")
         .map(|t| {
@@ -167,4 +167,32 @@ fn a100_lowprio_must_be_slow_on_most_pairs_and_the_order_of_merit_holds() {
         "{bad:?}"
     );
     assert!(bad.iter().any(|b| b.contains("less than plain")), "{bad:?}");
+}
+
+#[test]
+fn the_targets_are_the_h100_points_and_tallys_three_modes_of_twelve_pairs() {
+    let t = targets();
+    assert_eq!(t.len(), 6 + 36);
+    for mode in ["mps", "mps_lowprio", "plain"] {
+        let n = t
+            .iter()
+            .filter(|x| x.device == Device::A100 && x.mode == mode)
+            .count();
+        assert_eq!(n, 12, "{mode}");
+    }
+    // DESIGN.md's figures, to its two decimals.
+    let get = |i: &str, tr: &str, m: &str| {
+        t.iter()
+            .find(|x| x.inference == i && x.training == tr && x.mode == m)
+            .map(|x| (x.p99_ratio, x.train_fraction))
+            .unwrap()
+    };
+    assert_eq!(
+        get("bert_ort", "resnet50_b128", "mps_lowprio"),
+        (Measured::Point(2.18), Measured::Point(0.77))
+    );
+    assert_eq!(
+        get("llama2_7b_ort", "bert_b32", "plain"),
+        (Measured::Point(2.14), Measured::Point(0.47))
+    );
 }
