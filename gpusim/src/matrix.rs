@@ -349,6 +349,41 @@ pub fn alone_service_ms(m: &MatrixCfg, trace: &Trace) -> f64 {
 /// One run's figures: (p50, p99, steps/s, unfinished, switches, requests).
 type Cell = (Option<f64>, Option<f64>, Option<f64>, usize, u64, usize);
 
+/// The latency percentile the set's measurements report (service time on
+/// the A100: Tally times a request from its start to its result).
+fn latency_pct(m: &MatrixCfg, o: &crate::job::Outcome, q: f64) -> Option<f64> {
+    if m.device.service_latency() {
+        percentile(&o.service_ms, q)
+    } else {
+        o.percentile(q)
+    }
+}
+
+/// One job by itself over a cell's window: its latencies (inference) or
+/// its throughput (training). The same for every pair that holds the job
+/// with the same window and seed, so the matrix runs it once.
+#[must_use]
+pub fn alone(m: &MatrixCfg, spec: &JobSpec, window_ns: u64, seed: u64) -> Cell {
+    let cfg = RunCfg {
+        window_ns,
+        ..run_cfg(m, true, seed)
+    };
+    let (o, _) = run(
+        &cfg,
+        std::slice::from_ref(spec),
+        &[Placement { priority: 0 }],
+        &mut Off,
+    );
+    (
+        latency_pct(m, &o[0], 50.0),
+        latency_pct(m, &o[0], 99.0),
+        o[0].steps_per_s,
+        o[0].unfinished,
+        0,
+        o[0].latencies_ms.len(),
+    )
+}
+
 /// Runs one cell: `mode` for one seed (`alone`: inference alone for the
 /// latencies, training alone for the throughput).
 #[must_use]
@@ -374,27 +409,13 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
     let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
         run(&window(plain), &both, place, t)
     };
-    // The latency the set's measurements report.
-    let pct = |o: &crate::job::Outcome, q: f64| {
-        if m.device.service_latency() {
-            percentile(&o.service_ms, q)
-        } else {
-            o.percentile(q)
-        }
-    };
+    let pct = |o: &crate::job::Outcome, q: f64| latency_pct(m, o, q);
     let ((outs, sw), train_idx) = match mode {
         "alone" => {
-            let cfg = window(true);
-            let (i, _) = run(&cfg, std::slice::from_ref(inf), &normal[..1], &mut Off);
-            let (t, _) = run(&cfg, std::slice::from_ref(train), &normal[..1], &mut Off);
-            return (
-                pct(&i[0], 50.0),
-                pct(&i[0], 99.0),
-                t[0].steps_per_s,
-                i[0].unfinished,
-                0,
-                i[0].latencies_ms.len(),
-            );
+            let w = m.window_for(inf.rate_per_s);
+            let i = alone(m, inf, w, seed);
+            let t = alone(m, train, w, seed);
+            return (i.0, i.1, t.2, i.3, 0, i.5);
         }
         "plain" => (go(true, &normal, &mut Off), 1),
         "mps" => (go(false, &normal, &mut Off), 1),
@@ -499,10 +520,41 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                 .filter(|md| m.modes.iter().any(|x| x == md)),
         )
         .collect();
-    let jobs: Vec<(usize, usize, usize)> = (0..pairs.len())
-        .flat_map(|p| {
-            (0..modes.len()).flat_map(move |md| (0..m.seeds.len()).map(move |s| (p, md, s)))
-        })
+    // Each job alone runs once per (job, window, seed), however many pairs
+    // hold it: the A100's six trainers share one inference window per
+    // server, and each server meets six trainers.
+    let mut alone_keys: Vec<(String, u64, usize, usize, bool)> = Vec::new();
+    let mut alone_of = vec![(0usize, 0usize); pairs.len() * m.seeds.len()];
+    for (p, pair) in pairs.iter().enumerate() {
+        let w = m.window_for(pair.inf.rate_per_s);
+        for s in 0..m.seeds.len() {
+            let mut key = |spec: &JobSpec, train: bool| {
+                let k = (spec.trace.job.clone(), w, s);
+                match alone_keys
+                    .iter()
+                    .position(|(j, kw, ks, _, _)| (j, kw, ks) == (&k.0, &k.1, &k.2))
+                {
+                    Some(i) => i,
+                    None => {
+                        alone_keys.push((k.0, w, s, p, train));
+                        alone_keys.len() - 1
+                    }
+                }
+            };
+            alone_of[p * m.seeds.len() + s] = (key(&pair.inf, false), key(&pair.train, true));
+        }
+    }
+    // Work items: the alone runs, then every (pair, mode, seed).
+    enum Job {
+        Alone(usize),
+        Mode(usize, usize, usize),
+    }
+    let jobs: Vec<Job> = (0..alone_keys.len())
+        .map(Job::Alone)
+        .chain((0..pairs.len()).flat_map(|p| {
+            (1..modes.len())
+                .flat_map(move |md| (0..m.seeds.len()).map(move |s| Job::Mode(p, md, s)))
+        }))
         .collect();
     let results = std::sync::Mutex::new(vec![None; jobs.len()]);
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -510,18 +562,42 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
         for _ in 0..m.threads.max(1) {
             sc.spawn(|| loop {
                 let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(p, md, s)) = jobs.get(k) else {
+                let Some(job) = jobs.get(k) else {
                     break;
                 };
-                let c = cell(m, &pairs[p].inf, &pairs[p].train, modes[md], m.seeds[s]);
+                let c = match *job {
+                    Job::Alone(a) => {
+                        let (_, w, s, p, train) = alone_keys[a];
+                        let spec = if train {
+                            &pairs[p].train
+                        } else {
+                            &pairs[p].inf
+                        };
+                        alone(m, spec, w, m.seeds[s])
+                    }
+                    Job::Mode(p, md, s) => {
+                        cell(m, &pairs[p].inf, &pairs[p].train, modes[md], m.seeds[s])
+                    }
+                };
                 results.lock().expect("results")[k] = Some(c);
             });
         }
     });
     let results = results.into_inner().expect("results");
+    let n_alone = alone_keys.len();
     let get = |p: usize, md: usize| -> Vec<Cell> {
         (0..m.seeds.len())
-            .map(|s| results[(p * modes.len() + md) * m.seeds.len() + s].expect("every cell ran"))
+            .map(|s| {
+                if md == 0 {
+                    let (i, t) = alone_of[p * m.seeds.len() + s];
+                    let i = results[i].expect("every alone run ran");
+                    let t = results[t].expect("every alone run ran");
+                    (i.0, i.1, t.2, i.3, 0, i.5)
+                } else {
+                    let k = n_alone + (p * (modes.len() - 1) + md - 1) * m.seeds.len() + s;
+                    results[k].expect("every cell ran")
+                }
+            })
             .collect()
     };
     let mut rows = Vec::new();
