@@ -61,6 +61,41 @@ fn breaking_one_parameter_breaks_the_calibration() {
     );
 }
 
+/// The A100's fitted interference (`synthetic_a100::A100_INTERFERENCE`):
+/// two fit-set points it brings inside their tolerance, which fall outside
+/// without it (the trainers keep 0.12 too much beside Llama-2).
+#[test]
+fn a100_interference_brings_the_llama_mps_priority_points_in() {
+    let run = |interference: f64| {
+        let mut params = Device::A100.params();
+        params.gpu.interference = interference;
+        let rows = run_matrix(
+            &MatrixCfg {
+                pairs: vec![
+                    ("llama2_7b_ort".into(), "pegasus_x_base_b4".into()),
+                    ("llama2_7b_ort".into(), "gpt2_large_b1".into()),
+                ],
+                modes: vec!["mps_lowprio".into()],
+                ..reduced_matrix(Device::A100, params)
+            },
+            Some(traces()),
+        )
+        .unwrap();
+        check(&rows)
+    };
+    let (fits, bad) = run(Device::A100.params().gpu.interference);
+    assert_eq!(fits.len(), 2, "{fits:?}");
+    assert!(bad.is_empty(), "fitted: {bad:?}");
+    let (_, bad) = run(0.0);
+    for train in ["pegasus_x_base_b4", "gpt2_large_b1"] {
+        assert!(
+            bad.iter()
+                .any(|b| b.contains(train) && b.contains("training fraction")),
+            "without interference, {train}: {bad:?}"
+        );
+    }
+}
+
 fn row(set: &str, inf: &str, train: &str, mode: &str, p99: f64, kept: f64) -> Row {
     Row {
         set: set.into(),
@@ -195,4 +230,34 @@ fn the_targets_are_the_h100_points_and_tallys_three_modes_of_twelve_pairs() {
         get("llama2_7b_ort", "bert_b32", "plain"),
         (Measured::Point(2.14), Measured::Point(0.47))
     );
+}
+
+#[test]
+fn the_matrix_table_carries_tallys_and_tgss_measured_rows_beside_the_models() {
+    let rows = [
+        row("a100", "bert_ort", "resnet50_b128", "mps", 2.0, 0.8),
+        row("a100", "bert_ort", "resnet50_b128", "mps_lowprio", 1.5, 0.8),
+        row("a100", "bert_ort_graph", "resnet50_b128", "mps", 2.0, 0.8),
+        row("h100", "resnet50_b4", "resnet50_train", "mps", 1.4, 0.97),
+    ];
+    let md = crate::report::markdown(&rows, &[], &[], "test", 0.0, &[]);
+    let p = crate::tally::pair("bert_ort", "resnet50_b128").unwrap();
+    for (m, name) in [
+        (crate::tally::mode::TALLY, "tally (measured)"),
+        (crate::tally::mode::TGS, "tgs (measured)"),
+    ] {
+        let lines: Vec<&str> = md.lines().filter(|l| l.contains(name)).collect();
+        // Once, after the pair's last model row; none for pairs the
+        // artifact did not measure (the graph job, the H100 set).
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+        let want = format!(
+            "| {:.2} | {:.2} | - |",
+            p.p99_ratio(m),
+            p.modes[m].train_kept
+        );
+        assert!(lines[0].contains(&want), "{} lacks {want}", lines[0]);
+        let at = md.find(lines[0]).unwrap();
+        assert!(md.find("| mps_lowprio |").unwrap() < at);
+        assert!(at < md.find("bert_ort_graph").unwrap());
+    }
 }
