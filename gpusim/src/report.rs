@@ -28,6 +28,34 @@ fn f(x: Option<f64>) -> String {
     x.map_or_else(|| "-".into(), |x| format!("{x:.2}"))
 }
 
+/// The published systems' measured figures for a pair of Tally's A100 set
+/// (the artifact's Tally default configuration and TGS), as reference rows
+/// beside the model's: whether tandem beats the free baseline and the best
+/// published system reads from one table.
+fn reference_rows(r: &Row) -> String {
+    let Some(p) = crate::tally::pair(&r.inference, &r.training) else {
+        return String::new();
+    };
+    [
+        (crate::tally::mode::TALLY, "tally (measured)"),
+        (crate::tally::mode::TGS, "tgs (measured)"),
+    ]
+    .iter()
+    .map(|&(m, name)| {
+        let c = &p.modes[m];
+        format!(
+            "| {} | {} | {} | {name} | - | {:.2} | {:.2} | {:.2} | - | measured: Tally artifact, A100 (`gpusim/src/tally.rs`) |\n",
+            r.set,
+            r.inference,
+            r.training,
+            c.p99_ms,
+            p.p99_ratio(m),
+            c.train_kept
+        )
+    })
+    .collect()
+}
+
 /// The markdown table.
 #[must_use]
 pub fn markdown(
@@ -63,7 +91,11 @@ pub fn markdown(
          | set | inference | training | mode | p50 ms | p99 ms | p99 ratio (min-max) | train fraction (min-max) | requests | source |\n\
          | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n"
     );
-    for r in rows {
+    for (k, r) in rows.iter().enumerate() {
+        let last_of_pair = rows.get(k + 1).is_none_or(|n| {
+            (n.set.as_str(), n.inference.as_str(), n.training.as_str())
+                != (r.set.as_str(), r.inference.as_str(), r.training.as_str())
+        });
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} ({}-{}) | {} ({}-{}) | {} | {} |\n",
             r.set,
@@ -81,6 +113,9 @@ pub fn markdown(
             r.requests,
             r.source
         );
+        if last_of_pair && r.set == "a100" {
+            s += &reference_rows(r);
+        }
     }
     s += "\n## Calibration, pair by pair (DESIGN.md: the H100 \"Facts\" and Tally's A100 pairs)\n\n\
           Tolerance: p99 ratio within a factor 1.25 of the measured one, training within 0.07; \
