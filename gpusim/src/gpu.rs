@@ -32,7 +32,12 @@
 //! **Interference**: a block dispatched while other clients hold SMs runs
 //! `1 + interference * (their share of the SMs)` times longer: kernels that
 //! run side by side also share memory bandwidth and L2, which SM counts do
-//! not show. Fitted (see the crate docs' parameter table).
+//! not show. Fitted (see the crate docs' parameter table). It is global:
+//! a block pays it whichever SMs it lands on, so SMs a mask leaves free
+//! ([`crate::spatial`]) do not escape it. Taking it as intra-SM instead
+//! (paid only by blocks that share an SM with another client's) was tried
+//! on the A100's fit set: it then no longer moved the Llama-2 pairs'
+//! training fractions at any value, which the global form fits.
 //!
 //! **Time-slicing**: at a slice's end the holder's running cohorts are
 //! suspended with their remaining time and resumed, on as many SMs, when
@@ -170,6 +175,11 @@ pub enum Work {
         /// Share (0..=1) of its time alone that it pulls DRAM at the
         /// GPU's peak bandwidth: its bytes over (peak x duration).
         mem_frac: f64,
+        /// An SM mask given at launch, as its width (0: every SM). The
+        /// client's masked kernels together hold at most this many SMs:
+        /// they share one mask, which leaves the rest to other clients
+        /// ([`crate::spatial`]).
+        sm_limit: u32,
     },
     /// A copy.
     Copy {
@@ -211,6 +221,8 @@ struct Running {
     mem_frac: f64,
     /// SMs it holds alone (its first wave).
     alone_sms: u32,
+    /// Its SM mask's width (0: none).
+    limit: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -447,6 +459,7 @@ impl Gpu {
                 duration_ns,
                 sm_share,
                 mem_frac,
+                sm_limit,
             } => {
                 let bps = blocks_per_sm.max(1);
                 let per_wave = u64::from(self.params.sms) * u64::from(bps);
@@ -470,6 +483,7 @@ impl Gpu {
                     completed_any: false,
                     mem_frac: mem_frac.clamp(0.0, 1.0),
                     alone_sms: alone_sms.max(1),
+                    limit: sm_limit,
                 };
                 let kid = match self.free_kernels.pop() {
                     Some(i) => {
@@ -590,7 +604,18 @@ impl Gpu {
             }
             let c = &self.clients[k.client];
             let room = c.cfg.sm_cap.saturating_sub(c.held);
-            let physical = self.params.sms.saturating_sub(k.held);
+            let mut physical = self.params.sms.saturating_sub(k.held);
+            if k.limit > 0 {
+                // The client's masked kernels share the mask's SMs.
+                let masked: u32 = self
+                    .kernels
+                    .iter()
+                    .flatten()
+                    .filter(|o| o.client == k.client && o.limit > 0)
+                    .map(|o| o.held)
+                    .sum();
+                physical = physical.min(k.limit.saturating_sub(masked));
+            }
             let sms = (k
                 .pending
                 .div_ceil(u64::from(k.bps))

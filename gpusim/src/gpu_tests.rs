@@ -41,6 +41,7 @@ fn full(d: Ns) -> Work {
         duration_ns: d,
         sm_share: 1.0,
         mem_frac: 0.0,
+        sm_limit: 0,
     }
 }
 
@@ -75,6 +76,7 @@ fn a_lone_kernel_takes_its_duration_in_any_mode_and_streams_keep_order() {
                 duration_ns: 132 * US,
                 sm_share: 1.0,
                 mem_frac: 0.0,
+                sm_limit: 0,
             },
             1,
         );
@@ -99,6 +101,7 @@ fn small_kernels_of_two_streams_overlap_where_sms_allow() {
         duration_ns: 100 * US,
         sm_share: 1.0,
         mem_frac: 0.0,
+        sm_limit: 0,
     };
     g.submit(0, 0, 0, half, 1);
     g.submit(0, 0, 1, half, 2);
@@ -180,6 +183,7 @@ fn under_mps_the_high_priority_clients_pending_blocks_dispatch_first() {
         duration_ns: 20 * 10 * US,
         sm_share: 1.0,
         mem_frac: 0.0,
+        sm_limit: 0,
     };
     let run = |hi: u8, lo: u8| {
         let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(lo), cfg(hi)]);
@@ -230,6 +234,7 @@ fn a_waiting_kernel_gets_sms_as_blocks_complete() {
             duration_ns: 1_600 * US,
             sm_share: 1.0,
             mem_frac: 0.0,
+            sm_limit: 0,
         },
         1,
     );
@@ -243,6 +248,7 @@ fn a_waiting_kernel_gets_sms_as_blocks_complete() {
         duration_ns: 10 * 50 * US,
         sm_share: 1.0,
         mem_frac: 0.0,
+        sm_limit: 0,
     };
     g.submit(410 * US, 1, 0, high, 2);
     let mut seen = Vec::new();
@@ -330,6 +336,7 @@ fn mem_bound(sms: u64, d: Ns, m: f64) -> Work {
         duration_ns: d,
         sm_share: 1.0,
         mem_frac: m,
+        sm_limit: 0,
     }
 }
 
@@ -385,6 +392,7 @@ fn a_small_kernel_behind_a_long_one_of_equal_priority_waits_for_its_last_wave() 
                 duration_ns: 400 * US,
                 sm_share: 1.0,
                 mem_frac: 0.0,
+                sm_limit: 0,
             },
             1,
         );
@@ -403,4 +411,45 @@ fn a_small_kernel_behind_a_long_one_of_equal_priority_waits_for_its_last_wave() 
     let fifo = run(true);
     assert!(fair <= 110 * US, "equal shares: {fair}");
     assert!(fifo >= 300 * US, "arrival order: {fifo}");
+}
+
+/// A training kernel whose launch carried a mask of 100 SMs leaves 32 free:
+/// an inference kernel arriving while its many waves are pending starts at
+/// once on them and ends in its own time alone. Without the mask (and at
+/// equal priority) it waits until training's last wave has been dispatched.
+#[test]
+fn a_masked_kernel_leaves_the_rest_of_the_sms_to_other_clients() {
+    let run = |limit: u32| {
+        let mut g = Gpu::new(params(), &Sharing::Mps, &[cfg(0), cfg(0)]);
+        // 20 waves of 100 us blocks on a full GPU.
+        let training = Work::Kernel {
+            blocks: 20 * 132,
+            blocks_per_sm: 1,
+            duration_ns: 2 * MS,
+            sm_share: 1.0,
+            mem_frac: 0.0,
+            sm_limit: limit,
+        };
+        let inference = Work::Kernel {
+            blocks: 32,
+            blocks_per_sm: 1,
+            duration_ns: 50 * US,
+            sm_share: 1.0,
+            mem_frac: 0.0,
+            sm_limit: 0,
+        };
+        g.submit(0, 1, 0, training, 1);
+        g.submit(10 * US, 0, 0, inference, 2);
+        let done = drain(&mut g);
+        (at(&done, 0, 2) - 10 * US, at(&done, 1, 1))
+    };
+    let (inf_masked, train_masked) = run(100);
+    assert_eq!(inf_masked, 50 * US, "the free SMs take it at once");
+    let (inf_open, _) = run(0);
+    assert!(
+        inf_open > MS,
+        "unmasked, it waits for training's waves: {inf_open}"
+    );
+    // Training on 100 of 132 SMs: 2640 blocks in 27 waves of 100 us.
+    assert_eq!(train_masked, 27 * 100 * US);
 }

@@ -88,6 +88,7 @@ pub mod mps;
 pub mod params;
 pub mod report;
 pub mod rng;
+pub mod spatial;
 pub mod synthetic;
 pub mod synthetic_a100;
 pub mod tally;

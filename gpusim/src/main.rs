@@ -227,8 +227,11 @@ fn main() -> ExitCode {
 }
 
 /// `--sched KEY=VALUE` (a `[scheduler]` key, a number or a boolean; may
-/// repeat), `--mps-inflight-ns N`, `--mps-v1-gates on|off` and
-/// `--v1-gates on|off`.
+/// repeat), `--mps-inflight-ns N`, `--mps-v1-gates on|off`,
+/// `--v1-gates on|off` and `--spatial KEY=VALUE` (a [`SpatialCfg`] field;
+/// may repeat).
+///
+/// [`SpatialCfg`]: tandem_gpusim::spatial::SpatialCfg
 fn tandem_args(args: &[String], t: &mut tandem_gpusim::matrix::TandemCfg) -> Result<(), String> {
     let mut sched = serde_json::to_value(&t.sched).map_err(|e| e.to_string())?;
     for (i, a) in args.iter().enumerate() {
@@ -249,6 +252,7 @@ fn tandem_args(args: &[String], t: &mut tandem_gpusim::matrix::TandemCfg) -> Res
             }
             ("--mps-v1-gates", Some(v)) => t.mps_v1_gates = v == "on",
             ("--v1-gates", Some(v)) => t.v1_gates = v == "on",
+            ("--spatial", Some(kv)) => t.spatial.set(kv)?,
             _ => {}
         }
     }

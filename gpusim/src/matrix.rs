@@ -21,6 +21,7 @@ use tandem_sched::SchedConfig;
 
 use crate::job::{percentile, JobSpec};
 use crate::params::{Params, MODEL_VERSION};
+use crate::spatial::{Spatial, SpatialCfg};
 use crate::tandem::{Off, TandemSide, TandemV1};
 use crate::trace::Trace;
 use crate::world::{run, Placement, RunCfg};
@@ -133,13 +134,14 @@ impl Device {
     }
 }
 /// Modes, in the benchmark's order.
-pub const MODES: [&str; 6] = [
+pub const MODES: [&str; 7] = [
     "alone",
     "plain",
     "mps",
     "mps_lowprio",
     "tandem",
     "tandem_mps",
+    "tandem_spatial",
 ];
 
 /// What to run.
@@ -184,6 +186,8 @@ pub struct TandemCfg {
     pub mps_v1_gates: bool,
     /// Whether they apply in `tandem` (time-slicing).
     pub v1_gates: bool,
+    /// The SM-reservation candidate's settings, in `tandem_spatial`.
+    pub spatial: SpatialCfg,
 }
 
 impl Default for TandemCfg {
@@ -193,6 +197,7 @@ impl Default for TandemCfg {
             mps_inflight_ns: 2_000_000,
             mps_v1_gates: true,
             v1_gates: true,
+            spatial: SpatialCfg::default(),
         }
     }
 }
@@ -442,6 +447,18 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
             ];
             (go(false, &place, &mut t), 1)
         }
+        "tandem_spatial" => {
+            let mut t = Spatial::new(m.params.gpu.sms, m.tandem.spatial.clone());
+            let place = [
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Inference),
+                },
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Training),
+                },
+            ];
+            (go(false, &place, &mut t), 1)
+        }
         other => panic!("unknown mode {other}"),
     };
     (
@@ -466,6 +483,7 @@ fn note(mode: &str) -> &'static str {
         "mps_lowprio" => "MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
         "tandem" => "tandem v2 (local in-flight bound on the GPU board, per-kernel estimates; v1's gates and limits behind it; scheduler defaults) over time-slicing",
         "tandem_mps" => "tandem v2 over MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
+        "tandem_spatial" => "scheduler v3 candidate (a) over MPS: training at client priority 1, and its launches masked to leave inference R SMs (learnt from its kernels' widths) while inference is active",
         "tandem_v1" => "tandem v1 alone (shim gate, launch limits, reader, scheduler defaults) over time-slicing",
         "tandem_v1_mps" => "tandem v1 gates with both jobs under MPS at default priority",
         _ => "",

@@ -126,6 +126,11 @@ pub trait TandemSide {
     fn mps_priority(&self, _class: Class) -> u8 {
         0
     }
+    /// The width of the SM mask job `job`'s launch of `k` carries at `now`
+    /// (0: none). Asked once per launch that reaches the GPU.
+    fn sm_limit(&mut self, _now: Ns, _job: usize, _k: &Kernel) -> u32 {
+        0
+    }
 }
 
 /// No tandem: every launch proceeds.

@@ -321,6 +321,7 @@ impl World<'_> {
             duration_ns: k.duration_ns,
             sm_share: footprint::sm_share(k, &self.cfg.gpu.sm),
             mem_frac: footprint::mem_frac(k, self.cfg.gpu.dram_bytes_per_ns),
+            sm_limit: self.tandem.sm_limit(t, j, k),
         };
         self.gpu.submit(t, j, k.stream as usize, work, token);
         self.last_kernel[j] = Some((token, false));
