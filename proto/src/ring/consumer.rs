@@ -47,7 +47,7 @@ impl<'a> Consumer<'a> {
     /// Initialise a raw region; see [`Consumer::init`].
     ///
     /// # Safety
-    /// Same contract as [`Producer::attach_raw`]; there must be at most one
+    /// Same contract as [`Producer::attach_raw`](super::Producer::attach_raw); there must be at most one
     /// live consumer for the region.
     pub unsafe fn init_raw(
         base: *mut u8,

@@ -5,8 +5,6 @@
 
 use core::mem::{align_of, offset_of, size_of};
 
-#[cfg(doc)]
-use super::producer::SyncProducer;
 use crate::control::ControlBlock;
 use crate::error::{Error, Result};
 use crate::estimates::EstimateTable;
@@ -227,7 +225,7 @@ pub struct RingStats {
     pub tail: u64,
     /// Records dropped because the ring was full.
     pub dropped_full: u64,
-    /// Records dropped because another thread held the producer ([`SyncProducer`]).
+    /// Records dropped because another thread held the producer ([`SyncProducer`](super::SyncProducer)).
     pub dropped_busy: u64,
 }
 

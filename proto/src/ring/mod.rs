@@ -9,8 +9,8 @@
 //! | 0      | 128             | [`RingHeader`] line 0: magic, layout version, geometry (written once at init) |
 //! | 128    | 128             | [`RingHeader`] line 1: `head`, drop counters (producer writes) |
 //! | 256    | 128             | [`RingHeader`] line 2: `tail` (consumer writes) |
-//! | 384    | 256             | [`ControlBlock`] (gate, heartbeat; client counters) |
-//! | 640    | `capacity * 64` | the [`Record`] slots |
+//! | 384    | 256             | [`ControlBlock`](crate::ControlBlock) (gate, heartbeat; client counters) |
+//! | 640    | `capacity * 64` | the [`Record`](crate::Record) slots |
 //!
 //! [`RingLayout`] computes these numbers so both sides agree.
 //!
@@ -30,11 +30,11 @@
 //! The producer never blocks: when the ring is full [`Producer::push`] bumps a
 //! drop counter and returns `false`. The consumer treats everything in the
 //! region as untrusted: impossible indices, a changed magic or geometry, or a
-//! tail it did not write are reported as typed [`Error`]s, never as panics or
+//! tail it did not write are reported as typed [`Error`](crate::Error)s, never as panics or
 //! out-of-bounds reads.
 //!
-//! [`layout`] holds the region's geometry and checks, [`producer`] the
-//! shim's end, [`consumer`] the coordinator's; every public name is
+//! `ring/layout.rs` holds the region's geometry and checks, `ring/producer.rs` the
+//! shim's end, `ring/consumer.rs` the coordinator's; every public name is
 //! re-exported here, at `tandem_proto::ring::*`.
 
 mod consumer;

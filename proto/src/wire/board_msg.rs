@@ -5,8 +5,6 @@ use crate::bytes::get_u32;
 use crate::error::{Error, Result};
 
 use super::envelope::{exact, flags};
-#[cfg(doc)]
-use super::registration::HELLO_FLAG_BOARD;
 
 /// Board body length.
 pub const BOARD_MSG_LEN: usize = 8;
@@ -14,7 +12,7 @@ pub const BOARD_MSG_LEN: usize = 8;
 pub const BOARD_FLAG_WRITABLE: u8 = 1 << 0;
 
 /// Coordinator -> shim, after the Welcome, in answer to
-/// [`HELLO_FLAG_BOARD`]: the GPU board ([`crate::board`]). Sent once more,
+/// [`HELLO_FLAG_BOARD`](super::HELLO_FLAG_BOARD): the GPU board ([`crate::board`]). Sent once more,
 /// writable, when a client that got it read-only is granted the inference
 /// class later (an operator's set-class, a reload); the shim then replaces
 /// its read-only mapping. A writable board is never taken back.

@@ -3,8 +3,6 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 
-#[cfg(doc)]
-use super::message::MAX_MESSAGE_LEN;
 use crate::error::{Error, Result};
 
 /// What [`recv`] got.
@@ -29,7 +27,7 @@ pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fd: Option<BorrowedFd<'_>>) -> Res
     Ok(())
 }
 
-/// Receive one datagram into `buf` (size it [`MAX_MESSAGE_LEN`]), with at most
+/// Receive one datagram into `buf` (size it [`MAX_MESSAGE_LEN`](super::MAX_MESSAGE_LEN)), with at most
 /// one fd. A datagram longer than `buf`, or more than one fd, is an error (any
 /// fds that arrived are closed). Set `SO_RCVTIMEO` on the socket to bound the wait.
 pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<Received> {

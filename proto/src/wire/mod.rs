@@ -35,7 +35,7 @@
 //! the Reject message are frozen across versions: a receiver always decodes a
 //! Reject, whatever its version, so a peer can always say "wrong version" and
 //! be understood. Any other message of another version fails to decode with
-//! [`Error::VersionMismatch`], naming both versions.
+//! [`Error::VersionMismatch`](crate::Error::VersionMismatch), naming both versions.
 //!
 //! Decoding is zero-copy and allocation-free, checks every length against the
 //! datagram and against the protocol maxima, and rejects unknown values,
@@ -47,11 +47,11 @@
 //! caller-provided buffer.
 //!
 //! The code is split by message family, each with its layout constants and
-//! body codec: [`envelope`] (the header, type codes, shared field checks),
-//! [`registration`] (Hello, Welcome, Reject), [`reports`] (FuncName,
-//! Device), [`operator`] (Control, ControlReply), [`board_msg`] (Board),
-//! [`crate::dedup`] and [`crate::follow`]; [`message`] is the [`Message`]
-//! they all decode to, [`datagram`] the socket transport. Every public name
+//! body codec: `wire/envelope.rs` (the header, type codes, shared field checks),
+//! `wire/registration.rs` (Hello, Welcome, Reject), `wire/reports.rs` (FuncName,
+//! Device), `wire/operator.rs` (Control, ControlReply), `wire/board_msg.rs` (Board),
+//! [`crate::dedup`] and [`crate::follow`]; `wire/message.rs` is the [`Message`]
+//! they all decode to, `wire/datagram.rs` the socket transport. Every public name
 //! is re-exported here, at `tandem_proto::wire::*`.
 
 mod board_msg;

@@ -5,8 +5,6 @@ use crate::bytes::{get_u16, get_u64};
 use crate::error::{Error, Result};
 
 use super::envelope::{bounded, exact, need};
-#[cfg(doc)]
-use super::registration::RejectReason;
 use super::registration::{class, ClientClass};
 
 /// Longest ControlReply message text.
@@ -61,7 +59,7 @@ pub struct Control {
 /// Coordinator -> tandemctl: the outcome of a [`Control`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlReply<'a> {
-    /// [`ControlReply::OK`], else a [`RejectReason`] value.
+    /// [`ControlReply::OK`], else a [`RejectReason`](super::RejectReason) value.
     pub status: u16,
     /// Human-readable detail, UTF-8, at most [`MAX_CONTROL_MESSAGE_LEN`] bytes.
     pub message: &'a str,
