@@ -45,7 +45,7 @@ pub struct ClientSnapshot {
     /// The SLO target, ns.
     pub slo_p99_ns: Option<u64>,
     /// This client's share (0..1) of the estimated GPU work launched on its
-    /// GPU over the last one to two [`SHARE_WINDOW_NS`].
+    /// GPU over the last one to two [`SHARE_WINDOW_NS`](crate::SHARE_WINDOW_NS).
     pub work_share: f64,
     /// The share of that work that was training (all training clients of the
     /// GPU together): what inference shared its GPU with.
@@ -61,12 +61,12 @@ pub struct ClientSnapshot {
     /// client's launches (until then its estimates are the default and its
     /// allowance is at most 1).
     pub measured: bool,
-    /// Completed marks ([`Input::MarkDone`]) that measured something.
+    /// Completed marks ([`Input::MarkDone`](crate::Input::MarkDone)) that measured something.
     pub marks_measured: u64,
     /// The mark interval asked of the client, ns, as last emitted
-    /// ([`Output::Marks`]; 0: none).
+    /// ([`Output::Marks`](crate::Output::Marks); 0: none).
     pub mark_every_ns: u64,
-    /// Its local in-flight bound as last emitted ([`Output::Budget`]; `None`:
+    /// Its local in-flight bound as last emitted ([`Output::Budget`](crate::Output::Budget); `None`:
     /// none).
     pub budget: Option<LocalBudget>,
     /// Its completed requests' latencies since it registered.
