@@ -16,6 +16,9 @@ fails, naming each problem, when
       its directory (`proto/`), and every top-level module of each, by its
       path: `src/NAME.rs` as `CRATE/src/NAME.rs`, `src/NAME/mod.rs` as
       `CRATE/src/NAME/` (or `.../mod.rs`), `src/bin/NAME.rs` likewise.
+      A module is one module whether it is `a.rs` or `a/mod.rs`: either
+      spelling names either form, in (a) and (b), so moving a module's file
+      into a directory of its own needs no change here.
       Crate roots (lib.rs, main.rs) are covered by the crate's name; test
       modules (tests.rs, proptests.rs, *_tests.rs, src/tests/) need no entry.
 Paths inside fenced code blocks (the pictures) are not checked: the prose
@@ -51,15 +54,32 @@ def top_level_modules(root: Path, member: str) -> list:
     for f in sorted(src.glob("*.rs")):
         if f.name in ("lib.rs", "main.rs") or f.name in TEST_NAMES or f.name.endswith("_tests.rs"):
             continue
-        out.append((f"{member}/src/{f.name}", ()))
+        d = f.name[: -len(".rs")]
+        out.append((f"{member}/src/{f.name}", (f"{member}/src/{d}/", f"{member}/src/{d}/mod.rs")))
     for f in sorted(src.glob("*/mod.rs")):
         d = f.parent.name
         if d == "tests":
             continue
-        out.append((f"{member}/src/{d}/", (f"{member}/src/{d}/mod.rs", f"{member}/src/{d}")))
+        out.append(
+            (f"{member}/src/{d}/", (f"{member}/src/{d}/mod.rs", f"{member}/src/{d}", f"{member}/src/{d}.rs"))
+        )
     for f in sorted(src.glob("bin/*.rs")):
         out.append((f"{member}/src/bin/{f.name}", ()))
     return out
+
+
+def exists(root: Path, span: str) -> bool:
+    """Whether the path exists; a module is the same module whether it is a
+    file, `a.rs`, or a directory, `a/` with `a/mod.rs`, so either spelling
+    finds either form."""
+    p = root / span.rstrip("/")
+    if p.exists():
+        return True
+    if span.endswith(".rs"):
+        return (p.with_suffix("") / "mod.rs").exists()
+    if span.endswith("/"):
+        return p.with_name(p.name + ".rs").exists()
+    return False
 
 
 def spans(doc: str) -> set:
@@ -94,7 +114,7 @@ def main(argv: list) -> int:
     # (a) what the doc names exists
     for s in sorted(named):
         if PATH.match(s) and "/" in s and not s.startswith("/"):
-            if not (root / s.rstrip("/")).exists():
+            if not exists(root, s):
                 problems.append(f"`{s}` is named but does not exist")
         elif PATH.match(s) and s.endswith(".rs"):
             problems.append(f"`{s}`: name a source file by its path from the repository root")

@@ -66,6 +66,14 @@ class ArchitectureDoc(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stdout)
         self.assertIn("crate tandem-a (a/) is not named", r.stdout)
 
+    def test_a_module_moved_into_a_directory_of_its_own_is_still_named(self):
+        root = repo()
+        (root / "a/src/x.rs").unlink()
+        (root / "a/src/x").mkdir()
+        (root / "a/src/x/mod.rs").write_text("pub struct Thing;\n")
+        r = run(root)
+        self.assertEqual(r.returncode, 0, r.stdout)
+
     def test_a_short_file_name_is_refused(self):
         r = run(repo(DOC + "\nAlso `x.rs`.\n"))
         self.assertEqual(r.returncode, 1, r.stdout)
