@@ -12,6 +12,9 @@ use tandem_proto::wire::{self, ClientClass, Control, ControlOp, Message, MAX_MES
 use crate::sock;
 use crate::state::Snapshot;
 
+/// How long tandemctl waits for tandemd.
+pub const TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Largest HTTP response tandemctl accepts (a snapshot of many clients).
 pub const MAX_RESPONSE: usize = 64 << 20;
 

@@ -4,7 +4,7 @@
 //! the OS layer, `tandem_os::futex`).
 //!
 //! They are named here, and only here, so that the model checker can put
-//! its own in their place: `tests/models` compiles `ring.rs`, `control.rs`
+//! its own in their place: `tests/models` compiles `ring/`, `control.rs`
 //! and `board.rs` unchanged against loom's atomics and a loom-modelled futex
 //! (a `sync` module of the same shape) and checks the protocols over every
 //! interleaving its bound allows. Keep this module's surface small: whatever

@@ -296,17 +296,26 @@
 //! returned) says when to call [`Scheduler::tick`] again; `None` means only
 //! new inputs can change a gate. No output is emitted for a departing
 //! client.
-
+mod budget;
+mod client;
 mod config;
 mod estimate;
+mod gates;
+mod gpu;
 mod histogram;
+mod input;
+mod local;
+mod output;
 mod scheduler;
+mod snapshot;
 
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
 
+pub use budget::SLO_EVAL_EVERY;
+pub use client::MAX_REQUEST_NS;
 pub use config::{
     SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS,
     MIN_MARK_EVERY_NS,
@@ -315,291 +324,11 @@ pub use estimate::{
     GRAPH_FUNC, LATENCY_WINDOW, MAX_KERNELS_PER_CLIENT, MAX_KERNEL_NS, MAX_SEALED_ITEMS,
     MAX_SEALED_SEGMENTS, MIN_KERNEL_NS,
 };
+pub use gates::UNKNOWN_GPU_GRACE_NS;
+pub use gpu::SHARE_WINDOW_NS;
 pub use histogram::{LatencyHistogram, LATENCY_BUCKETS_NS};
-pub use scheduler::{
-    allowance_for, local_budget, Knobs, Scheduler, Split, MAX_CLIENTS, MAX_REQUEST_NS,
-    SHARE_WINDOW_NS, SLO_EVAL_EVERY, UNKNOWN_GPU_GRACE_NS,
-};
-
-use serde::{Deserialize, Serialize};
-
-/// The coordinator's id of a registered client.
-pub type ClientId = u64;
-
-/// A client's class, as the scheduler sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Class {
-    /// Latency-sensitive: its gate is always open; its requests are measured.
-    Inference,
-    /// Throughput: its gate follows its budget.
-    Training,
-}
-
-/// What the scheduler is told. Times (`ts_ns`) are the record's
-/// `CLOCK_MONOTONIC` timestamps, taken by the shim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Input {
-    /// A client registered (or registered again: class, GPU and SLO are updated).
-    Register {
-        /// Its id.
-        client: ClientId,
-        /// Class granted.
-        class: Class,
-        /// Hash of the device uuid; 0 = unknown.
-        gpu: u64,
-        /// Optional p99 latency target, ns (inference).
-        slo_p99_ns: Option<u64>,
-    },
-    /// The operator changed a client's class.
-    SetClass {
-        /// Its id.
-        client: ClientId,
-        /// New class.
-        class: Class,
-    },
-    /// A client left (no output is emitted for it).
-    Depart {
-        /// Its id.
-        client: ClientId,
-    },
-    /// LAUNCH or LAUNCH_EX.
-    Launch {
-        /// Its id.
-        client: ClientId,
-        /// The record's stable function id.
-        func_id: u64,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// GRAPH_LAUNCH.
-    GraphLaunch {
-        /// Its id.
-        client: ClientId,
-        /// Kernel nodes in the graph (0 = unknown, counted as 1).
-        kernels: u32,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// SYNC_BEGIN.
-    SyncBegin {
-        /// Its id.
-        client: ClientId,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// SYNC_END: the client's work had drained at `ts_ns`.
-    SyncEnd {
-        /// Its id.
-        client: ClientId,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// REQUEST_BEGIN (`tandem_request_begin`).
-    RequestBegin {
-        /// Its id.
-        client: ClientId,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// REQUEST_END (`tandem_request_end`).
-    RequestEnd {
-        /// Its id.
-        client: ClientId,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// MARK: the client placed completion mark `seq` right after the launches
-    /// it had made so far (`seq` rises per client, from 1).
-    Mark {
-        /// Its id.
-        client: ClientId,
-        /// The mark's sequence number (the record's `func_id`).
-        seq: u64,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-    /// MARK_DONE: the GPU had reached mark `seq` by `ts_ns`.
-    MarkDone {
-        /// Its id.
-        client: ClientId,
-        /// The mark's sequence number (the record's `func_id`).
-        seq: u64,
-        /// The record's timestamp.
-        ts_ns: u64,
-    },
-}
-
-/// How many more launches a client may start beyond those the scheduler has
-/// seen (see "Launch limits" in the [module docs](self)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Allowance {
-    /// No limit (inference; training with nothing to protect; disabled).
-    Unlimited,
-    /// At most this many more launch calls (a graph launch is one).
-    Launches(u64),
-}
-
-impl Output {
-    /// The client an output is for.
-    #[must_use]
-    pub fn client(&self) -> Option<ClientId> {
-        Some(match *self {
-            Output::Gate { client, .. }
-            | Output::Limit { client, .. }
-            | Output::Budget { client, .. }
-            | Output::Estimate { client, .. }
-            | Output::Marks { client, .. } => client,
-        })
-    }
-}
-
-/// A training client's local in-flight bound (the control block's
-/// budgets; see "Local bound" in the [module docs](self)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct LocalBudget {
-    /// Estimated ns the client may have in flight while no inference is
-    /// active on its GPU.
-    pub idle_ns: u64,
-    /// The same while inference is active.
-    pub active_ns: u64,
-    /// What a launch whose kernel has no published estimate is charged.
-    pub default_est_ns: u64,
-    /// How long after an inference bump its GPU counts as active.
-    pub hold_ns: u64,
-}
-
-/// What the scheduler asks for. Only changes are emitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    /// Open or close `client`'s gate.
-    Gate {
-        /// Whose.
-        client: ClientId,
-        /// `true`: open.
-        open: bool,
-    },
-    /// `client` may start this many launches beyond the ones it had started
-    /// when the caller last read its launch counter (the control block's
-    /// `launches`): store `launches + n` as its `launch_limit`
-    /// ([`Allowance::Unlimited`]: 0). Emitted when the allowance changes; the
-    /// caller re-stores `launches + n` whenever it reads a new `launches`.
-    Limit {
-        /// Whose.
-        client: ClientId,
-        /// How many more.
-        beyond: Allowance,
-    },
-    /// `client`'s local in-flight bound: store it in its control block
-    /// (`None`: no bound, zeros). Emitted when it changes (the default
-    /// estimate only when it moves by an eighth or more).
-    Budget {
-        /// Whose.
-        client: ClientId,
-        /// The bound; `None`: none.
-        budget: Option<LocalBudget>,
-    },
-    /// Publish `ns` as the estimate of one launch of kernel `key` into
-    /// `client`'s estimate table. Emitted when a measurement first sets it
-    /// or moves it by an eighth or more.
-    Estimate {
-        /// Whose.
-        client: ClientId,
-        /// The kernel's key (what [`Input::Launch`] carried as `func_id`).
-        key: u64,
-        /// Estimated ns of one launch.
-        ns: u64,
-    },
-    /// Ask `client` for completion marks at most every `every_ns` (0: none):
-    /// store it as the control block's `mark_every_ns`. Emitted when the
-    /// value wanted for the client changes (a new client starts at 0, as a
-    /// fresh control block does).
-    Marks {
-        /// Whose.
-        client: ClientId,
-        /// Mark interval, ns; 0: no marks.
-        every_ns: u64,
-    },
-}
-
-/// The scheduler's state for the stats.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SchedSnapshot {
-    /// `[scheduler] enabled`.
-    pub enabled: bool,
-    /// The latest time the scheduler has seen (backlogs are as of this time).
-    pub now_ns: u64,
-    /// Every tracked client, ascending ids.
-    pub clients: Vec<ClientSnapshot>,
-    /// Every GPU with a client, ascending ids.
-    pub gpus: Vec<GpuSnapshot>,
-}
-
-/// One client in a [`SchedSnapshot`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct ClientSnapshot {
-    /// Its id.
-    pub client: ClientId,
-    /// Class.
-    pub class: Class,
-    /// GPU group.
-    pub gpu: u64,
-    /// Estimated queued GPU work, ns.
-    pub backlog_ns: u64,
-    /// Gate state as last emitted.
-    pub gate_open: bool,
-    /// Requests completed.
-    pub requests: u64,
-    /// A request is open now.
-    pub request_active: bool,
-    /// Median latency over the last [`LATENCY_WINDOW`] requests, ns.
-    pub p50_ns: Option<u64>,
-    /// p99 latency over the last [`LATENCY_WINDOW`] requests, ns.
-    pub p99_ns: Option<u64>,
-    /// The SLO target, ns.
-    pub slo_p99_ns: Option<u64>,
-    /// This client's share (0..1) of the estimated GPU work launched on its
-    /// GPU over the last one to two [`SHARE_WINDOW_NS`].
-    pub work_share: f64,
-    /// The share of that work that was training (all training clients of the
-    /// GPU together): what inference shared its GPU with.
-    pub train_share: f64,
-    /// Distinct kernels with an estimate.
-    pub kernels_known: usize,
-    /// The launch allowance as last emitted.
-    pub allowance: Allowance,
-    /// The recent mean estimate of one launch, ns (what an allowance is
-    /// counted in).
-    pub mean_launch_ns: u64,
-    /// A drain point (a sync or a completion mark) has measured some of the
-    /// client's launches (until then its estimates are the default and its
-    /// allowance is at most 1).
-    pub measured: bool,
-    /// Completed marks ([`Input::MarkDone`]) that measured something.
-    pub marks_measured: u64,
-    /// The mark interval asked of the client, ns, as last emitted
-    /// ([`Output::Marks`]; 0: none).
-    pub mark_every_ns: u64,
-    /// Its local in-flight bound as last emitted ([`Output::Budget`]; `None`:
-    /// none).
-    pub budget: Option<LocalBudget>,
-    /// Its completed requests' latencies since it registered.
-    pub latency_histogram: LatencyHistogram,
-}
-
-/// One GPU in a [`SchedSnapshot`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct GpuSnapshot {
-    /// GPU group (hash of the device uuid; 0 unknown).
-    pub gpu: u64,
-    /// An inference request (or its hold, or inference work) is active.
-    pub inference_active: bool,
-    /// The adaptive active budget, ns.
-    pub active_budget_ns: u64,
-    /// Training clients on it.
-    pub training_clients: u32,
-    /// What each training client may have queued now, ns.
-    pub training_budget_ns: u64,
-    /// Share (0..1) of the recent estimated GPU work that was training.
-    pub training_share: f64,
-}
+pub use input::{Class, ClientId, Input};
+pub use local::{allowance_for, local_budget};
+pub use output::{Allowance, LocalBudget, Output};
+pub use scheduler::{Knobs, Scheduler, Split, MAX_CLIENTS};
+pub use snapshot::{ClientSnapshot, GpuSnapshot, SchedSnapshot};

@@ -191,7 +191,7 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted));
     let stats = tandem_proto::paths::stats_socket(socket);
     // Clients registered before the job are not the job's, whatever their pids.
-    let before = client::snapshot(&stats, super::TIMEOUT)
+    let before = client::snapshot(&stats, client::TIMEOUT)
         .ok()
         .and_then(|s| s.clients.iter().chain(&s.departed).map(|c| c.id).max())
         .unwrap_or(0);
@@ -215,7 +215,7 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
     let pid = job.id();
     let status = job.wait().map_err(|e| format!("waiting for the job: {e}"));
     // The job's final lines: it has left, so look among departed clients too.
-    match client::snapshot(&stats, super::TIMEOUT) {
+    match client::snapshot(&stats, client::TIMEOUT) {
         Ok(s) => {
             let mine = of_job(s.clients.iter().chain(&s.departed), pid, before);
             if mine.is_empty() {
@@ -232,9 +232,9 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
                         c.pid, c.exe, c.id
                     );
                 }
-                eprintln!("{}", super::HEADER);
+                eprintln!("{}", super::status_table::HEADER);
                 for c in mine {
-                    eprintln!("{}", super::row(c));
+                    eprintln!("{}", super::status_table::row(c));
                 }
             }
         }

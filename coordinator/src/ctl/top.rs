@@ -96,7 +96,7 @@ pub fn run(socket: &Path, args: &Args) -> u8 {
     let mut shown = 0u64;
     let mut failed = false;
     while !quit.load(Ordering::Relaxed) {
-        let snap = client::snapshot(&stats, super::TIMEOUT);
+        let snap = client::snapshot(&stats, client::TIMEOUT);
         failed = snap.is_err();
         shown += 1;
         match (&snap, screen) {
@@ -104,7 +104,7 @@ pub fn run(socket: &Path, args: &Args) -> u8 {
                 let _ = write!(
                     out,
                     "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{}",
-                    super::table(s)
+                    super::status_table::table(s)
                 );
             }
             (Err(e), true) if shown > 1 => {
@@ -112,7 +112,7 @@ pub fn run(socket: &Path, args: &Args) -> u8 {
             }
             (Ok(s), false) => {
                 let sep = if shown > 1 { "\n" } else { "" };
-                let _ = write!(out, "{sep}{}", super::table(s));
+                let _ = write!(out, "{sep}{}", super::status_table::table(s));
             }
             // Unreachable at the first look, or at any look in batch mode:
             // say so and fail, as top does when it cannot read /proc.

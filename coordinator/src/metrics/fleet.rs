@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use tandem_proto::wire::PROTOCOL_VERSION;
 
-use super::{escape_label, header, labels};
+use super::exposition::{escape_label, header, labels};
 use crate::sched::LATENCY_BUCKETS_NS;
 use crate::state::Snapshot;
 

@@ -18,7 +18,7 @@ use tandem_proto::mps::{LOG_DIR_ENV, PIPE_DIR_ENV};
 use tracing::{info, warn};
 
 use super::config::{MpsConfig, MAX_PIPE_DIR_LEN};
-use super::detect;
+use super::mode::detect;
 
 /// The control daemon's pid file in the pipe directory (NVIDIA's name).
 pub const PID_FILE: &str = "nvidia-cuda-mps-control.pid";

@@ -4,14 +4,13 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde::{Deserialize, Serialize};
 use tandem_proto::mps::{MpsJoin, PRIORITY_NORMAL};
 use tandem_proto::wire::ClientClass;
 use tracing::warn;
 
 use super::config::MpsConfig;
 use super::daemon::{self, Bounds, Failure, Running};
-use super::{MpsInfo, SharingMode, SharingSnapshot};
+use super::mode::{MpsInfo, MpsSnapshot, SharingMode, SharingSnapshot};
 
 /// tandem over MPS as tandemd started it (fixed for the daemon's life:
 /// `[mps] enabled` and the directories apply at a restart).
@@ -51,32 +50,6 @@ impl Offer {
         };
         MpsJoin::new(priority, pct, &self.pipe_dir).ok()
     }
-}
-
-/// `sharing.mps` in `GET /stats`: `[mps]` and where it stands.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct MpsSnapshot {
-    /// Whether jobs that register now are told to join MPS.
-    pub in_force: bool,
-    /// The daemon was started by this tandemd (which stops it at exit);
-    /// false: found running, or none.
-    pub owned: bool,
-    /// The control daemon's pid, when known.
-    pub pid: Option<u32>,
-    /// The control program.
-    pub control_binary: String,
-    /// `CUDA_MPS_PIPE_DIRECTORY`.
-    pub pipe_dir: String,
-    /// `CUDA_MPS_LOG_DIRECTORY`.
-    pub log_dir: String,
-    /// `CUDA_MPS_CLIENT_PRIORITY` of training jobs.
-    pub training_priority: u32,
-    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` of training jobs, if capped.
-    pub training_thread_percentage: Option<u32>,
-    /// The in-flight bound of training jobs that joined below normal (ns, 0: none).
-    pub training_inflight_ns: u64,
-    /// Why it is not in force, when it is not.
-    pub error: Option<String>,
 }
 
 fn priority_name(p: u32) -> &'static str {

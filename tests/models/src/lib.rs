@@ -1,5 +1,5 @@
 //! proto's ring, control block and GPU board, compiled from their own source
-//! files (`proto/src/ring.rs`, `proto/src/control.rs`, `proto/src/record.rs`,
+//! files (`proto/src/ring/`, `proto/src/control.rs`, `proto/src/record.rs`,
 //! `proto/src/board.rs`) against [`sync`]: loom's atomics and a
 //! loom-modelled futex in place of std's atomics and `futex(2)`. The models in `tests/` run the product's
 //! protocol code, not a copy of it, under loom's exhaustive (bounded)
@@ -20,6 +20,6 @@ pub mod board;
 pub mod control;
 #[path = "../../../proto/src/record.rs"]
 pub mod record;
-#[path = "../../../proto/src/ring.rs"]
+#[path = "../../../proto/src/ring/mod.rs"]
 pub mod ring;
 pub mod sync;

@@ -1,4 +1,4 @@
-//! The ring's single-producer / single-consumer protocol (`proto/src/ring.rs`)
+//! The ring's single-producer / single-consumer protocol (`proto/src/ring/`)
 //! under loom: every interleaving of the shim pushing and tandemd popping,
 //! within the preemption bound, and every value the protocol's relaxed and
 //! acquire loads may see.

@@ -1,0 +1,236 @@
+use super::*;
+use tandem_proto::wire::{
+    HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_FOLLOW, WELCOME_FLAG_SHARE_WEIGHTS,
+};
+
+fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
+    let mut r = Registry::default();
+    let who = Who {
+        pid: 42,
+        uid: 1234,
+        ..Who::default()
+    };
+    let hello = Hello {
+        pid: 42,
+        class: ClientClass::Training,
+        flags,
+        exe: b"/x",
+        cgroup: b"/",
+    };
+    let (w, _fd) = r.register(cfg, 0, who, &hello, None).unwrap();
+    let c = &r.clients[&w.client_id];
+    (w.flags, c.trust_group.clone(), c.follow_group.clone())
+}
+
+fn offer() -> Offer {
+    Offer {
+        pipe_dir: b"/run/tandem/mps".to_vec(),
+        training_priority: 1,
+        training_thread_percentage: 25,
+    }
+}
+
+fn hello(class: ClientClass, flags: u8) -> Hello<'static> {
+    Hello {
+        pid: 42,
+        class,
+        flags,
+        exe: b"/x",
+        cgroup: b"/",
+    }
+}
+
+fn who(uid: u32) -> Who {
+    Who {
+        pid: 42,
+        uid,
+        ..Who::default()
+    }
+}
+
+#[test]
+fn mps_is_offered_by_class_only_to_shims_that_ask() {
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    let mut r = Registry::default();
+    let o = offer();
+    let ask = HELLO_FLAG_MPS | HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW;
+    let (w, _fd) = r
+        .register(
+            &cfg,
+            0,
+            who(7),
+            &hello(ClientClass::Training, ask),
+            Some(&o),
+        )
+        .unwrap();
+    let m = w.mps.expect("training joins");
+    assert_eq!((m.priority, m.thread_percentage), (1, 25));
+    assert_eq!(m.pipe_dir(), b"/run/tandem/mps");
+    // Joining MPS: no weight sharing, no follow mode, the MPS flag only.
+    assert_eq!(w.flags, WELCOME_FLAG_MPS);
+    let c = &r.clients[&w.client_id];
+    assert_eq!(
+        (c.trust_group.as_deref(), c.follow_group.as_deref()),
+        (None, None)
+    );
+    assert_eq!(c.mps, Some(m));
+    let (w, _fd) = r
+        .register(
+            &cfg,
+            0,
+            who(7),
+            &hello(ClientClass::Inference, ask),
+            Some(&o),
+        )
+        .unwrap();
+    let m = w.mps.expect("inference joins");
+    assert_eq!((m.priority, m.thread_percentage), (0, 0));
+    // An older shim (no MPS flag) is not told, and keeps the rest.
+    let old = HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW;
+    let (w, _fd) = r
+        .register(
+            &cfg,
+            0,
+            who(7),
+            &hello(ClientClass::Training, old),
+            Some(&o),
+        )
+        .unwrap();
+    assert_eq!(w.mps, None);
+    assert_eq!(w.flags, WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW);
+    // Not in force: nothing to tell.
+    let (w, _fd) = r
+        .register(&cfg, 0, who(7), &hello(ClientClass::Training, ask), None)
+        .unwrap();
+    assert_eq!(w.mps, None);
+}
+
+#[test]
+fn mps_takes_one_uid_at_a_time() {
+    let cfg = Config::default();
+    let mut r = Registry::default();
+    let o = offer();
+    let t = hello(ClientClass::Training, HELLO_FLAG_MPS);
+    let (a, _fd) = r.register(&cfg, 0, who(1000), &t, Some(&o)).unwrap();
+    assert!(a.mps.is_some());
+    let (b, _fd) = r.register(&cfg, 0, who(2000), &t, Some(&o)).unwrap();
+    assert_eq!(b.mps, None, "another uid's job would wait in cuInit");
+    let (c, _fd) = r.register(&cfg, 0, who(1000), &t, Some(&o)).unwrap();
+    assert!(c.mps.is_some(), "the same uid joins");
+    // Once uid 1000's MPS jobs are gone, another uid may join.
+    r.reclaim(a.client_id, "test");
+    r.reclaim(c.client_id, "test");
+    let (d, _fd) = r.register(&cfg, 0, who(2000), &t, Some(&o)).unwrap();
+    assert!(d.mps.is_some());
+}
+
+#[test]
+fn follow_is_granted_only_when_asked_and_enabled_with_its_own_group() {
+    let cfg = Config::default();
+    let uid = Some("uid:1234".to_string());
+    // Follow alone: the follow flag and group, no weight sharing.
+    assert_eq!(
+        register(&cfg, HELLO_FLAG_FOLLOW),
+        (WELCOME_FLAG_FOLLOW, None, uid.clone())
+    );
+    // Not asked: no follow bit (an older shim rejects unknown bits).
+    assert_eq!(register(&cfg, 0), (0, None, None));
+    assert_eq!(
+        register(&cfg, HELLO_FLAG_SHARE_WEIGHTS),
+        (WELCOME_FLAG_SHARE_WEIGHTS, uid.clone(), None)
+    );
+    assert_eq!(
+        register(&cfg, HELLO_FLAG_SHARE_WEIGHTS | HELLO_FLAG_FOLLOW),
+        (
+            WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW,
+            uid.clone(),
+            uid.clone()
+        )
+    );
+    // Disabled: never granted.
+    let mut off = Config::default();
+    off.follow.enabled = false;
+    assert_eq!(register(&off, HELLO_FLAG_FOLLOW), (0, None, None));
+    // The group follows [[dedup.group]], even with weight sharing off.
+    let mut grouped = Config::default();
+    grouped.dedup.enabled = false;
+    grouped.dedup.groups.push(crate::dedup::TrustGroup {
+        name: "models".into(),
+        uids: vec![1234],
+        ..Default::default()
+    });
+    assert_eq!(
+        register(&grouped, HELLO_FLAG_FOLLOW | HELLO_FLAG_SHARE_WEIGHTS),
+        (WELCOME_FLAG_FOLLOW, None, Some("models".into()))
+    );
+}
+
+/// The drop counts are the clients' claims (their ring headers): two
+/// clients claiming u64::MAX drops overflowed the totals, in the
+/// snapshot and at reclaim (found with the `drain` fuzz target; inputs in
+/// fuzz/regressions/drain/). Totals saturate instead.
+#[test]
+fn drop_claims_saturate_the_totals() {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let cfg = Config::default();
+    let mut r = Registry::default();
+    let mut maps = Vec::new();
+    for pid in [7, 8] {
+        let who = Who {
+            pid,
+            ..Who::default()
+        };
+        let hello = Hello {
+            pid,
+            class: ClientClass::Training,
+            flags: 0,
+            exe: b"/x",
+            cgroup: b"/",
+        };
+        let (w, fd) = r.register(&cfg, 0, who, &hello, None).unwrap();
+        let map = tandem_proto::shm::map_received(fd.as_fd(), w.region_len as usize).unwrap();
+        // SAFETY: the header's dropped_full word (byte 136) of the live,
+        // 128-aligned mapping, which both sides access only atomically.
+        let dropped = unsafe { &*map.as_ptr().add(136).cast::<AtomicU64>() };
+        dropped.store(u64::MAX, Ordering::Relaxed);
+        maps.push((w.client_id, map));
+    }
+    r.poll(Instant::now());
+    assert_eq!(r.snapshot(Instant::now()).2.dropped, u64::MAX);
+    for (id, _) in &maps {
+        assert!(r.reclaim(*id, "test"));
+    }
+    assert_eq!(r.snapshot(Instant::now()).2.dropped, u64::MAX);
+}
+
+#[test]
+fn a_job_made_inference_after_a_read_only_board_is_owed_a_writable_one() {
+    let cfg = Config::default();
+    let mut r = Registry::default();
+    assert!(r.board.is_some(), "the GPU board (a memfd) was created");
+    let t = hello(ClientClass::Training, tandem_proto::wire::HELLO_FLAG_BOARD);
+    let (a, _fd) = r.register(&cfg, 0, who(7), &t, None).unwrap();
+    let (b, _fd) = r.register(&cfg, 0, who(7), &t, None).unwrap();
+    let (a, b) = (a.client_id, b.client_id);
+    // `a` got its read-only board; `b` has not been sent one yet.
+    let (_fd, flags) = r.board_for(a).unwrap();
+    assert_eq!(flags, 0, "training: read-only");
+    r.set_class(&cfg, 0, b, ClientClass::Inference, 0).unwrap();
+    assert_eq!(
+        r.take_owed_boards(),
+        Vec::<u64>::new(),
+        "b gets it writable when sent"
+    );
+    r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+    r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+    assert_eq!(r.take_owed_boards(), vec![a], "owed once");
+    assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
+    let (_fd, flags) = r.board_for(a).unwrap();
+    assert_eq!(flags, tandem_proto::wire::BOARD_FLAG_WRITABLE);
+    // Back to training and to inference again: it has a writable board.
+    r.set_class(&cfg, 0, a, ClientClass::Training, 0).unwrap();
+    r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+    assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
+}

@@ -1,0 +1,103 @@
+//! What a registered shim reports about itself: the names of its kernels
+//! (FuncName, once per function id) and the device it runs on (Device, once
+//! per connection).
+
+use crate::bytes::{get_u16, get_u32, get_u64};
+use crate::error::Result;
+
+use super::envelope::{bounded, exact, need, no_nul};
+
+/// Longest kernel name a FuncName may carry (the shim truncates longer ones).
+pub const MAX_FUNC_NAME_LEN: usize = 1024;
+/// Longest device name a Device message may carry.
+pub const MAX_DEVICE_NAME_LEN: usize = 256;
+/// Fixed part of a FuncName body.
+pub const FUNC_NAME_FIXED_LEN: usize = 10;
+/// Fixed part of a Device body.
+pub const DEVICE_FIXED_LEN: usize = 22;
+
+/// Shim -> coordinator: the name of a kernel, sent once per function id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncName<'a> {
+    /// [`func_id`](crate::record::func_id) of the full name.
+    pub func_id: u64,
+    /// Name bytes (mangled, as the driver reports it), no NUL, at most
+    /// [`MAX_FUNC_NAME_LEN`] (the shim truncates; `func_id` hashes the full name).
+    pub name: &'a [u8],
+}
+
+/// Shim -> coordinator: the device the client runs on, sent once per connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device<'a> {
+    /// The CUDA device ordinal in the client's numbering (`CUDA_VISIBLE_DEVICES` applies).
+    pub ordinal: u32,
+    /// The device UUID (`cuDeviceGetUuid`): the key that is the same in every process.
+    pub uuid: [u8; 16],
+    /// Device name bytes (`cuDeviceGetName`), no NUL, at most [`MAX_DEVICE_NAME_LEN`].
+    pub name: &'a [u8],
+}
+
+impl<'a> FuncName<'a> {
+    pub(super) fn decode_body(b: &'a [u8]) -> Result<FuncName<'a>> {
+        need("FuncName", b.len(), FUNC_NAME_FIXED_LEN)?;
+        let func_id = get_u64(b, 0);
+        let len = usize::from(get_u16(b, 8));
+        bounded("kernel name", len, MAX_FUNC_NAME_LEN)?;
+        exact("FuncName", FUNC_NAME_FIXED_LEN + len, b.len())?;
+        let name = &b[FUNC_NAME_FIXED_LEN..];
+        no_nul("kernel name", name)?;
+        Ok(FuncName { func_id, name })
+    }
+
+    pub(super) fn body_len(&self) -> usize {
+        FUNC_NAME_FIXED_LEN + self.name.len()
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        bounded("kernel name", self.name.len(), MAX_FUNC_NAME_LEN)?;
+        no_nul("kernel name", self.name)
+    }
+
+    /// Write the body into `b`, exactly [`body_len`](Self::body_len) bytes.
+    pub(super) fn encode_body(&self, b: &mut [u8]) {
+        b[0..8].copy_from_slice(&self.func_id.to_le_bytes());
+        b[8..10].copy_from_slice(&(self.name.len() as u16).to_le_bytes());
+        b[FUNC_NAME_FIXED_LEN..].copy_from_slice(self.name);
+    }
+}
+
+impl<'a> Device<'a> {
+    pub(super) fn decode_body(b: &'a [u8]) -> Result<Device<'a>> {
+        need("Device", b.len(), DEVICE_FIXED_LEN)?;
+        let ordinal = get_u32(b, 0);
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[4..20]);
+        let len = usize::from(get_u16(b, 20));
+        bounded("device name", len, MAX_DEVICE_NAME_LEN)?;
+        exact("Device", DEVICE_FIXED_LEN + len, b.len())?;
+        let name = &b[DEVICE_FIXED_LEN..];
+        no_nul("device name", name)?;
+        Ok(Device {
+            ordinal,
+            uuid,
+            name,
+        })
+    }
+
+    pub(super) fn body_len(&self) -> usize {
+        DEVICE_FIXED_LEN + self.name.len()
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        bounded("device name", self.name.len(), MAX_DEVICE_NAME_LEN)?;
+        no_nul("device name", self.name)
+    }
+
+    /// Write the body into `b`, exactly [`body_len`](Self::body_len) bytes.
+    pub(super) fn encode_body(&self, b: &mut [u8]) {
+        b[0..4].copy_from_slice(&self.ordinal.to_le_bytes());
+        b[4..20].copy_from_slice(&self.uuid);
+        b[20..22].copy_from_slice(&(self.name.len() as u16).to_le_bytes());
+        b[DEVICE_FIXED_LEN..].copy_from_slice(self.name);
+    }
+}
