@@ -22,7 +22,7 @@
 //! | copy bandwidth, latency | 25 GB/s, 10 us | assumed (PCIe Gen5 x16 is 64 GB/s per direction; pinned PyTorch copies reach well under it) |
 //! | timeslice, `timeslice_ns` | 5 ms | fitted (see `gemm_eff`); public context: `nvidia-smi compute-policy --set-timeslice` offers levels of 2 ms (short), 10 ms (medium) and 30 ms (long) (Red Hat's GPU time-slicing module); the default's length is not published. `scripts/gpu/trace_capture.py` measures it, and `tests/traces/timeslice.json`, once a GPU run committed it, replaces this value ([`crate::measured`]) |
 //! | context switch, `switch_ns` | 15 us | fitted to plain sharing's training fraction (0.85 measured; the model gives 0.82-0.83); the same microbenchmark measures it (replaced the same way) |
-//! | MPS interference, `interference` | 0 | fitted (positive values lowered the MPS training fractions below the measured ones) |
+//! | MPS interference, `interference` | 0 (H100), 0.7 (A100) | fitted per device: on the H100, positive values lowered the MPS training fractions below the measured ones; on the A100, to its fit set (the Llama-2 pairs under MPS and MPS + priority: `synthetic_a100::A100_INTERFERENCE`) |
 //! | cohort spread pieces | 4 | assumed (the approximation of drifting block phases, [`crate::gpu`]) |
 //! | inference CPU time per kernel, `resnet_launch_ns` (x1.4 for a convolution, x0.7 for element-wise ops) | 31 us | fitted with `cpu_cv` to the alone p99s (48.7 ms at batch 4 and 100 req/s, 27.2 ms at batch 32 and 40 req/s; the model gives 37.9 and 20.2 ms over 3 seeds, and the facts report 126.5 ms for the same batch-4 job on another machine); public context: DeepLearningExamples' PyTorch ResNet50 with AMP on a V100 has a mean latency of 12.8-14.0 ms for every batch from 1 to 16: an eager forward is launch-bound |
 //! | per-request CPU speed variation, `cpu_cv` | 0.4 | fitted with the launch cost (a lower variation with a higher cost put batch 4 so close to saturation that any slowdown exploded its p99) |
@@ -72,7 +72,7 @@ pub struct Params {
 
 /// The model's version: bump it whenever a parameter or a mechanic changes,
 /// so that committed results say which model made them.
-pub const MODEL_VERSION: &str = "gpusim-2";
+pub const MODEL_VERSION: &str = "gpusim-3";
 
 impl Params {
     /// The calibrated parameters.
