@@ -36,12 +36,25 @@ mod table;
 mod types;
 mod vmm;
 
+/// What the coordinator session tells the features built on it. The client
+/// stands beneath them and cannot name them: this fills its slot.
+static FEATURES: client::Features = client::Features {
+    session_started: follow::session_started,
+    session_lost: dedup::session_lost,
+    tick: dedup::tick,
+    poll_slice: dedup::poll_slice,
+    on_dedup: dedup::on_message,
+    on_follow: follow::on_message,
+};
+
 /// The constructor runs in every process the preload reaches (shells, compilers,
-/// …), so it does almost nothing: read `TANDEM_LOG`, arrange for fork and exit.
-/// The driver is found lazily, on first use.
+/// …), so it does almost nothing: read `TANDEM_LOG`, fill the session's slot
+/// for dedup and follow mode (one store), arrange for fork and exit. The
+/// driver is found lazily, on first use.
 #[ctor::ctor(unsafe)]
 fn init() {
     log::init_from_env();
+    client::features::install(&FEATURES);
     // SAFETY: registering plain extern "C" functions with no captured state.
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
