@@ -87,12 +87,28 @@ def module_of(src: Path, f: Path) -> tuple:
     return tuple(parts)
 
 
+TOKEN = re.compile(
+    r"""(?P<comment>//[^\n]*|/\*.*?\*/)"""
+    r"""|(?P<raw>b?r(?P<hashes>#*)".*?"(?P=hashes))"""
+    r"""|(?P<string>b?"(?:\\.|[^"\\])*")"""
+    r"""|(?P<char>b?'(?:\\.|\\u\{[0-9a-fA-F]+\}|[^'\\])')""",
+    re.S,
+)
+
+
 def strip(text: str) -> str:
+    """The code without comments, with empty strings and blank characters,
+    cut at the first `#[cfg(test)]`."""
     text = text.replace("$crate", "crate")
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r'b?"(?:\\.|[^"\\])*"', '""', text)
-    text = re.sub(r"'(?:\\.|[^'\\])'", "' '", text)
+
+    def blank(m):
+        if m.group("comment"):
+            return " "
+        if m.group("char"):
+            return "' '"
+        return '""'
+
+    text = TOKEN.sub(blank, text)
     cut = re.search(r"^\s*#\[cfg\(test\)\]", text, flags=re.M)
     if cut:
         text = text[: cut.start()]

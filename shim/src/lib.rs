@@ -7,12 +7,27 @@
 //! 3. its own answers to `cuGetProcAddress{,_v2}`, how the CUDA runtime finds
 //!    every driver function.
 //!
-//! All three come from one table ([`hooks`]). Every hooked call is counted and
+//! All three come from one list (`table`, expanded into exports by
+//! [`hooks`]). Every hooked call is counted and
 //! forwarded, unchanged, to the same variant of the real driver. Nothing here
 //! needs a coordinator (fail-open): without one the hook fast path is a relaxed
 //! load, a relaxed add, one load of the session word and the forwarded call.
 //! With one ([`client`]), launches also load the gate and every reported call
 //! writes one ring record: still no syscall, lock, allocation or getenv.
+//!
+//! The modules stand in layers, each importing only from its own and the ones
+//! below (`scripts/import_layers.txt` declares them, and
+//! `scripts/check_import_cycles.py`, run by `scripts/test`, fails on an import
+//! that runs upward or in a loop):
+//! 1. entry points: `hooks` (the exports), `dlsym`, `proc_address`;
+//! 2. the interposed operations they call: `launch`, `memops`, `graphs`,
+//!    `capture`;
+//! 3. the features those use: `dedup` and `follow`, and beneath them
+//!    `client`, the coordinator session (it tells them what happened through
+//!    a slot this crate root fills at start-up, `client::features`);
+//! 4. the driver and utilities: `vmm` and `calls` (the shim's own driver
+//!    calls), `driver` and `counters`, `table`, then `log`, `env`, `types`;
+//! 5. `tandem_proto` and `tandem_os`, other crates.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
