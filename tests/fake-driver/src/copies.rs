@@ -1,5 +1,10 @@
-//! Copies and memsets: host to device, device to host, unified addressing (either side device
-//! or host), each range checked and the work timed on its stream.
+//! Copies and memsets: host to device, device to host, unified addressing, each range checked
+//! and the work timed on its stream.
+//!
+//! `cuMemcpy`/`cuMemcpyAsync` (unified addressing) take either side as a device or a host
+//! address: a side is device memory when its address lies in a live allocation or in a reserved
+//! VMM range (mapped or not), and is then checked like any device range; otherwise it is a host
+//! pointer the caller vouches for.
 
 use std::ffi::c_void;
 

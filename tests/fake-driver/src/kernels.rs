@@ -1,5 +1,6 @@
-//! Fake modules and kernels: the module image format, `cuModule*`/`cuFuncGetName`, argument
-//! decoding (`kernelParams` or `extra`), the kernel ops, and the launch entry points.
+//! Fake modules and kernels: `cuModule*`/`cuFuncGetName` and the launch entry points (argument
+//! decoding is `crate::kernel_args`, running the kernels `crate::execute`, the image format and
+//! the kernel ops `crate::state::modules`).
 //!
 //! Image (NUL-terminated text):
 //! ```text

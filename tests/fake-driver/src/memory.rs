@@ -1,13 +1,9 @@
-//! Device memory as host memory: `cuMemAlloc*` allocations, range validation (allocations and
-//! mapped VMM ranges), copies, memsets, `cuMemGetInfo`.
+//! Device memory as host memory: `cuMemAlloc*` allocations and frees (plain, pitched, async,
+//! from a pool), `cuMemGetInfo`, the default memory pool.
 //!
-//! A `CUdeviceptr` is a host address. Every copy, memset and kernel checks that its range lies
-//! inside one live allocation or inside mapped VMM ranges with the access it needs.
-//!
-//! `cuMemcpy`/`cuMemcpyAsync` (unified addressing) take either side as a device or a host
-//! address: a side is device memory when its address lies in a live allocation or in a reserved
-//! VMM range (mapped or not), and is then checked like any device range; otherwise it is a host
-//! pointer the caller vouches for.
+//! A `CUdeviceptr` is a host address (`crate::state::memory`). Every copy, memset
+//! (`crate::copies`) and kernel (`crate::execute`) checks that its range lies inside one live
+//! allocation or inside mapped VMM ranges with the access it needs (`crate::state::check_range`).
 
 use std::alloc::Layout;
 use std::ffi::c_uint;

@@ -1,4 +1,6 @@
-//! Virtual memory management (`cuMemCreate` & co.) on real host VM primitives:
+//! Virtual memory management (`cuMemCreate` & co.) on real host VM primitives. Here the
+//! physical allocations (create, release, granularity, export, import); the address space
+//! (reserve, map, access) is `crate::address_space`:
 //!
 //! - a physical allocation is a memfd (`memfd_create` + `ftruncate`), its size a multiple of the
 //!   2 MiB granularity;
