@@ -16,7 +16,8 @@ module prefix that is a file. A name that module re-exports (`pub use
 x::Y;`, `pub use x::{Y, Z as W};`) is followed to the file that defines it,
 so `use crate::client::Session` depends on client/session.rs when
 client/mod.rs re-exports it from there (and client/mod.rs itself depends on
-client/session.rs). Not counted:
+client/session.rs); `crate::m!` of a `#[macro_export]` macro is the file
+that defines it. Not counted:
   - `mod x;` declarations (a parent owning a child is not an import);
   - test code: files named tests.rs / proptests.rs or under a `tests` or
     `bin` directory, and everything from a `#[cfg(test)]` line to the end of
@@ -200,6 +201,11 @@ class Crate:
         self.reexports = {m: {} for m in self.modules}
         self.uses = {m: [] for m in self.modules}
         self.spans = {m: inline_modules(text) for m, text in self.text.items()}
+        # `#[macro_export]` puts a macro at the crate root: `crate::name!` is
+        # the file that defines it.
+        for m, text in self.text.items():
+            for x in re.finditer(r"#\[macro_export\][^\n]*\n(?:\s*#\[[^\n]*\n)*\s*macro_rules!\s*(" + IDENT + ")", text):
+                self.reexports.setdefault((), {}).setdefault(x.group(1), list(m) + [x.group(1)])
         for m, text in self.text.items():
             for u in USE.finditer(text):
                 public = bool(u.group(1))

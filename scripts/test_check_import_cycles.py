@@ -89,6 +89,16 @@ class ImportLoops(unittest.TestCase):
         self.assertIn("src/x.rs -> src/m/inner.rs", r.stdout)
         self.assertIn("loop of 2 files: src/m/inner.rs, src/x.rs", r.stdout)
 
+    def test_an_exported_macro_is_the_file_that_defines_it(self):
+        # `crate::rule!` names matcher.rs's own macro, not lib.rs.
+        src = folder({
+            "lib.rs": "mod matcher;\npub use matcher::Matcher;\n",
+            "matcher.rs": "pub struct Matcher;\n#[macro_export]\nmacro_rules! rule { () => {} }\n"
+                          "fn f() { crate::rule!(); }\n",
+        })
+        r = run(src)
+        self.assertEqual(r.returncode, 0, r.stdout)
+
     def test_tests_comments_and_inline_modules_make_no_loop(self):
         src = folder({
             "lib.rs": "mod a;\nmod b;\npub use a::A;\n",
