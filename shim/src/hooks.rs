@@ -12,8 +12,9 @@
 
 use core::ffi::c_void;
 
-// The modules the list's `=> module::function` entries name, resolved here.
 use crate::table::{hook_list, Hook, HOOK_COUNT};
+
+// The modules the list's `=> module::function` entries name, resolved here.
 use crate::{capture, client, graphs, launch, memops, proc_address};
 
 /// The address of one of our exported hook functions.

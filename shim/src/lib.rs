@@ -92,3 +92,16 @@ extern "C" fn at_exit() {
         log!(Debug, "{line}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_constructor_gives_the_session_dedup_and_follow_mode() {
+        // The constructor ran in this test binary too: without it, the watcher
+        // would never pass on a Dedup or Follow message.
+        assert!(core::ptr::eq(
+            crate::client::features::get(),
+            &crate::FEATURES
+        ));
+    }
+}

@@ -52,6 +52,6 @@ pub fn install(features: &'static Features) {
 }
 
 /// The installed features (one Acquire load), or [`NONE`].
-pub(super) fn get() -> &'static Features {
+pub(crate) fn get() -> &'static Features {
     INSTALLED.get().copied().unwrap_or(&NONE)
 }
