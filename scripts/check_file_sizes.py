@@ -30,10 +30,6 @@ ALLOWED = {
     "gpusim/src/synthetic_a100.rs",
     "gpusim/src/tally.rs",
     "gpusim/src/gpu.rs",
-    # the shim's follow mode (the shim's layering)
-    "shim/src/follow/mod.rs",
-    # the fake CUDA driver (the shim's layering)
-    "tests/fake-driver/src/vmm.rs",
 }
 
 TEST_DIRS = {"tests", "benches"}

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{selector_holds, Job};
+use crate::job::{selector_holds, Job};
 
 static NO_SELECTOR: BTreeMap<String, String> = BTreeMap::new();
 

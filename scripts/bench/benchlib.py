@@ -9,7 +9,7 @@ What lives here:
 - the line protocol with worker processes (`Child`): a worker prints
   `TAG {json}` lines on stdout and reads commands from stdin; when its stdin
   reaches EOF before it was told to stop, its driver is gone and it exits;
-- tandemd (reusing scripts/gpu/coordinator.py's start_tandemd and stats), an
+- tandemd (reusing scripts/gpu/tandemd.py's start_tandemd and stats), an
   MPS control daemon on private directories, and cleanup of both on any exit
   (Ctrl-C and SIGTERM unwind through `with` blocks);
 - removal of processes left behind by an earlier invocation that was killed
@@ -37,7 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
-import coordinator as ctl  # noqa: E402  (start_tandemd, stats over the stats socket)
+import tandemd as td  # noqa: E402  (start_tandemd, stats over the stats socket)
 import interposition as ip  # noqa: E402  (device_info, spread)
 
 FAKE_ENV = "TANDEM_BENCH_FAKE"
@@ -426,7 +426,7 @@ class Tandemd:
         self.stats_error = None
 
     def stats(self):
-        return ctl.stats(self.stats_sock)
+        return td.stats(self.stats_sock)
 
     def try_stats(self):
         """The /stats snapshot, or None (with the reason kept in `stats_error`)."""
@@ -464,11 +464,11 @@ def check_bin(bin_dir):
 @contextlib.contextmanager
 def tandemd(bin_dir, sock_dir, config=None):
     """tandemd from bin_dir with built-in defaults (or the TOML text
-    `config`) on a private socket in sock_dir (scripts/gpu/coordinator.py's
+    `config`) on a private socket in sock_dir (scripts/gpu/tandemd.py's
     start_tandemd); stopped on exit."""
     os.makedirs(sock_dir, exist_ok=True)
     try:
-        proc, sock, stats_sock = ctl.start_tandemd(os.path.abspath(bin_dir), sock_dir, config)
+        proc, sock, stats_sock = td.start_tandemd(os.path.abspath(bin_dir), sock_dir, config)
     except SystemExit as e:  # its way of saying "did not answer"
         raise BenchError(str(e)) from None
     t = Tandemd(proc, sock, stats_sock, os.path.join(sock_dir, "tandemd.log"))

@@ -28,7 +28,6 @@ driver children, so the orchestration runs against the fake driver.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,59 +38,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import interposition as ip  # noqa: E402  (the workloads and child runner)
-
-
-def http_get(sock_path, path, timeout=5.0):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(sock_path)
-    s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    status = head.split(b"\r\n", 1)[0].decode(errors="replace")
-    return status, body.decode(errors="replace")
-
-
-def stats(stats_sock):
-    status, body = http_get(stats_sock, "/stats")
-    if " 200 " not in status + " ":
-        raise RuntimeError(f"/stats answered {status}")
-    return json.loads(body)
-
-
-def start_tandemd(bin_dir, sock_dir, config=None):
-    """tandemd on a private socket in sock_dir: built-in defaults, or the
-    TOML text `config` (written to sock_dir/tandemd.toml)."""
-    sock = os.path.join(sock_dir, "tandemd.sock")
-    if config is None:
-        cfg_args = ["--no-config"]
-    else:
-        path = os.path.join(sock_dir, "tandemd.toml")
-        with open(path, "w") as f:
-            f.write(config)
-        cfg_args = ["--config", path]
-    log = open(os.path.join(sock_dir, "tandemd.log"), "w")
-    p = subprocess.Popen(
-        [os.path.join(bin_dir, "tandemd"), *cfg_args, "--socket", sock],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    log.close()  # tandemd holds its own descriptor
-    stats_sock = os.path.join(sock_dir, "stats.sock")
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            stats(stats_sock)
-            return p, sock, stats_sock
-        except (OSError, RuntimeError, ValueError):
-            time.sleep(0.05)
-    p.kill()
-    raise SystemExit("tandemd did not answer on its stats socket within 10 s")
+import tandemd as td  # noqa: E402  (tandemd on a private socket, its /stats)
 
 
 def parse_metrics(text):
@@ -185,7 +132,7 @@ def main(argv=None):
     out_path = os.path.join(args.out, "coordinator.json")
     ip.write_json(out_path, result)
     sock_dir = tempfile.mkdtemp(prefix="tandem-gpu-")
-    tandemd, sock, stats_sock = start_tandemd(args.bin, sock_dir)
+    tandemd, sock, stats_sock = td.start_tandemd(args.bin, sock_dir)
     try:
         # Two jobs at once, both under the shim and registered.
         jobs, threads = run_jobs(JOBS, lambda name: ip.run_child(
@@ -194,7 +141,7 @@ def main(argv=None):
         while any(t.is_alive() for t in threads):
             time.sleep(0.5)
             try:
-                _, text = http_get(stats_sock, "/metrics")
+                _, text = td.http_get(stats_sock, "/metrics")
                 metrics_families = parse_metrics(text)
             except Exception as e:  # noqa: BLE001 - recorded, judged below
                 metrics_families = {"error": repr(e)}
@@ -202,7 +149,7 @@ def main(argv=None):
             t.join()
         if metrics_families is None:  # the jobs ended before the first fetch
             try:
-                _, text = http_get(stats_sock, "/metrics")
+                _, text = td.http_get(stats_sock, "/metrics")
                 metrics_families = parse_metrics(text)
             except Exception as e:  # noqa: BLE001 - recorded, judged below
                 metrics_families = {"error": repr(e)}
@@ -212,7 +159,7 @@ def main(argv=None):
         pids = {r.get("pid") for r in jobs.values() if r.get("pid")}
         deadline = time.time() + 10
         while True:
-            departed = {c["pid"]: c for c in stats(stats_sock).get("departed", [])}
+            departed = {c["pid"]: c for c in td.stats(stats_sock).get("departed", [])}
             if pids <= departed.keys() or time.time() > deadline:
                 break
             time.sleep(0.1)
@@ -253,7 +200,7 @@ def main(argv=None):
             tandemd.wait(timeout=10)
         except subprocess.TimeoutExpired:
             tandemd.kill()
-        ip.keep_log_and_remove(sock_dir, os.path.join(args.out, "tandemd.log"))
+        td.keep_log_and_remove(sock_dir, os.path.join(args.out, "tandemd.log"))
     ok = verdict(result)
     result.update(complete=True, passed=ok)
     ip.write_json(out_path, result)

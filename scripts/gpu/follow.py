@@ -57,7 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.join(ROOT, "python"))
-import coordinator as co  # noqa: E402  (tandemd start, /stats)
+import tandemd as td  # noqa: E402  (tandemd start, /stats)
 import interposition as ip  # noqa: E402  (device info, output digests)
 
 FAKE_ENV = "TANDEM_GPU_FAKE"
@@ -613,7 +613,7 @@ def run_checks(args, shim, sock, stats_sock, logdir, clock, result):
     checks["follower_mapped_bytes_is_the_region"] = f.get("mapped_bytes") == region_bytes
     stays.append(f.get("detached") == [])
     try:
-        result["tandemd_stats_live"] = co.stats(stats_sock)
+        result["tandemd_stats_live"] = td.stats(stats_sock)
     except Exception as e:  # noqa: BLE001 - for the record only
         result["tandemd_stats_live"] = {"error": repr(e)}
 
@@ -687,7 +687,7 @@ def parent_main(args):
     result = {**ip.device_info(), "region_name": REGION, "checks": {}, "stops": [],
               "writers": {}, "errors": []}
     logdir = tempfile.mkdtemp(prefix="tandem-follow-")
-    tandemd, sock, stats_sock = co.start_tandemd(args.bin, logdir)
+    tandemd, sock, stats_sock = td.start_tandemd(args.bin, logdir)
     try:
         run_checks(args, shim, sock, stats_sock, logdir, clock, result)
     except Failed as e:

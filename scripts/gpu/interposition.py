@@ -630,13 +630,6 @@ def train_step_overhead(args, info):
                         {"steps": args.steps, "reps": args.train_reps})
 
 
-def keep_log_and_remove(sock_dir, log_dest):
-    """Moves a private tandemd's log out of its socket folder, then removes the folder."""
-    with contextlib.suppress(OSError):
-        shutil.copy(os.path.join(sock_dir, "tandemd.log"), log_dest)
-    shutil.rmtree(sock_dir, ignore_errors=True)
-
-
 def write_md(path, info, rows, overhead):
     with open(path, "w") as f:
         f.write(f"# libtandem.so on {info['device']}, driver {info['driver']}, "
@@ -706,10 +699,10 @@ def parent_main(args):
         tandemd = None
         sock = None
         if args.bin and os.path.exists(os.path.join(args.bin, "tandemd")):
-            import coordinator as co  # noqa: PLC0415 - only when attached mode is asked for
+            import tandemd as td  # noqa: PLC0415 - only when attached mode is asked for
 
             sock_dir = tempfile.mkdtemp(prefix="tandem-ip-")
-            tandemd, sock, _ = co.start_tandemd(args.bin, sock_dir)
+            tandemd, sock, _ = td.start_tandemd(args.bin, sock_dir)
         try:
             overhead.append(launch_loop_overhead(args, info, sock))
             save()
@@ -721,7 +714,7 @@ def parent_main(args):
                     tandemd.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     tandemd.kill()
-                keep_log_and_remove(sock_dir, os.path.join(args.out, "tandemd-launch-loop.log"))
+                td.keep_log_and_remove(sock_dir, os.path.join(args.out, "tandemd-launch-loop.log"))
         if args.train_reps > 0:
             overhead.append(train_step_overhead(args, info))
             save()

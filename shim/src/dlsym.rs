@@ -29,7 +29,7 @@ unsafe extern "C" fn answer(handle: *mut c_void, symbol: *const c_char) -> *mut 
     };
     // An explicit handle: the caller's identity plays no part in this lookup.
     let found = crate::driver::lookup(handle, name);
-    if found.is_null() || found.cast_const() == hook.info().hook.0 {
+    if found.is_null() || found.cast_const() == hook.export() {
         return found;
     }
     if !crate::driver::ensure_loaded() {
@@ -37,7 +37,7 @@ unsafe extern "C" fn answer(handle: *mut c_void, symbol: *const c_char) -> *mut 
     }
     if crate::driver::slot(hook) == found as usize {
         crate::log!(Trace, "dlsym({:?}) answered with the hook", name);
-        hook.info().hook.0.cast_mut()
+        hook.export().cast_mut()
     } else {
         // The symbol came from some other library than the driver we forward to.
         crate::log!(

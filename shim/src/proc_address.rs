@@ -109,7 +109,7 @@ unsafe fn substitute(
             hook.info().symbol
         );
         // SAFETY: pfn is non-null and writable (the driver just wrote it).
-        unsafe { *pfn = hook.info().hook.0.cast_mut() };
+        unsafe { *pfn = hook.export().cast_mut() };
     }
 }
 
@@ -122,7 +122,7 @@ fn choose(
     flags: u64,
     ask: &dyn Fn(c_int) -> Option<usize>,
 ) -> Option<Hook> {
-    if Hook::by_hook_address(found as *const c_void).is_some() {
+    if Hook::by_export_address(found as *const c_void).is_some() {
         return None; // already ours
     }
     crate::driver::ensure_loaded();

@@ -1,9 +1,9 @@
 //! The client side of the coordinator protocol.
 //!
-//! One word, [`CURRENT`], says where this process stands: never tried
-//! ([`UNTRIED`]), no session ([`IDLE`]: no coordinator, refused, `off`, or
-//! reconnecting), or the address of the live [`Session`]. Every hook loads it
-//! once ([`current`]); that is all a hook pays without a coordinator.
+//! One word ([`published`]) says where this process stands: never tried, no
+//! session (no coordinator, refused, `off`, or reconnecting), or the address
+//! of the live [`Session`]. Every hook loads it once ([`current`]); that is
+//! all a hook pays without a coordinator.
 //!
 //! - The first hooked call of a process registers, synchronously and bounded
 //!   (connect 200 ms, answer 1 s), then starts the [`watcher`] thread, which
@@ -20,9 +20,12 @@
 //!   ([`marks`]).
 //! - The modules form one direction: [`session`] (the state, the ring push
 //!   and its counters) and [`local`] (the board and estimates) at the
-//!   bottom; [`marks`] over the session; [`gate`] and [`emit`] over both;
-//!   this module (publication, registration) on top. Dedup and follow mode
-//!   name [`session::Session`] directly.
+//!   bottom; [`features`] (the slot through which the session tells dedup
+//!   and follow mode, which stand above the client, what happened) and
+//!   [`published`] (publication) over the session; [`marks`] over the
+//!   session; [`gate`] and [`emit`] over both; the [`watcher`] over
+//!   publication; this module (registration, the hooks' one load) on top.
+//!   Dedup and follow mode name [`session::Session`] directly.
 //! - After `fork` the child unpublishes and abandons the parent's session and
 //!   registers as a new client on its own next CUDA call.
 //! - Under tandem over MPS, the first registration also puts the MPS
@@ -33,42 +36,22 @@ pub mod emit;
 
 mod config;
 mod connect;
+pub mod features;
 mod funcs;
 mod gate;
 mod local;
 mod marks;
 pub(crate) mod mps;
+mod published;
 pub(crate) mod session;
 mod watcher;
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::Ordering;
 
 pub(crate) use config::follow_enabled;
-pub use session::Session;
-
-/// What a hook body gets: the live session, or `None` (fail-open).
-pub type Client = Option<&'static Session>;
-
-/// [`CURRENT`]: no CUDA call yet in this process (or since fork).
-const UNTRIED: usize = 0;
-/// [`CURRENT`]: no session now.
-const IDLE: usize = 1;
-
-/// `UNTRIED`, `IDLE`, or a `&'static Session` as an address.
-static CURRENT: AtomicUsize = AtomicUsize::new(UNTRIED);
-
-/// A session being retired by the watcher (0: none), so that a child forked in
-/// the middle of that abandons it too.
-static RETIRING: AtomicUsize = AtomicUsize::new(0);
-
-/// # Safety
-/// `w` is a value of [`CURRENT`] or [`RETIRING`] greater than [`IDLE`].
-#[inline(always)]
-unsafe fn session_at(w: usize) -> &'static Session {
-    // SAFETY: such values are only ever addresses of leaked (never freed)
-    // sessions, published with Release and loaded with Acquire.
-    unsafe { &*(w as *const Session) }
-}
+pub use features::Features;
+use published::{publish, published, session_at, CURRENT, IDLE, UNTRIED};
+pub use session::{Client, Session};
 
 /// The session hooks report to: one Acquire load. The first hooked call of a
 /// process (cold) registers with the coordinator first.
@@ -93,13 +76,6 @@ pub(crate) fn published_session() -> Client {
 /// Sends the Device message of `s` if it has not gone out yet.
 pub(crate) fn send_device(s: &Session) {
     funcs::send_device(s);
-}
-
-/// The live session, without ever connecting.
-fn published() -> Client {
-    let w = CURRENT.load(Ordering::Acquire);
-    // SAFETY: a value above IDLE is a published session.
-    (w > IDLE).then(|| unsafe { session_at(w) })
 }
 
 #[cold]
@@ -144,44 +120,10 @@ fn first_call() -> Client {
     }
 }
 
-/// Makes `s` the session hooks report to. `false` if the state changed under us.
-fn publish(s: &'static Session) -> bool {
-    CURRENT
-        .compare_exchange(
-            IDLE,
-            s as *const Session as usize,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_ok()
-}
-
-/// Unpublishes and retires `s` (the coordinator hung up).
-fn retire(s: &'static Session) {
-    let addr = s as *const Session as usize;
-    RETIRING.store(addr, Ordering::SeqCst);
-    let _ = CURRENT.compare_exchange(addr, IDLE, Ordering::AcqRel, Ordering::Acquire);
-    // A thread that loaded `s` just before may still push a record or two after
-    // this count: those go into a ring nobody reads any more, uncounted.
-    session::retired(s.ring_head());
-    s.retire();
-    crate::dedup::session_lost();
-    RETIRING.store(0, Ordering::SeqCst);
-}
-
 /// The atfork child handler's part: forget the parent's registration. Only
 /// atomics, `mmap` and `close`.
 pub fn after_fork_in_child() {
-    let w = CURRENT.swap(UNTRIED, Ordering::AcqRel);
-    if w > IDLE {
-        // SAFETY: a value above IDLE is a published session.
-        unsafe { session_at(w) }.abandon_in_child();
-    }
-    let r = RETIRING.swap(0, Ordering::AcqRel);
-    if r > IDLE && r != w {
-        // SAFETY: RETIRING only holds addresses of leaked sessions.
-        unsafe { session_at(r) }.abandon_in_child();
-    }
+    published::after_fork_in_child();
     let fd = connect::HANDSHAKE_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         // SAFETY: the child's copy of a socket the parent was registering on

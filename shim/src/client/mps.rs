@@ -122,7 +122,7 @@ pub(super) fn after_fork_in_child() {
 /// `real` is the driver's `cuInit`; `flags` as the caller passed it.
 pub unsafe fn init(
     _: Hook,
-    _: super::Client,
+    _: super::session::Client,
     real: unsafe extern "C" fn(c_uint) -> CuResult,
     flags: c_uint,
 ) -> CuResult {

@@ -54,6 +54,9 @@ pub(super) fn reset_counts() {
     RETIRED_PUSHED.store(0, Ordering::Relaxed);
 }
 
+/// What a hook body gets: the live session, or `None` (fail-open).
+pub type Client = Option<&'static Session>;
+
 pub struct Session {
     // ---- read on every hooked call with a session ----
     producer: SyncProducer<'static>,

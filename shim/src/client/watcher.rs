@@ -3,8 +3,9 @@
 //! unpublishes the session (hooks fail open at once) and tries to register
 //! again every 200 ms, so a restarted coordinator is rejoined within a second.
 //! Started on the first CUDA call (never in the constructor), one per process.
-//! It is also where weight dedup runs (`crate::dedup`): the coordinator's Dedup
-//! messages arrive here, and between them the periodic granule scan; and
+//! It is also where the features above the session run ([`super::features`]:
+//! weight dedup's Dedup messages and, between them, its periodic granule
+//! scan; follow mode's Follow messages); and
 //! where completion marks are polled (`super::marks`, every 200 us while any
 //! is outstanding; the first mark after an idle spell wakes it).
 
@@ -17,6 +18,8 @@ use tandem_proto::wire;
 
 use super::config::Config;
 use super::connect::{self, Outcome};
+use super::features;
+use super::published::{publish, retire};
 use super::session::Session;
 
 /// Pause between registration attempts while no coordinator answers.
@@ -79,7 +82,7 @@ fn run(cfg: Config, mut current: Option<&'static Session>) {
     loop {
         if let Some(s) = current.take() {
             watch(s);
-            super::retire(s);
+            retire(s);
             crate::log!(
                 Info,
                 "the coordinator hung up (client {}); running unscheduled, reconnecting",
@@ -90,9 +93,9 @@ fn run(cfg: Config, mut current: Option<&'static Session>) {
         match connect::attempt(&cfg) {
             // Too late for MPS here: this shim's Hello no longer asks.
             Outcome::Welcome(s, _) => {
-                if super::publish(s) {
+                if publish(s) {
                     current = Some(s);
-                    crate::follow::session_started(s);
+                    (features::get().session_started)(s);
                 } else {
                     s.retire();
                 }
@@ -112,10 +115,12 @@ fn watch(s: &Session) {
     };
     let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
     loop {
-        crate::dedup::tick(s);
+        // Installed at start-up; loaded each turn all the same (one load).
+        let features = features::get();
+        (features.tick)(s);
         super::marks::poll(s);
         // A scan under way asks for no sleep at all; it still pauses 1 ms.
-        let slice = crate::dedup::poll_slice(s, Duration::from_millis(POLL_SLICE_MS))
+        let slice = (features.poll_slice)(s, Duration::from_millis(POLL_SLICE_MS))
             .max(Duration::from_millis(1));
         let slice = super::marks::poll_slice(s, slice);
         // A read-only board without a slot for our GPU yet: tandemd claims
@@ -153,8 +158,8 @@ fn watch(s: &Session) {
             match wire::recv(sock, &mut buf) {
                 Ok(got) if got.len == 0 => return,
                 Ok(got) => match wire::Message::decode(&buf[..got.len]) {
-                    Ok(wire::Message::Dedup(d)) => crate::dedup::on_message(s, d, got.fd),
-                    Ok(wire::Message::Follow(f)) => crate::follow::on_message(f, got.fd),
+                    Ok(wire::Message::Dedup(d)) => (features.on_dedup)(s, d, got.fd),
+                    Ok(wire::Message::Follow(f)) => (features.on_follow)(f, got.fd),
                     Ok(wire::Message::Board(b)) => match got.fd {
                         Some(fd) => s.local.attach_board(
                             fd,

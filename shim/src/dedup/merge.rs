@@ -15,8 +15,8 @@ use tandem_proto::dedup::{Dedup, DedupOp, DedupStatus, WithdrawReason};
 use super::granules::{Alloc, Backing, Granule, Rule, Verdict};
 use super::hash::{hash128, is_uniform};
 use super::quiesce::{self, Bracket};
-use super::{ctx_of, send, shared_changed, state, State};
-use super::{BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
+use super::state::{ctx_of, send, state, State, MIN_BYTES};
+use super::stats::{shared_changed, BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
 use crate::client::session::Session;
 use crate::types::{CUdeviceptr, CuResult};
 use crate::vmm::{self, Access, DriverError};
@@ -82,7 +82,7 @@ pub fn alloc(bytes: usize) -> vmm::Result<CUdeviceptr> {
         let mut st = state();
         if st.ctx == 0 {
             let device = vmm::ctx_device()?;
-            st.granule = vmm::granularity(device)?.max(super::MIN_BYTES);
+            st.granule = vmm::granularity(device)?.max(MIN_BYTES);
             st.device = device;
             st.ctx = ctx;
         } else if st.ctx != ctx {

@@ -24,110 +24,22 @@ mod granules;
 mod hash;
 mod merge;
 pub mod quiesce;
+mod state;
+mod stats;
 
-use core::ffi::c_int;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::{Mutex, MutexGuard};
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tandem_proto::dedup::{Dedup, DedupOp, DEDUP_LEN};
-use tandem_proto::wire::{Message, HEADER_LEN};
+use tandem_proto::dedup::{Dedup, DedupOp};
 
 use crate::client::session::Session;
-use crate::types::{CUcontext, CUdeviceptr, CuResult};
-use granules::{Backing, Rule, Table};
-
-/// Allocations smaller than this are never dedup-backed.
-pub const MIN_BYTES: usize = 2 << 20;
-
-/// Process-wide dedup state, behind one lock (cold paths only).
-struct State {
-    table: Table,
-    /// The context every dedup-backed allocation was made in (as an address);
-    /// 0 until the first one. Allocations in another context are left plain.
-    ctx: usize,
-    device: c_int,
-    granule: usize,
-}
-
-static STATE: Mutex<State> = Mutex::new(State {
-    table: Table::new(),
-    ctx: 0,
-    device: 0,
-    granule: 0,
-});
-
-/// Set in a fork child: the parent's CUDA state is not usable there.
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-fn state() -> MutexGuard<'static, State> {
-    // A panic while holding it aborts the process (panic = "abort"), so a
-    // poisoned lock is never observed; take the data either way.
-    STATE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-// ---- accounting (read by tandem_dedup_* and the exit dump) ----
-
-static SHARED_GRANULES: AtomicU64 = AtomicU64::new(0);
-static SHARED_BYTES: AtomicU64 = AtomicU64::new(0);
-static MERGES: AtomicU64 = AtomicU64::new(0);
-static COW_BREAKS: AtomicU64 = AtomicU64::new(0);
-static PUBLISHED: AtomicU64 = AtomicU64::new(0);
-static BACKED_BYTES: AtomicU64 = AtomicU64::new(0);
-
-fn shared_changed(len: u64, added: bool) {
-    if added {
-        SHARED_GRANULES.fetch_add(1, Ordering::Relaxed);
-        SHARED_BYTES.fetch_add(len, Ordering::Relaxed);
-    } else {
-        SHARED_GRANULES.fetch_sub(1, Ordering::Relaxed);
-        SHARED_BYTES.fetch_sub(len, Ordering::Relaxed);
-    }
-}
-
-/// Bytes of this process's memory that map a shared copy now. Declared in
-/// `include/tandem.h`.
-#[no_mangle]
-pub extern "C" fn tandem_dedup_shared_bytes() -> u64 {
-    SHARED_BYTES.load(Ordering::Relaxed)
-}
-
-/// Granules this process merged into a shared copy (offers accepted) since it
-/// started. Declared in `include/tandem.h`.
-#[no_mangle]
-pub extern "C" fn tandem_dedup_merges() -> u64 {
-    MERGES.load(Ordering::Relaxed)
-}
-
-/// Copy-on-write breaks (a driver copy or memset into shared memory) since it
-/// started. Declared in `include/tandem.h`.
-#[no_mangle]
-pub extern "C" fn tandem_dedup_cow_breaks() -> u64 {
-    COW_BREAKS.load(Ordering::Relaxed)
-}
-
-/// Bytes of device memory this process holds through dedup-backed allocations
-/// (shared or private), rounded up to whole granules. Declared in `include/tandem.h`.
-#[no_mangle]
-pub extern "C" fn tandem_dedup_backed_bytes() -> u64 {
-    BACKED_BYTES.load(Ordering::Relaxed)
-}
-
-/// One line for the exit dump (`TANDEM_LOG=debug`), when dedup did anything.
-pub fn summary() -> Option<String> {
-    let backed = BACKED_BYTES.load(Ordering::Relaxed);
-    let merges = MERGES.load(Ordering::Relaxed);
-    if backed == 0 && merges == 0 {
-        return None;
-    }
-    Some(format!(
-        "dedup backed_bytes={backed} shared_bytes={} merges={merges} published={} cow_breaks={}",
-        SHARED_BYTES.load(Ordering::Relaxed),
-        PUBLISHED.load(Ordering::Relaxed),
-        COW_BREAKS.load(Ordering::Relaxed)
-    ))
-}
+use crate::types::{CUdeviceptr, CuResult};
+use granules::{Backing, Rule};
+use state::{send, state, FORKED, MIN_BYTES};
+pub use stats::summary;
+use stats::{SHARED_BYTES, SHARED_GRANULES};
 
 // ---- knobs ----
 
@@ -165,25 +77,6 @@ fn knobs() -> &'static Knobs {
             stable_checks: env_u64(c"TANDEM_DEDUP_STABLE_CHECKS", 3, 2, 1000) as u32,
         },
     })
-}
-
-// ---- messages ----
-
-fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
-    let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
-    match Message::Dedup(d).encode(&mut buf) {
-        Ok(n) => {
-            if !s.send_with_fd(&buf[..n], fd) {
-                crate::log!(
-                    Debug,
-                    "dedup: could not send {} for {:#x}",
-                    d.op.name(),
-                    d.granule
-                );
-            }
-        }
-        Err(e) => crate::log!(Debug, "dedup: cannot encode {}: {e}", d.op.name()),
-    }
 }
 
 /// A Dedup message from the coordinator (watcher thread).
@@ -323,9 +216,4 @@ pub fn illegal_address() {
 /// In a fork child: dedup stays off there (the parent's CUDA state is unusable).
 pub fn after_fork_in_child() {
     FORKED.store(true, Ordering::Relaxed);
-}
-
-/// The context dedup works in, as the driver type.
-fn ctx_of(addr: usize) -> CUcontext {
-    addr as CUcontext
 }

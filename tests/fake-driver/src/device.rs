@@ -1,11 +1,11 @@
 //! The one fake device, contexts (primary and created), error names, and the odds and ends of
 //! the driver API (`cuInit`, `cuDriverGetVersion`, `cuGetExportTable`).
 
-use std::cell::Cell;
-use std::collections::BTreeSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use crate::memory;
+use crate::counts;
+use crate::state::contexts::{current, set_current, PRIMARY_CTX};
+use crate::state::memory::total_mem;
 use crate::state::{self, lock};
 use crate::types::*;
 
@@ -13,62 +13,6 @@ use crate::types::*;
 pub const DRIVER_VERSION: c_int = 13000;
 const DEVICE_NAME: &CStr = c"Fake CUDA Device (tandem)";
 const DEVICE_UUID: [u8; 16] = *b"tandem-fakecuda\0";
-/// The primary context's handle: constant, below every handle `State::new_handle` gives out.
-const PRIMARY_CTX: usize = 0x7000;
-
-thread_local! {
-    /// The calling thread's current context (0 = none), as `cuCtxSetCurrent` sets it.
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The calling thread's current context; none while the thread's TLS is being torn down.
-fn current() -> usize {
-    CURRENT.try_with(Cell::get).unwrap_or(0)
-}
-
-fn set_current(ctx: usize) {
-    // During TLS teardown there is nothing left to set.
-    let _ = CURRENT.try_with(|c| c.set(ctx));
-}
-
-pub struct Contexts {
-    primary_refs: u32,
-    created: BTreeSet<usize>,
-}
-
-impl Contexts {
-    pub const fn new() -> Self {
-        Self {
-            primary_refs: 0,
-            created: BTreeSet::new(),
-        }
-    }
-
-    fn is_valid(&self, ctx: usize) -> bool {
-        ctx == PRIMARY_CTX || self.created.contains(&ctx)
-    }
-
-    /// The calling thread's current context, or `CUDA_ERROR_INVALID_CONTEXT` if it has none (or
-    /// it has been destroyed).
-    pub fn require_current(&self) -> CuResult<usize> {
-        let ctx = current();
-        if ctx != 0 && self.is_valid(ctx) {
-            Ok(ctx)
-        } else {
-            Err(CUDA_ERROR_INVALID_CONTEXT)
-        }
-    }
-
-    /// Validates a context handle given explicitly (e.g. in graph node parameters).
-    pub fn check(&self, ctx: usize) -> CuResult<()> {
-        if self.is_valid(ctx) {
-            Ok(())
-        } else {
-            Err(CUDA_ERROR_INVALID_CONTEXT)
-        }
-    }
-}
-
 fn check_device(dev: CUdevice) -> CuResult<()> {
     if dev == 0 {
         Ok(())
@@ -83,7 +27,7 @@ pub fn init(flags: c_uint) -> CuResult<()> {
     }
     if !state::initialized() {
         // The real driver reads its environment (MPS included) here, once.
-        crate::introspect::record_init_env();
+        counts::record_init_env();
     }
     state::set_initialized();
     Ok(())
@@ -177,7 +121,7 @@ pub unsafe fn device_get_attribute(out: *mut c_int, attrib: c_int, dev: CUdevice
 /// `bytes` must be NULL or valid for a write.
 pub unsafe fn device_total_mem(bytes: *mut usize, dev: CUdevice) -> CuResult<()> {
     check_device(dev)?;
-    let total = usize::try_from(memory::total_mem()).unwrap_or(usize::MAX);
+    let total = usize::try_from(total_mem()).unwrap_or(usize::MAX);
     // SAFETY: forwarded caller contract.
     unsafe { write_out(bytes, total) }
 }

@@ -1,38 +1,16 @@
 //! Events: a record captures the simulated time at which the stream reaches it.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_float, c_uint};
 
+use crate::clock::{now_ns, wait_until};
+use crate::state::events::Event;
 use crate::state::lock;
-use crate::streams::{now_ns, wait_until};
 use crate::types::*;
 
 /// `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS`.
 const VALID_FLAGS: c_uint = 0x1 | 0x2 | 0x4;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const CU_EVENT_INTERPROCESS: c_uint = 0x4;
-
-struct Event {
-    flags: c_uint,
-    /// When the work captured by the last record completes; `None` until first recorded.
-    completes_at: Option<u64>,
-}
-
-pub struct Events {
-    events: BTreeMap<usize, Event>,
-}
-
-impl Events {
-    pub const fn new() -> Self {
-        Self {
-            events: BTreeMap::new(),
-        }
-    }
-
-    fn get(&self, ev: Handle) -> CuResult<&Event> {
-        self.events.get(&key(ev)).ok_or(CUDA_ERROR_INVALID_HANDLE)
-    }
-}
 
 /// # Safety
 /// `out` must be NULL or valid for a write.

@@ -7,10 +7,10 @@
 use std::ffi::{c_char, c_float, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 use std::ptr::null_mut;
 
-use crate::kernels::Dims;
-use crate::memory::CopyKind;
+use crate::copies::CopyKind;
+use crate::state::modules::Dims;
 use crate::types::*;
-use crate::{device, events, graphs, kernels, memory, streams, table, vmm};
+use crate::{address_space, copies, device, events, graphs, kernels, memory, streams, table, vmm};
 
 driver_api! {
     // ---- initialisation, versions, cuGetProcAddress -------------------------------------------
@@ -204,81 +204,81 @@ driver_api! {
     // ---- copies and memsets -------------------------------------------------------------------
     cuMemcpyHtoD_v2["cuMemcpyHtoD", 3020, legacy, init](
         dst: CUdeviceptr, src: *const c_void, byte_count: usize,
-    ) => memory::memcpy_htod(dst, src, byte_count, null_mut(), false, true);
+    ) => copies::memcpy_htod(dst, src, byte_count, null_mut(), false, true);
     cuMemcpyHtoD_v2_ptds["cuMemcpyHtoD", 7000, per_thread, init](
         dst: CUdeviceptr, src: *const c_void, byte_count: usize,
-    ) => memory::memcpy_htod(dst, src, byte_count, null_mut(), true, true);
+    ) => copies::memcpy_htod(dst, src, byte_count, null_mut(), true, true);
     cuMemcpyHtoDAsync_v2["cuMemcpyHtoDAsync", 3020, legacy, init](
         dst: CUdeviceptr, src: *const c_void, byte_count: usize, stream: Handle,
-    ) => memory::memcpy_htod(dst, src, byte_count, stream, false, false);
+    ) => copies::memcpy_htod(dst, src, byte_count, stream, false, false);
     cuMemcpyHtoDAsync_v2_ptsz["cuMemcpyHtoDAsync", 7000, per_thread, init](
         dst: CUdeviceptr, src: *const c_void, byte_count: usize, stream: Handle,
-    ) => memory::memcpy_htod(dst, src, byte_count, stream, true, false);
+    ) => copies::memcpy_htod(dst, src, byte_count, stream, true, false);
     cuMemcpyDtoH_v2["cuMemcpyDtoH", 3020, legacy, init](
         dst: *mut c_void, src: CUdeviceptr, byte_count: usize,
-    ) => memory::memcpy_dtoh(dst, src, byte_count, null_mut(), false, true);
+    ) => copies::memcpy_dtoh(dst, src, byte_count, null_mut(), false, true);
     cuMemcpyDtoH_v2_ptds["cuMemcpyDtoH", 7000, per_thread, init](
         dst: *mut c_void, src: CUdeviceptr, byte_count: usize,
-    ) => memory::memcpy_dtoh(dst, src, byte_count, null_mut(), true, true);
+    ) => copies::memcpy_dtoh(dst, src, byte_count, null_mut(), true, true);
     cuMemcpyDtoHAsync_v2["cuMemcpyDtoHAsync", 3020, legacy, init](
         dst: *mut c_void, src: CUdeviceptr, byte_count: usize, stream: Handle,
-    ) => memory::memcpy_dtoh(dst, src, byte_count, stream, false, false);
+    ) => copies::memcpy_dtoh(dst, src, byte_count, stream, false, false);
     cuMemcpyDtoHAsync_v2_ptsz["cuMemcpyDtoHAsync", 7000, per_thread, init](
         dst: *mut c_void, src: CUdeviceptr, byte_count: usize, stream: Handle,
-    ) => memory::memcpy_dtoh(dst, src, byte_count, stream, true, false);
+    ) => copies::memcpy_dtoh(dst, src, byte_count, stream, true, false);
     cuMemcpyDtoD_v2["cuMemcpyDtoD", 3020, legacy, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, null_mut(), false, true);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, null_mut(), false, true);
     cuMemcpyDtoD_v2_ptds["cuMemcpyDtoD", 7000, per_thread, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, null_mut(), true, true);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, null_mut(), true, true);
     cuMemcpyDtoDAsync_v2["cuMemcpyDtoDAsync", 3020, legacy, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, stream, false, false);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, stream, false, false);
     cuMemcpyDtoDAsync_v2_ptsz["cuMemcpyDtoDAsync", 7000, per_thread, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, stream, true, false);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::DeviceToDevice, stream, true, false);
     cuMemcpy["cuMemcpy", 4000, legacy, init](dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize)
-        => memory::memcpy(dst, src, byte_count, CopyKind::Unified, null_mut(), false, true);
+        => copies::memcpy(dst, src, byte_count, CopyKind::Unified, null_mut(), false, true);
     cuMemcpy_ptds["cuMemcpy", 7000, per_thread, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::Unified, null_mut(), true, true);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::Unified, null_mut(), true, true);
     cuMemcpyAsync["cuMemcpyAsync", 4000, legacy, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::Unified, stream, false, false);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::Unified, stream, false, false);
     cuMemcpyAsync_ptsz["cuMemcpyAsync", 7000, per_thread, init](
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
-    ) => memory::memcpy(dst, src, byte_count, CopyKind::Unified, stream, true, false);
+    ) => copies::memcpy(dst, src, byte_count, CopyKind::Unified, stream, true, false);
     cuMemsetD8_v2["cuMemsetD8", 3020, legacy, init](dst: CUdeviceptr, uc: c_uchar, n: usize)
-        => memory::memset(dst, u32::from(uc), 1, n, null_mut(), false, true);
+        => copies::memset(dst, u32::from(uc), 1, n, null_mut(), false, true);
     cuMemsetD8_v2_ptds["cuMemsetD8", 7000, per_thread, init](dst: CUdeviceptr, uc: c_uchar, n: usize)
-        => memory::memset(dst, u32::from(uc), 1, n, null_mut(), true, true);
+        => copies::memset(dst, u32::from(uc), 1, n, null_mut(), true, true);
     cuMemsetD16_v2["cuMemsetD16", 3020, legacy, init](dst: CUdeviceptr, us: c_ushort, n: usize)
-        => memory::memset(dst, u32::from(us), 2, n, null_mut(), false, true);
+        => copies::memset(dst, u32::from(us), 2, n, null_mut(), false, true);
     cuMemsetD16_v2_ptds["cuMemsetD16", 7000, per_thread, init](dst: CUdeviceptr, us: c_ushort, n: usize)
-        => memory::memset(dst, u32::from(us), 2, n, null_mut(), true, true);
+        => copies::memset(dst, u32::from(us), 2, n, null_mut(), true, true);
     cuMemsetD32_v2["cuMemsetD32", 3020, legacy, init](dst: CUdeviceptr, ui: c_uint, n: usize)
-        => memory::memset(dst, ui, 4, n, null_mut(), false, true);
+        => copies::memset(dst, ui, 4, n, null_mut(), false, true);
     cuMemsetD32_v2_ptds["cuMemsetD32", 7000, per_thread, init](dst: CUdeviceptr, ui: c_uint, n: usize)
-        => memory::memset(dst, ui, 4, n, null_mut(), true, true);
+        => copies::memset(dst, ui, 4, n, null_mut(), true, true);
     cuMemsetD8Async["cuMemsetD8Async", 3020, legacy, init](
         dst: CUdeviceptr, uc: c_uchar, n: usize, stream: Handle,
-    ) => memory::memset(dst, u32::from(uc), 1, n, stream, false, false);
+    ) => copies::memset(dst, u32::from(uc), 1, n, stream, false, false);
     cuMemsetD8Async_ptsz["cuMemsetD8Async", 7000, per_thread, init](
         dst: CUdeviceptr, uc: c_uchar, n: usize, stream: Handle,
-    ) => memory::memset(dst, u32::from(uc), 1, n, stream, true, false);
+    ) => copies::memset(dst, u32::from(uc), 1, n, stream, true, false);
     cuMemsetD16Async["cuMemsetD16Async", 3020, legacy, init](
         dst: CUdeviceptr, us: c_ushort, n: usize, stream: Handle,
-    ) => memory::memset(dst, u32::from(us), 2, n, stream, false, false);
+    ) => copies::memset(dst, u32::from(us), 2, n, stream, false, false);
     cuMemsetD16Async_ptsz["cuMemsetD16Async", 7000, per_thread, init](
         dst: CUdeviceptr, us: c_ushort, n: usize, stream: Handle,
-    ) => memory::memset(dst, u32::from(us), 2, n, stream, true, false);
+    ) => copies::memset(dst, u32::from(us), 2, n, stream, true, false);
     cuMemsetD32Async["cuMemsetD32Async", 3020, legacy, init](
         dst: CUdeviceptr, ui: c_uint, n: usize, stream: Handle,
-    ) => memory::memset(dst, ui, 4, n, stream, false, false);
+    ) => copies::memset(dst, ui, 4, n, stream, false, false);
     cuMemsetD32Async_ptsz["cuMemsetD32Async", 7000, per_thread, init](
         dst: CUdeviceptr, ui: c_uint, n: usize, stream: Handle,
-    ) => memory::memset(dst, ui, 4, n, stream, true, false);
+    ) => copies::memset(dst, ui, 4, n, stream, true, false);
 
     // ---- streams and events -------------------------------------------------------------------
     cuStreamCreate["cuStreamCreate", 2000, legacy, init](stream: *mut Handle, flags: c_uint)
@@ -331,18 +331,18 @@ driver_api! {
         => vmm::mem_release(handle);
     cuMemAddressReserve["cuMemAddressReserve", 10020, legacy, init](
         ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: c_ulonglong,
-    ) => vmm::address_reserve(ptr, size, alignment, addr, flags);
+    ) => address_space::address_reserve(ptr, size, alignment, addr, flags);
     cuMemAddressFree["cuMemAddressFree", 10020, legacy, init](ptr: CUdeviceptr, size: usize)
-        => vmm::address_free(ptr, size);
+        => address_space::address_free(ptr, size);
     cuMemMap["cuMemMap", 10020, legacy, init](
         ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle,
         flags: c_ulonglong,
-    ) => vmm::mem_map(ptr, size, offset, handle, flags);
+    ) => address_space::mem_map(ptr, size, offset, handle, flags);
     cuMemUnmap["cuMemUnmap", 10020, legacy, init](ptr: CUdeviceptr, size: usize)
-        => vmm::mem_unmap(ptr, size);
+        => address_space::mem_unmap(ptr, size);
     cuMemSetAccess["cuMemSetAccess", 10020, legacy, init](
         ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize,
-    ) => vmm::mem_set_access(ptr, size, desc, count);
+    ) => address_space::mem_set_access(ptr, size, desc, count);
     cuMemExportToShareableHandle["cuMemExportToShareableHandle", 10020, legacy, init](
         shareable_handle: *mut c_void, handle: CUmemGenericAllocationHandle, handle_type: c_uint,
         flags: c_ulonglong,

@@ -8,48 +8,19 @@
 //! Stream capture: between `cuStreamBeginCapture*` and `cuStreamEndCapture` a launch on the
 //! capturing stream does not run; it becomes the next kernel node of the capture's graph.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_ulonglong};
 
-use crate::kernels::{check_dims, decode_args, execute, Dims, Work};
+use crate::execute::execute;
+use crate::kernel_args::{check_dims, decode_args};
+use crate::state::modules::{Dims, Work};
+use crate::state::streams::StreamKey;
 use crate::state::{lock, State};
-use crate::streams::StreamKey;
 use crate::types::*;
 
 /// `CU_GRAPH_NODE_TYPE_KERNEL`.
 const CU_GRAPH_NODE_TYPE_KERNEL: c_uint = 0;
 /// AUTO_FREE_ON_LAUNCH | UPLOAD | DEVICE_LAUNCH | USE_NODE_PRIORITY.
 const INSTANTIATE_FLAGS: c_ulonglong = 0x1 | 0x2 | 0x4 | 0x8;
-
-pub struct Graphs {
-    /// graph -> its node handles, in insertion (= a valid topological) order.
-    graphs: BTreeMap<usize, Vec<usize>>,
-    /// node -> (its graph, what it runs).
-    nodes: BTreeMap<usize, (usize, Work)>,
-    /// executable graph -> snapshot of the work at instantiation.
-    execs: BTreeMap<usize, Vec<Work>>,
-    /// streams being captured, and the graph each one records into.
-    capturing: Vec<(StreamKey, usize)>,
-}
-
-impl Graphs {
-    pub const fn new() -> Self {
-        Self {
-            graphs: BTreeMap::new(),
-            nodes: BTreeMap::new(),
-            execs: BTreeMap::new(),
-            capturing: Vec::new(),
-        }
-    }
-
-    /// The graph a launch on `stream` records into, if the stream is being captured.
-    pub fn capture_target(&self, stream: StreamKey) -> Option<usize> {
-        self.capturing
-            .iter()
-            .find(|(s, _)| *s == stream)
-            .map(|&(_, g)| g)
-    }
-}
 
 /// Appends `work` as a kernel node of the capturing graph `graph`.
 pub fn record_captured(st: &mut State, graph: usize, work: Work) -> CuResult<()> {

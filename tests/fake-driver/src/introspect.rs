@@ -33,21 +33,11 @@
 //! sees half a file.
 
 use std::ffi::{c_char, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use crate::counts::{KERNELS_EXECUTED, LAST_END, LAST_START};
 use crate::exports::TABLE;
 use crate::state::lock;
-
-static KERNELS_EXECUTED: AtomicU64 = AtomicU64::new(0);
-/// The last kernel's `(start, end)` in stream time (ns since `streams::base_ns`); 0: none yet.
-static LAST_START: AtomicU64 = AtomicU64::new(0);
-static LAST_END: AtomicU64 = AtomicU64::new(0);
-
-/// Notes where the last kernel ran (stream time). Called under the state lock.
-pub fn last_kernel(start: u64, end: u64) {
-    LAST_START.store(start, Ordering::Relaxed);
-    LAST_END.store(end, Ordering::Relaxed);
-}
 
 /// `fakecuda_last_kernel`: see the module docs.
 ///
@@ -68,7 +58,7 @@ pub unsafe extern "C" fn fakecuda_last_kernel(start_ns: *mut u64, end_ns: *mut u
     let (s, e) = if e == 0 {
         (0, 0)
     } else {
-        let base = crate::streams::base_ns();
+        let base = crate::clock::base_ns();
         (s.saturating_add(base), e.saturating_add(base))
     };
     // SAFETY: both non-NULL and valid for a write (caller contract).
@@ -93,37 +83,6 @@ pub extern "C" fn fakecuda_shared_device_backlog_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
     dev.ready_at().load(Ordering::Acquire).saturating_sub(now)
-}
-
-/// The variables [`record_init_env`] records, in its file's order.
-pub const INIT_ENV_VARS: [&str; 3] = [
-    "CUDA_MPS_PIPE_DIRECTORY",
-    "CUDA_MPS_CLIENT_PRIORITY",
-    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-];
-
-/// Writes the MPS environment at `cuInit` to `$FAKECUDA_INIT_ENV_FILE`, if set.
-pub fn record_init_env() {
-    let Some(path) = std::env::var_os("FAKECUDA_INIT_ENV_FILE").filter(|p| !p.is_empty()) else {
-        return;
-    };
-    let mut text = String::new();
-    for name in INIT_ENV_VARS {
-        match std::env::var(name) {
-            Ok(v) => text.push_str(&format!("{name}={v}\n")),
-            Err(_) => text.push_str(&format!("{name}\n")),
-        }
-    }
-    let path = std::path::PathBuf::from(path);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    if std::fs::write(&tmp, text).is_ok() {
-        let _ = std::fs::rename(&tmp, &path);
-    }
-}
-
-/// Counts `n` more executed kernels.
-pub fn kernels_executed_add(n: u64) {
-    KERNELS_EXECUTED.fetch_add(n, Ordering::Relaxed);
 }
 
 /// Zeroes every call counter and the executed-kernel count (not the allocation state).

@@ -1,4 +1,6 @@
-//! Virtual memory management (`cuMemCreate` & co.) on real host VM primitives:
+//! Virtual memory management (`cuMemCreate` & co.) on real host VM primitives. Here the
+//! physical allocations (create, release, granularity, export, import); the address space
+//! (reserve, map, access) is `crate::address_space`:
 //!
 //! - a physical allocation is a memfd (`memfd_create` + `ftruncate`), its size a multiple of the
 //!   2 MiB granularity;
@@ -10,11 +12,11 @@
 //! So a read-only mapping really is read-only, and an exported allocation imported in another
 //! process really shares its bytes.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::memory::{total_mem, Access, RangeFault};
+use crate::state::memory::total_mem;
+use crate::state::vmm::Phys;
 use crate::state::{lock, State};
 use crate::types::*;
 
@@ -22,157 +24,12 @@ use crate::types::*;
 pub const GRANULARITY: usize = 2 << 20;
 
 const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
-const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_uint = 1;
 /// `CU_MEM_HANDLE_TYPE_WIN32 | _WIN32_KMT | _FABRIC`: known to CUDA, not supported here.
 const UNSUPPORTED_HANDLE_TYPES: c_uint = 0x2 | 0x4 | 0x8;
-const CU_MEM_ACCESS_FLAGS_PROT_NONE: c_uint = 0;
-const CU_MEM_ACCESS_FLAGS_PROT_READ: c_uint = 1;
-const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 3;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Prot {
-    None,
-    Read,
-    ReadWrite,
-}
-
-impl Prot {
-    fn allows(self, access: Access) -> bool {
-        match (self, access) {
-            (Prot::None, _) => false,
-            (Prot::Read, Access::Read) => true,
-            (Prot::Read, Access::Write) => false,
-            (Prot::ReadWrite, _) => true,
-        }
-    }
-
-    fn to_mprotect(self) -> c_int {
-        match self {
-            Prot::None => libc::PROT_NONE,
-            Prot::Read => libc::PROT_READ,
-            Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
-        }
-    }
-}
-
-/// A physical allocation (`CUmemGenericAllocationHandle`).
-struct Phys {
-    fd: OwnedFd,
-    size: usize,
-    /// Imported from a shareable handle: costs this process no device memory.
-    imported: bool,
-    /// Whether it may be exported as a POSIX fd (requested at create; imports always may).
-    exportable: bool,
-    /// `cuMemRelease` was called; the memory goes when the last mapping is unmapped.
-    released: bool,
-    mappings: usize,
-}
-
-struct Mapping {
-    size: usize,
-    handle: u64,
-    prot: Prot,
-}
-
-pub struct Vmm {
-    handles: BTreeMap<u64, Phys>,
-    /// start -> size of every reserved virtual range.
-    reservations: BTreeMap<u64, usize>,
-    /// start -> mapping, for every mapped piece of a reserved range.
-    mappings: BTreeMap<u64, Mapping>,
-}
-
-impl Vmm {
-    pub const fn new() -> Self {
-        Self {
-            handles: BTreeMap::new(),
-            reservations: BTreeMap::new(),
-            mappings: BTreeMap::new(),
-        }
-    }
-
-    /// Checks `[addr, addr + len)` (len > 0) against the mapped ranges: it must be covered by
-    /// contiguous mappings (else `Unmapped`), each allowing `access` (else `Protected`).
-    pub fn check_range(&self, addr: u64, len: usize, access: Access) -> Result<(), RangeFault> {
-        let end = addr.checked_add(len as u64).ok_or(RangeFault::Unmapped)?;
-        let mut cur = addr;
-        let mut protected = false;
-        while cur < end {
-            let Some((&start, m)) = self.mappings.range(..=cur).next_back() else {
-                return Err(RangeFault::Unmapped);
-            };
-            let m_end = start.saturating_add(m.size as u64);
-            if cur >= m_end {
-                return Err(RangeFault::Unmapped);
-            }
-            protected |= !m.prot.allows(access);
-            cur = m_end;
-        }
-        if protected {
-            Err(RangeFault::Protected)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Whether `addr` lies in a reserved virtual range (mapped or not).
-    pub fn is_reserved(&self, addr: u64) -> bool {
-        self.reservation_containing(addr, 1).is_some()
-    }
-
-    /// Bytes of the physical allocations this process created (`cuMemCreate`) and still
-    /// references, through its handle or a mapping.
-    pub fn created_bytes(&self) -> u64 {
-        self.phys_bytes(false)
-    }
-
-    /// Bytes of the imported physical allocations this process still references.
-    pub fn imported_bytes(&self) -> u64 {
-        self.phys_bytes(true)
-    }
-
-    fn phys_bytes(&self, imported: bool) -> u64 {
-        self.handles
-            .values()
-            .filter(|p| p.imported == imported)
-            .map(|p| p.size as u64)
-            .sum()
-    }
-
-    /// The starts of the mappings that exactly tile `[ptr, ptr + size)`, or `None`.
-    fn whole_mappings(&self, ptr: u64, size: usize) -> Option<Vec<u64>> {
-        let end = ptr.checked_add(size as u64)?;
-        let mut cur = ptr;
-        let mut starts = Vec::new();
-        while cur < end {
-            let m = self.mappings.get(&cur)?;
-            starts.push(cur);
-            cur = cur.checked_add(m.size as u64)?;
-        }
-        (size > 0 && cur == end).then_some(starts)
-    }
-
-    /// The reservation that contains `[ptr, ptr + size)`, if any.
-    fn reservation_containing(&self, ptr: u64, size: usize) -> Option<u64> {
-        let end = ptr.checked_add(size as u64)?;
-        let (&start, &rsize) = self.reservations.range(..=ptr).next_back()?;
-        (end <= start.saturating_add(rsize as u64)).then_some(start)
-    }
-
-    fn overlaps_mapping(&self, ptr: u64, size: usize) -> bool {
-        let end = ptr.saturating_add(size as u64);
-        if let Some((&start, m)) = self.mappings.range(..ptr).next_back() {
-            if start.saturating_add(m.size as u64) > ptr {
-                return true;
-            }
-        }
-        self.mappings.range(ptr..end).next().is_some()
-    }
-}
-
 /// Drops a physical allocation once it is released and unmapped (closing its memfd).
-fn reap(st: &mut State, handle: u64) {
+pub(crate) fn reap(st: &mut State, handle: u64) {
     let done = matches!(st.vmm.handles.get(&handle), Some(p) if p.released && p.mappings == 0);
     if done {
         if let Some(p) = st.vmm.handles.remove(&handle) {
@@ -181,35 +38,6 @@ fn reap(st: &mut State, handle: u64) {
             }
         }
     }
-}
-
-/// Puts reserved `PROT_NONE` pages back over `[start, start + size)` and forgets the mapping.
-fn unmap_one(st: &mut State, start: u64) -> CuResult<()> {
-    let Some(m) = st.vmm.mappings.get(&start) else {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    };
-    let (size, h) = (m.size, m.handle);
-    // SAFETY: `[start, start + size)` is one of our mappings inside one of our reservations;
-    // replacing it with fresh PROT_NONE anonymous pages touches no memory of anyone else.
-    let r = unsafe {
-        libc::mmap(
-            crate::memory::device_ptr(start).cast::<c_void>(),
-            size,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-            -1,
-            0,
-        )
-    };
-    if r == libc::MAP_FAILED {
-        return Err(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    st.vmm.mappings.remove(&start);
-    if let Some(p) = st.vmm.handles.get_mut(&h) {
-        p.mappings = p.mappings.saturating_sub(1);
-    }
-    reap(st, h);
-    Ok(())
 }
 
 /// Validates a `CUmemAllocationProp` (pinned device memory on device 0); returns whether POSIX
@@ -312,227 +140,6 @@ pub fn mem_release(h: CUmemGenericAllocationHandle) -> CuResult<()> {
     Ok(())
 }
 
-/// # Safety
-/// `out` must be NULL or valid for a write.
-pub unsafe fn address_reserve(
-    out: *mut CUdeviceptr,
-    size: usize,
-    alignment: usize,
-    addr: CUdeviceptr,
-    flags: c_ulonglong,
-) -> CuResult<()> {
-    if out.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if alignment != 0 && !alignment.is_power_of_two() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let align = alignment.max(GRANULARITY);
-    let prot = libc::PROT_NONE;
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-    let mut st = lock();
-    // First honour the caller's hint if the kernel gives exactly that address.
-    let mut start = None;
-    if addr != 0 && addr.is_multiple_of(align as u64) {
-        // SAFETY: no MAP_FIXED: the kernel picks a free range (the hint or elsewhere).
-        let p = unsafe {
-            libc::mmap(
-                crate::memory::device_ptr(addr).cast(),
-                size,
-                prot,
-                flags,
-                -1,
-                0,
-            )
-        };
-        if p != libc::MAP_FAILED {
-            if p.addr() as u64 == addr {
-                start = Some(p.expose_provenance() as u64);
-            } else {
-                // SAFETY: unmapping the range this call just mapped.
-                unsafe { libc::munmap(p, size) };
-            }
-        }
-    }
-    let start = match start {
-        Some(s) => s,
-        None => {
-            let total = size.checked_add(align).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-            // SAFETY: no MAP_FIXED: a fresh range chosen by the kernel.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), total, prot, flags, -1, 0) };
-            if p == libc::MAP_FAILED {
-                return Err(CUDA_ERROR_OUT_OF_MEMORY);
-            }
-            let base = p.expose_provenance();
-            let aligned = base.next_multiple_of(align);
-            let head = aligned - base;
-            let tail = total - head - size;
-            // SAFETY: trimming the unaligned head and the tail of the range just mapped.
-            unsafe {
-                if head > 0 {
-                    libc::munmap(p, head);
-                }
-                if tail > 0 {
-                    libc::munmap(p.cast::<u8>().add(head + size).cast(), tail);
-                }
-            }
-            aligned as u64
-        }
-    };
-    st.vmm.reservations.insert(start, size);
-    // SAFETY: non-NULL, caller contract.
-    unsafe { write_out(out, start) }
-}
-
-pub fn address_free(ptr: CUdeviceptr, size: usize) -> CuResult<()> {
-    let mut st = lock();
-    if st.vmm.reservations.get(&ptr) != Some(&size) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // Mappings still inside the range are dropped with it (their handles lose a reference).
-    let end = ptr.saturating_add(size as u64);
-    let inside: Vec<(u64, u64)> = st
-        .vmm
-        .mappings
-        .range(ptr..end)
-        .map(|(&s, m)| (s, m.handle))
-        .collect();
-    for (s, h) in inside {
-        st.vmm.mappings.remove(&s);
-        if let Some(p) = st.vmm.handles.get_mut(&h) {
-            p.mappings = p.mappings.saturating_sub(1);
-        }
-        reap(&mut st, h);
-    }
-    st.vmm.reservations.remove(&ptr);
-    // SAFETY: `[ptr, ptr + size)` is exactly a reservation this fake mmapped.
-    unsafe { libc::munmap(crate::memory::device_ptr(ptr).cast(), size) };
-    Ok(())
-}
-
-pub fn mem_map(
-    ptr: CUdeviceptr,
-    size: usize,
-    offset: usize,
-    h: CUmemGenericAllocationHandle,
-    flags: c_ulonglong,
-) -> CuResult<()> {
-    // CUDA: offset "must be zero" and flags "must be zero".
-    if flags != 0 || offset != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if !ptr.is_multiple_of(GRANULARITY as u64) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let mut st = lock();
-    let (fd, phys_size) = match st.vmm.handles.get(&h) {
-        Some(p) if !p.released => (p.fd.as_raw_fd(), p.size),
-        _ => return Err(CUDA_ERROR_INVALID_VALUE),
-    };
-    if size > phys_size {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if st.vmm.reservation_containing(ptr, size).is_none() || st.vmm.overlaps_mapping(ptr, size) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: `[ptr, ptr + size)` lies in one of our reservations and overlaps no mapping, so
-    // MAP_FIXED replaces only our own PROT_NONE placeholder pages; `fd` is a live memfd of at
-    // least `size` bytes.
-    let p = unsafe {
-        libc::mmap(
-            crate::memory::device_ptr(ptr).cast(),
-            size,
-            libc::PROT_NONE,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    st.vmm.mappings.insert(
-        ptr,
-        Mapping {
-            size,
-            handle: h,
-            prot: Prot::None,
-        },
-    );
-    if let Some(p) = st.vmm.handles.get_mut(&h) {
-        p.mappings += 1;
-    }
-    Ok(())
-}
-
-/// `cuMemUnmap`: the range must consist of whole mappings.
-pub fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CuResult<()> {
-    let mut st = lock();
-    let starts = st
-        .vmm
-        .whole_mappings(ptr, size)
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    for s in starts {
-        unmap_one(&mut st, s)?;
-    }
-    Ok(())
-}
-
-/// `cuMemSetAccess`: the range must consist of whole mappings; device 0 only.
-///
-/// # Safety
-/// `desc` must be NULL or valid for `count` reads.
-pub unsafe fn mem_set_access(
-    ptr: CUdeviceptr,
-    size: usize,
-    desc: *const CUmemAccessDesc,
-    count: usize,
-) -> CuResult<()> {
-    if desc.is_null() || count == 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let mut prot = Prot::None;
-    for i in 0..count {
-        // SAFETY: `desc` is valid for `count` reads (caller contract) and `i < count`.
-        let d = unsafe { desc.add(i).read_unaligned() };
-        if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if d.location.id != 0 {
-            return Err(CUDA_ERROR_INVALID_DEVICE);
-        }
-        prot = match d.flags {
-            CU_MEM_ACCESS_FLAGS_PROT_NONE => Prot::None,
-            CU_MEM_ACCESS_FLAGS_PROT_READ => Prot::Read,
-            CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Prot::ReadWrite,
-            _ => return Err(CUDA_ERROR_INVALID_VALUE),
-        };
-    }
-    let mut st = lock();
-    let starts = st
-        .vmm
-        .whole_mappings(ptr, size)
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    for s in starts {
-        let Some(m) = st.vmm.mappings.get_mut(&s) else {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        };
-        // SAFETY: `[s, s + m.size)` is one of our own mappings.
-        let r = unsafe {
-            libc::mprotect(
-                crate::memory::device_ptr(s).cast(),
-                m.size,
-                prot.to_mprotect(),
-            )
-        };
-        if r != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        m.prot = prot;
-    }
-    Ok(())
-}
-
 /// `cuMemExportToShareableHandle` for `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`: writes a new fd
 /// (a `dup` of the memfd, close-on-exec) as an `int` to `*shareable`; the caller owns it.
 ///
@@ -622,6 +229,8 @@ mod tests {
     use crate::introspect::{
         fakecuda_device_bytes_used, fakecuda_vmm_created_bytes, fakecuda_vmm_imported_bytes,
     };
+    use crate::state::memory::{Access, RangeFault};
+    use crate::state::vmm::{Mapping, Prot, Vmm};
     use crate::testing::{ok, Driver, PROT_READ, PROT_READWRITE};
 
     /// (created, imported, used, cuMemGetInfo free).
@@ -629,7 +238,7 @@ mod tests {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         ok(unsafe { cuMemGetInfo_v2(&mut free, &mut total) });
-        assert_eq!(total as u64, crate::memory::total_mem());
+        assert_eq!(total as u64, crate::state::memory::total_mem());
         assert_eq!(
             free as u64,
             total as u64 - fakecuda_device_bytes_used(),

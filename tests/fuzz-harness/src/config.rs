@@ -31,6 +31,6 @@ pub fn run(data: &[u8]) {
     assert!(RingLayout::new(cfg.ring_capacity).is_ok());
     assert!((1..=MAX_HEARTBEAT_INTERVAL_MS).contains(&cfg.heartbeat_interval_ms));
     let _ = (cfg.stats_tcp(), cfg.level());
-    let shared = crate::shared_state(cfg);
+    let shared = crate::tandemd::shared_state(cfg);
     let _ = shared.snapshot();
 }

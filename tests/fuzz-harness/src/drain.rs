@@ -90,7 +90,7 @@ pub fn run(data: &[u8]) {
         ring_capacity: RING_CAPACITY,
         ..Config::default()
     };
-    let shared = crate::shared_state(cfg);
+    let shared = crate::tandemd::shared_state(cfg);
     let flags = u.u8();
     let mut peers: Vec<Option<Peer>> = vec![
         register(&shared, 0, ClientClass::Inference, flags),

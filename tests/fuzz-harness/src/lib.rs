@@ -16,22 +16,8 @@ pub mod drain;
 pub mod input;
 pub mod ring;
 pub mod stats_http;
+pub mod tandemd;
 pub mod wire;
-
-/// tandemd's shared state over `cfg`, with paths that exist nowhere and MPS
-/// off: what the targets drive tandemd's code through.
-#[must_use]
-pub fn shared_state(cfg: tandem_coordinator::config::Config) -> tandem_coordinator::shared::Shared {
-    use std::path::PathBuf;
-    tandem_coordinator::shared::Shared::new(
-        cfg,
-        PathBuf::from("/nonexistent/tandemd.toml"),
-        PathBuf::from("/nonexistent/tandemd.sock"),
-        PathBuf::from("/nonexistent/stats.sock"),
-        0,
-        tandem_coordinator::mps::Mps::off(),
-    )
-}
 
 /// A target's body: one input.
 pub type Target = fn(&[u8]);

@@ -50,7 +50,7 @@ impl Write for Conn<'_> {
 
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
-    SHARED.get_or_init(|| crate::shared_state(Config::default()))
+    SHARED.get_or_init(|| crate::tandemd::shared_state(Config::default()))
 }
 
 /// One input.

@@ -1,16 +1,27 @@
 //! The one global driver state (a test double: one `Mutex` is plenty) and `cuInit`'s flag.
+//!
+//! Its parts, each in a file of its own here, hold data and answer questions about it; the
+//! driver functions that lock the state and change it are the crate's other modules, above.
+
+pub mod contexts;
+pub mod events;
+pub mod graphs;
+pub mod memory;
+pub mod modules;
+pub mod streams;
+pub mod vmm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::device::Contexts;
-use crate::events::Events;
-use crate::graphs::Graphs;
-use crate::kernels::Modules;
-use crate::memory::Memory;
-use crate::streams::Streams;
 use crate::types::{CUresult, CuResult};
-use crate::vmm::Vmm;
+use contexts::Contexts;
+use events::Events;
+use graphs::Graphs;
+use memory::{Access, Memory, RangeFault};
+use modules::Modules;
+use streams::Streams;
+use vmm::Vmm;
 
 /// First value handed out as an opaque handle. Far above `CU_STREAM_LEGACY`/`CU_STREAM_PER_THREAD`
 /// and the primary context, so no handle can be mistaken for one of those.
@@ -96,4 +107,12 @@ pub fn lock() -> MutexGuard<'static, State> {
     STATE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Checks that `[addr, addr + len)` may be accessed as `access`. A zero-length range is fine.
+pub fn check_range(st: &State, addr: u64, len: usize, access: Access) -> Result<(), RangeFault> {
+    if len == 0 || st.memory.contains(addr, len) {
+        return Ok(());
+    }
+    st.vmm.check_range(addr, len, access)
 }

@@ -1,15 +1,58 @@
-//! The machinery behind the one table of hooked driver functions.
+//! The one table of hooked driver functions, as the layers below the entry
+//! points see it.
 //!
-//! [`crate::hooks`] holds the list and `hook_table!`, which expands it into
-//! the exported C symbols (path 1: programs linked against libcuda), the
-//! [`Hook`] enum and [`TABLE`]. This module holds what the expansion is made
-//! of and the lookups over it: the per-variant metadata ([`HookInfo`], [`Kind`])
-//! that answers `dlsym` (path 2) and `cuGetProcAddress` (path 3), and indexes
-//! the real-pointer slots (`crate::driver`) and the counters (`crate::counters`).
+//! [`list`] holds the list. Expanded here (`declare!`), it makes the [`Hook`]
+//! enum, [`HOOK_COUNT`] and [`TABLE`], the per-variant metadata ([`HookInfo`],
+//! [`Kind`]) that answers `dlsym` (path 2) and `cuGetProcAddress` (path 3) and
+//! indexes the real-pointer slots (`crate::driver`) and the counters
+//! (`crate::counters`). Expanded in `crate::hooks`, the same list makes the
+//! exported C symbols (path 1: programs linked against libcuda).
 
-use core::ffi::{c_void, CStr};
+use core::ffi::CStr;
 
-pub use crate::hooks::{Hook, HOOK_COUNT, TABLE};
+mod list;
+
+pub(crate) use list::hook_list;
+
+/// Expands the list into what every layer may name: the enum, its count and
+/// the metadata. Types and operations are not used here.
+macro_rules! declare {
+    ($(
+        $sym:ident ($gpa:literal, $since:literal, $stream:ident) $kind:ident
+            fn($($arg:ident : $ty:ty),* $(,)?) $(=> $custom:path)?;
+    )*) => {
+        /// One value per hooked driver variant, in table order.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Hook { $($sym,)* }
+
+        impl Hook {
+            pub const ALL: [Hook; HOOK_COUNT] = [$(Hook::$sym,)*];
+        }
+
+        pub const HOOK_COUNT: usize = [$(stringify!($sym),)*].len();
+
+        pub static TABLE: [HookInfo; HOOK_COUNT] = [$(
+            HookInfo {
+                symbol: match CStr::from_bytes_with_nul(
+                    concat!(stringify!($sym), "\0").as_bytes(),
+                ) {
+                    Ok(s) => s,
+                    Err(_) => panic!("symbol names are NUL-free"),
+                },
+                gpa_name: $gpa,
+                since: $since,
+                per_thread: declare!(@per_thread $stream),
+                kind: Kind::$kind,
+            },
+        )*];
+    };
+    (@per_thread legacy) => { false };
+    (@per_thread per_thread) => { true };
+}
+
+hook_list!(declare);
 
 /// What a hooked call does, for the scheduler, the accounting and the stats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,13 +142,6 @@ impl Kind {
     }
 }
 
-/// The address of one of our exported hook functions.
-#[derive(Clone, Copy)]
-pub struct HookFn(pub *const c_void);
-
-// SAFETY: a code address is immutable and valid from every thread.
-unsafe impl Sync for HookFn {}
-
 /// Everything known about one hooked driver variant (one exported symbol).
 pub struct HookInfo {
     /// The exact exported symbol, e.g. `cuMemcpyHtoDAsync_v2_ptsz`.
@@ -117,7 +153,6 @@ pub struct HookInfo {
     /// Whether this is the per-thread-default-stream form (`_ptsz` / `_ptds`).
     pub per_thread: bool,
     pub kind: Kind,
-    pub hook: HookFn,
 }
 
 impl Hook {
@@ -162,11 +197,6 @@ impl Hook {
         }
         legacy
     }
-
-    /// The hook whose exported function lives at `addr`, if any.
-    pub fn by_hook_address(addr: *const c_void) -> Option<Hook> {
-        Hook::ALL.iter().copied().find(|h| h.info().hook.0 == addr)
-    }
 }
 
 #[cfg(test)]
@@ -181,7 +211,6 @@ mod tests {
     fn every_symbol_is_unique_and_found_by_name() {
         for h in Hook::ALL {
             assert_eq!(Hook::by_symbol(h.info().symbol.to_bytes()), Some(h));
-            assert_eq!(Hook::by_hook_address(h.info().hook.0), Some(h));
         }
         assert_eq!(Hook::by_symbol(b"cuLaunchKernelX"), None);
         assert_eq!(Hook::by_symbol(b"cuMemAlloc"), None, "v1 is not hooked");

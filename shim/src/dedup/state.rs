@@ -1,0 +1,66 @@
+//! The process's dedup state: the table of dedup-backed allocations behind
+//! one lock (cold paths only), the context they live in, the fork flag, and
+//! sending Dedup messages to the coordinator.
+
+use core::ffi::c_int;
+use core::sync::atomic::AtomicBool;
+use std::os::fd::BorrowedFd;
+use std::sync::{Mutex, MutexGuard};
+
+use tandem_proto::dedup::{Dedup, DEDUP_LEN};
+use tandem_proto::wire::{Message, HEADER_LEN};
+
+use super::granules::Table;
+use crate::client::session::Session;
+use crate::types::CUcontext;
+
+/// Allocations smaller than this are never dedup-backed.
+pub const MIN_BYTES: usize = 2 << 20;
+
+/// Process-wide dedup state, behind one lock (cold paths only).
+pub(super) struct State {
+    pub(super) table: Table,
+    /// The context every dedup-backed allocation was made in (as an address);
+    /// 0 until the first one. Allocations in another context are left plain.
+    pub(super) ctx: usize,
+    pub(super) device: c_int,
+    pub(super) granule: usize,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    table: Table::new(),
+    ctx: 0,
+    device: 0,
+    granule: 0,
+});
+
+/// Set in a fork child: the parent's CUDA state is not usable there.
+pub(super) static FORKED: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn state() -> MutexGuard<'static, State> {
+    // A panic while holding it aborts the process (panic = "abort"), so a
+    // poisoned lock is never observed; take the data either way.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(super) fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
+    let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
+    match Message::Dedup(d).encode(&mut buf) {
+        Ok(n) => {
+            if !s.send_with_fd(&buf[..n], fd) {
+                crate::log!(
+                    Debug,
+                    "dedup: could not send {} for {:#x}",
+                    d.op.name(),
+                    d.granule
+                );
+            }
+        }
+        Err(e) => crate::log!(Debug, "dedup: cannot encode {}: {e}", d.op.name()),
+    }
+}
+
+/// The context dedup works in, as the driver type.
+pub(super) fn ctx_of(addr: usize) -> CUcontext {
+    addr as CUcontext
+}

@@ -1,0 +1,138 @@
+//! Loaded modules and their functions: the module image format, what each kernel does
+//! (its op and duration), and the work a launch hands to the device.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_uint, CString};
+
+use crate::types::*;
+
+pub const IMAGE_HEADER: &str = "tandem-fake-module v1";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Noop,
+    AddU32,
+    FillU32,
+    SumU32,
+}
+
+impl Op {
+    pub(crate) fn parse(s: &str) -> Option<Op> {
+        match s {
+            "noop" => Some(Op::Noop),
+            "add_u32" => Some(Op::AddU32),
+            "fill_u32" => Some(Op::FillU32),
+            "sum_u32" => Some(Op::SumU32),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDef {
+    pub name: String,
+    pub duration_ns: u64,
+    pub op: Op,
+}
+
+/// Parses a module image. Pure; the error names the offending line.
+pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
+    let mut lines = text.lines().enumerate();
+    match lines.next() {
+        Some((_, first)) if first.trim_end() == IMAGE_HEADER => {}
+        _ => return Err(format!("first line is not `{IMAGE_HEADER}`")),
+    }
+    let mut kernels: Vec<KernelDef> = Vec::new();
+    for (i, line) in lines {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let [kw, name, duration, op] = tokens[..] else {
+            return Err(format!(
+                "line {}: expected `kernel <name> <duration_ns> <op>`",
+                i + 1
+            ));
+        };
+        if kw != "kernel" {
+            return Err(format!("line {}: unknown directive `{kw}`", i + 1));
+        }
+        let duration_ns = duration
+            .parse::<u64>()
+            .map_err(|_| format!("line {}: bad duration `{duration}`", i + 1))?;
+        let op = Op::parse(op).ok_or_else(|| format!("line {}: unknown op `{op}`", i + 1))?;
+        if kernels.iter().any(|k| k.name == name) {
+            return Err(format!("line {}: kernel `{name}` defined twice", i + 1));
+        }
+        kernels.push(KernelDef {
+            name: name.to_owned(),
+            duration_ns,
+            op,
+        });
+    }
+    Ok(kernels)
+}
+
+/// Argument values of a kernel, copied out of the caller's storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelArgs {
+    /// `add_u32` / `fill_u32`: `(CUdeviceptr ptr, unsigned n, unsigned value)`.
+    Elementwise {
+        ptr: CUdeviceptr,
+        n: u32,
+        value: u32,
+    },
+    /// `sum_u32`: `(CUdeviceptr out, CUdeviceptr in, unsigned n)`.
+    Sum {
+        out: CUdeviceptr,
+        input: CUdeviceptr,
+        n: u32,
+    },
+}
+
+/// A kernel ready to run: what it does, for how long, with which (copied) arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    pub op: Op,
+    pub duration_ns: u64,
+    pub args: Option<KernelArgs>,
+}
+
+pub(crate) struct Function {
+    pub(crate) module: usize,
+    pub(crate) name: CString,
+    pub(crate) duration_ns: u64,
+    pub(crate) op: Op,
+}
+
+pub struct Modules {
+    /// module -> its functions (name, handle).
+    pub(crate) modules: BTreeMap<usize, Vec<(String, usize)>>,
+    pub(crate) functions: BTreeMap<usize, Function>,
+}
+
+impl Modules {
+    pub const fn new() -> Self {
+        Self {
+            modules: BTreeMap::new(),
+            functions: BTreeMap::new(),
+        }
+    }
+
+    /// The op and duration of a live function.
+    pub fn function(&self, f: Handle) -> CuResult<(Op, u64)> {
+        self.functions
+            .get(&key(f))
+            .map(|f| (f.op, f.duration_ns))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared: c_uint,
+}
