@@ -199,9 +199,18 @@ pub fn send_device(s: &Session) {
     let get_dev = unsafe { core::mem::transmute::<usize, CtxGetDevice>(get_dev) };
     let mut dev: c_int = 0;
     crate::counters::support_call(Support::CtxGetDevice);
-    // SAFETY: `dev` is ours; a launch just succeeded, so a context is current.
+    // SAFETY: `dev` is ours; the driver reports an error where no context
+    // is current.
     if unsafe { get_dev(&mut dev) } != CuResult::SUCCESS {
-        crate::log!(Debug, "cuCtxGetDevice failed; no Device message");
+        // Dedup's and follow mode's threads call this too, and may come
+        // first, with no context current: the next caller (a launch, with
+        // its context) sends it instead. Without this the message was lost
+        // for good and tandemd never learnt the job's GPU.
+        s.device_sent.store(false, Ordering::Relaxed);
+        crate::log!(
+            Debug,
+            "cuCtxGetDevice failed; the Device message waits for the next call"
+        );
         return;
     }
     let mut uuid = [0u8; 16];
@@ -246,6 +255,8 @@ pub fn send_device(s: &Session) {
     match msg.encode(&mut buf) {
         Ok(n) => {
             if !s.send(&buf[..n]) {
+                // A full socket now may drain later: try again next time.
+                s.device_sent.store(false, Ordering::Relaxed);
                 crate::log!(Debug, "Device message not sent (socket closed or full)");
             }
         }
