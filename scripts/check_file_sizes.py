@@ -28,7 +28,6 @@ LIMIT = 600
 ALLOWED = {
     # the GPU-sharing model (the lead)
     "gpusim/src/synthetic_a100.rs",
-    "gpusim/src/gpu.rs",
     # the shim's follow mode (the shim's layering)
     "shim/src/follow/mod.rs",
     # the fake CUDA driver (the shim's layering)
