@@ -1,0 +1,183 @@
+//! One cell of the matrix: a mode for one seed, each job alone, and the
+//! alone service time that sets an inference job's half load.
+
+use super::config::MatrixCfg;
+use crate::job::{percentile, JobSpec};
+use crate::spatial::Spatial;
+use crate::tandem::{Off, TandemSide, TandemV1};
+use crate::trace::Trace;
+use crate::world::{run, Placement, RunCfg};
+
+fn run_cfg(m: &MatrixCfg, sharing_plain: bool, seed: u64) -> RunCfg {
+    RunCfg {
+        gpu: m.params.gpu.clone(),
+        sharing: if sharing_plain {
+            m.params.plain()
+        } else {
+            crate::gpu::Sharing::Mps
+        },
+        seed,
+        warmup_ns: m.warmup_ns,
+        window_ns: m.window_ns,
+        drain_max_ns: m.drain_max_ns,
+        explicit_requests: false,
+    }
+}
+
+/// The alone service time of an inference job: the median latency of 30
+/// requests served one at a time (how colocation.py measures it).
+#[must_use]
+pub fn alone_service_ms(m: &MatrixCfg, trace: &Trace) -> f64 {
+    // Requests far enough apart that they rarely queue: one per five of
+    // its GPU-plus-CPU time alone, 30 of them.
+    let bound_s = (trace.kernel_ns() + trace.host_ns()).max(1) as f64 / 1e9;
+    let rate = 0.2 / bound_s;
+    let spec = JobSpec {
+        trace: trace.clone(),
+        rate_per_s: rate,
+        cpu_cv: m.params.cpu_cv,
+        sm_pct: 100,
+    };
+    let cfg = RunCfg {
+        warmup_ns: 0,
+        window_ns: (30.0 / rate * 1e9) as u64,
+        ..run_cfg(m, true, 99)
+    };
+    let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
+    percentile(&out[0].latencies_ms, 50.0).unwrap_or(f64::NAN)
+}
+
+/// One run's figures: (p50, p99, steps/s, unfinished, switches, requests).
+pub(super) type Cell = (Option<f64>, Option<f64>, Option<f64>, usize, u64, usize);
+
+/// The latency percentile the set's measurements report (service time on
+/// the A100: Tally times a request from its start to its result).
+fn latency_pct(m: &MatrixCfg, o: &crate::job::Outcome, q: f64) -> Option<f64> {
+    if m.device.service_latency() {
+        percentile(&o.service_ms, q)
+    } else {
+        o.percentile(q)
+    }
+}
+
+/// One job by itself over a cell's window: its latencies (inference) or
+/// its throughput (training). The same for every pair that holds the job
+/// with the same window and seed, so the matrix runs it once.
+#[must_use]
+pub fn alone(m: &MatrixCfg, spec: &JobSpec, window_ns: u64, seed: u64) -> Cell {
+    let cfg = RunCfg {
+        window_ns,
+        ..run_cfg(m, true, seed)
+    };
+    let (o, _) = run(
+        &cfg,
+        std::slice::from_ref(spec),
+        &[Placement { priority: 0 }],
+        &mut Off,
+    );
+    (
+        latency_pct(m, &o[0], 50.0),
+        latency_pct(m, &o[0], 99.0),
+        o[0].steps_per_s,
+        o[0].unfinished,
+        0,
+        o[0].latencies_ms.len(),
+    )
+}
+
+/// Runs one cell: `mode` for one seed (`alone`: inference alone for the
+/// latencies, training alone for the throughput).
+#[must_use]
+pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64) -> Cell {
+    let both = [inf.clone(), train.clone()];
+    let normal = [Placement { priority: 0 }, Placement { priority: 0 }];
+    let v1 = || TandemV1::new(m.tandem.sched.clone());
+    // tandem over MPS runs training at MPS client priority 1.
+    let v2 = |training_priority| {
+        let mut t = TandemV1::v2(m.tandem.sched.clone(), training_priority);
+        if training_priority > 0 {
+            t.mps_inflight_ns = Some(m.tandem.mps_inflight_ns);
+            t.v1_gates = m.tandem.mps_v1_gates;
+        } else {
+            t.v1_gates = m.tandem.v1_gates;
+        }
+        t
+    };
+    let window = |plain: bool| RunCfg {
+        window_ns: m.window_for(inf.rate_per_s),
+        ..run_cfg(m, plain, seed)
+    };
+    let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
+        run(&window(plain), &both, place, t)
+    };
+    let pct = |o: &crate::job::Outcome, q: f64| latency_pct(m, o, q);
+    let ((outs, sw), train_idx) = match mode {
+        "alone" => {
+            let w = m.window_for(inf.rate_per_s);
+            let i = alone(m, inf, w, seed);
+            let t = alone(m, train, w, seed);
+            return (i.0, i.1, t.2, i.3, 0, i.5);
+        }
+        "plain" => (go(true, &normal, &mut Off), 1),
+        "mps" => (go(false, &normal, &mut Off), 1),
+        "mps_lowprio" => (
+            go(
+                false,
+                &[Placement { priority: 0 }, Placement { priority: 1 }],
+                &mut Off,
+            ),
+            1,
+        ),
+        "tandem" => (go(true, &normal, &mut v2(0)), 1),
+        "tandem_v1" => (go(true, &normal, &mut v1()), 1),
+        "tandem_mps" | "tandem_v1_mps" => {
+            // The side decides the training client's MPS priority.
+            let mut t = if mode == "tandem_mps" { v2(1) } else { v1() };
+            let place = [
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Inference),
+                },
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Training),
+                },
+            ];
+            (go(false, &place, &mut t), 1)
+        }
+        "tandem_spatial" => {
+            let mut t = Spatial::new(m.params.gpu.sms, m.tandem.spatial.clone());
+            let place = [
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Inference),
+                },
+                Placement {
+                    priority: t.mps_priority(tandem_sched::Class::Training),
+                },
+            ];
+            (go(false, &place, &mut t), 1)
+        }
+        other => panic!("unknown mode {other}"),
+    };
+    (
+        pct(&outs[0], 50.0),
+        pct(&outs[0], 99.0),
+        outs[train_idx].steps_per_s,
+        outs[0].unfinished,
+        sw,
+        outs[0].latencies_ms.len(),
+    )
+}
+
+pub(super) fn note(mode: &str) -> &'static str {
+    match mode {
+        "alone" => "each job by itself",
+        "plain" => "time-slicing, no MPS",
+        "mps" => "MPS, both clients at default priority",
+        "mps_lowprio" => "MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
+        "tandem" => "tandem v2 (local in-flight bound on the GPU board, per-kernel estimates; v1's gates and limits behind it; scheduler defaults) over time-slicing",
+        "tandem_mps" => "tandem v2 over MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
+        "tandem_spatial" => "scheduler v3 candidate (a) over MPS: training at client priority 1, and its launches masked to leave inference R SMs (learnt from its kernels' widths) while inference is active",
+        "tandem_v1" => "tandem v1 alone (shim gate, launch limits, reader, scheduler defaults) over time-slicing",
+        "tandem_v1_mps" => "tandem v1 gates with both jobs under MPS at default priority",
+        _ => "",
+    }
+}

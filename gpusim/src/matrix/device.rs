@@ -1,0 +1,139 @@
+//! The GPU a set of pairs runs on: its jobs, their synthetic traces, and
+//! where a job's trace comes from.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::params::Params;
+use crate::trace::Trace;
+
+/// The H100 set's inference jobs: (name, requests per second; `None`: half
+/// load). `bert_b8_graph` is `bert_b8` launched as one CUDA graph per
+/// request with no host gaps, GPU-bound, as vLLM and TensorRT serve.
+pub const INFERENCE: [(&str, Option<f64>); 4] = [
+    ("resnet50_b4", Some(100.0)),
+    ("resnet50_b32", Some(40.0)),
+    ("bert_b8", None),
+    ("bert_b8_graph", None),
+];
+/// The H100 set's training jobs.
+pub const TRAINING: [&str; 2] = ["resnet50_train", "gpt2_train"];
+/// The A100 set's inference jobs (Tally's, at load 0.5), and BERT launched
+/// as CUDA graphs.
+pub const A100_INFERENCE: [(&str, Option<f64>); 3] = [
+    ("bert_ort", None),
+    ("llama2_7b_ort", None),
+    ("bert_ort_graph", None),
+];
+/// The A100 set's training jobs (Tally's).
+pub const A100_TRAINING: [&str; 6] = crate::synthetic_a100::TRAINING_JOBS;
+
+/// The GPU a set of pairs runs on, with its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// H100 SXM 80GB: the project's own measurements (DESIGN.md "Facts").
+    H100,
+    /// A100: Tally's published pairs (DESIGN.md "Facts from peers").
+    A100,
+}
+
+impl Device {
+    /// Both, in report order.
+    pub const ALL: [Device; 2] = [Device::H100, Device::A100];
+
+    /// The model's parameters for this GPU.
+    #[must_use]
+    pub fn params(self) -> Params {
+        match self {
+            Device::H100 => Params::calibrated(),
+            Device::A100 => Params::a100(),
+        }
+    }
+
+    /// `h100` or `a100`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::H100 => "h100",
+            Device::A100 => "a100",
+        }
+    }
+
+    /// Its inference jobs.
+    #[must_use]
+    pub fn inference(self) -> &'static [(&'static str, Option<f64>)] {
+        match self {
+            Device::H100 => &INFERENCE,
+            Device::A100 => &A100_INFERENCE,
+        }
+    }
+
+    /// Its training jobs.
+    #[must_use]
+    pub fn training(self) -> &'static [&'static str] {
+        match self {
+            Device::H100 => &TRAINING,
+            Device::A100 => &A100_TRAINING,
+        }
+    }
+
+    /// Whether the set's measurements time a request from its start to its
+    /// result (the Tally artifact's `infer_monitor.py`: queueing left out)
+    /// rather than from its arrival (the H100 benchmark, colocation.py).
+    #[must_use]
+    pub fn service_latency(self) -> bool {
+        self == Device::A100
+    }
+
+    /// Every (inference, training) pair of the set.
+    #[must_use]
+    pub fn pairs(self) -> Vec<(String, String)> {
+        self.inference()
+            .iter()
+            .flat_map(|(i, _)| {
+                self.training()
+                    .iter()
+                    .map(move |t| ((*i).to_string(), (*t).to_string()))
+            })
+            .collect()
+    }
+
+    /// A synthetic trace of one of its jobs (`<job>_graph`: the job as CUDA
+    /// graphs).
+    #[must_use]
+    pub fn synthetic(self, p: &Params, job: &str) -> Option<Trace> {
+        if let Some(base) = job.strip_suffix("_graph") {
+            return self
+                .synthetic(p, base)
+                .map(|t| crate::synthetic::as_graph(&t, job, p));
+        }
+        match self {
+            Device::H100 => crate::synthetic::job(p, job),
+            Device::A100 => crate::synthetic_a100::job(p, job),
+        }
+    }
+}
+
+/// A job's trace: the measured one under `traces_dir` (`<job>.json`) if
+/// there is one, else the synthetic one.
+///
+/// # Errors
+/// A measured trace that does not parse.
+pub fn load_trace(
+    device: Device,
+    params: &Params,
+    traces_dir: Option<&Path>,
+    job: &str,
+) -> Result<Trace, String> {
+    if let Some(dir) = traces_dir {
+        let path = dir.join(format!("{job}.json"));
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            return Trace::from_json(&text).map_err(|e| format!("{}: {e}", path.display()));
+        }
+    }
+    device
+        .synthetic(params, job)
+        .ok_or_else(|| format!("unknown {} job {job}", device.name()))
+}

@@ -1,0 +1,291 @@
+//! The co-location matrix: the benchmark's pairs x modes, in the model.
+//!
+//! Pairs and modes are `scripts/bench/colocation.py`'s: inference
+//! `resnet50_b4` (100 req/s), `resnet50_b32` (40 req/s), `bert_b8` (half
+//! load: 0.5 / its alone service time, the median of 30 requests served
+//! back to back) against training `resnet50_train` and `gpt2_train`; modes
+//! `alone` (each job by itself), `plain` (time-slicing), `mps`,
+//! `mps_lowprio` (training at `CUDA_MPS_CLIENT_PRIORITY=1`), `tandem`
+//! (tandem v2 over time-slicing) and `tandem_mps` (tandem v2 over MPS,
+//! training at low client priority); on request also `tandem_v1` and
+//! `tandem_v1_mps` (v1 alone: gates and launch limits, MPS at default
+//! priority), for comparison. Rows have the benchmark's
+//! fields; a cell's figures are medians over the seeds (the benchmark's
+//! repetitions), with min-max, and ratios are taken against the same
+//! seeds' alone medians.
+
+mod cell;
+mod config;
+mod device;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+pub use self::cell::{alone, alone_service_ms, cell};
+pub use self::config::{MatrixCfg, TandemCfg, MODES};
+pub use self::device::{load_trace, Device, A100_INFERENCE, A100_TRAINING, INFERENCE, TRAINING};
+
+use self::cell::{note, Cell};
+use crate::job::{percentile, JobSpec};
+use crate::params::MODEL_VERSION;
+
+/// One row, in the GPU benchmark's format plus the model's fields.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Row {
+    /// The device set (`h100`, `a100`).
+    pub set: String,
+    /// Inference job.
+    pub inference: String,
+    /// Training job.
+    pub training: String,
+    /// Mode.
+    pub mode: String,
+    /// Inference p50, ms (median over seeds).
+    pub p50_ms: Option<f64>,
+    /// Inference p99, ms (median over seeds).
+    pub p99_ms: Option<f64>,
+    /// p99 over the alone p99.
+    pub p99_ratio: Option<f64>,
+    /// Training steps/s over alone.
+    pub train_fraction: Option<f64>,
+    /// Min of the paired p99 ratios over seeds (each seed's p99 over the
+    /// same seed's alone p99).
+    pub p99_ratio_min: Option<f64>,
+    /// Max of the paired p99 ratios: the worst seed.
+    pub p99_ratio_max: Option<f64>,
+    /// Min of the paired training fractions: the worst seed.
+    pub train_fraction_min: Option<f64>,
+    /// Max of the paired training fractions.
+    pub train_fraction_max: Option<f64>,
+    /// Requests measured per seed (median).
+    pub requests: usize,
+    /// Alone p99, ms.
+    pub alone_p99_ms: Option<f64>,
+    /// Alone training steps/s.
+    pub alone_steps_per_s: Option<f64>,
+    /// Training steps/s in this mode.
+    pub train_steps_per_s: Option<f64>,
+    /// Inference rate, req/s.
+    pub rate_rps: f64,
+    /// Requests never served, all seeds.
+    pub unfinished_requests: usize,
+    /// Context switches (plain sharing), median over seeds.
+    pub switches: u64,
+    /// Seeds run.
+    pub reps: usize,
+    /// `synthetic` or `measured` (every trace of the row captured on a GPU).
+    pub source: String,
+    /// The model's version.
+    pub model_version: String,
+    /// What the mode means here.
+    pub note: String,
+    /// For colocation.py's report and plot: the machine.
+    pub device: String,
+    /// Idem.
+    pub driver: String,
+    /// Idem.
+    pub date: String,
+}
+
+fn median(xs: &[f64]) -> Option<f64> {
+    percentile(xs, 50.0)
+}
+
+/// Runs the matrix; rows in pair order, modes in [`MODES`] order.
+///
+/// # Errors
+/// A trace that cannot be loaded.
+pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, String> {
+    // Every (pair, mode, seed) is one job for the worker threads.
+    struct Pair {
+        inf: JobSpec,
+        train: JobSpec,
+        source: String,
+    }
+    let mut pairs = Vec::new();
+    for (i, t) in &m.pairs {
+        let it = load_trace(m.device, &m.params, traces_dir, i)?;
+        let tt = load_trace(m.device, &m.params, traces_dir, t)?;
+        let rate = match m.device.inference().iter().find(|(n, _)| n == i) {
+            Some((_, Some(r))) => *r,
+            _ => 0.5 / (alone_service_ms(m, &it) / 1e3),
+        };
+        let source = if it.source == "measured" && tt.source == "measured" {
+            "measured"
+        } else {
+            "synthetic"
+        };
+        pairs.push(Pair {
+            inf: JobSpec {
+                trace: it,
+                rate_per_s: rate,
+                cpu_cv: m.params.cpu_cv,
+                sm_pct: 100,
+            },
+            train: JobSpec {
+                trace: tt,
+                rate_per_s: 0.0,
+                cpu_cv: m.params.train_cv,
+                sm_pct: 100,
+            },
+            source: source.into(),
+        });
+    }
+    let modes: Vec<&str> = std::iter::once("alone")
+        .chain(
+            MODES[1..]
+                .iter()
+                .copied()
+                .filter(|md| m.modes.iter().any(|x| x == md)),
+        )
+        .collect();
+    // Each job alone runs once per (job, window, seed), however many pairs
+    // hold it: the A100's six trainers share one inference window per
+    // server, and each server meets six trainers.
+    let mut alone_keys: Vec<(String, u64, usize, usize, bool)> = Vec::new();
+    let mut alone_of = vec![(0usize, 0usize); pairs.len() * m.seeds.len()];
+    for (p, pair) in pairs.iter().enumerate() {
+        let w = m.window_for(pair.inf.rate_per_s);
+        for s in 0..m.seeds.len() {
+            let mut key = |spec: &JobSpec, train: bool| {
+                let k = (spec.trace.job.clone(), w, s);
+                match alone_keys
+                    .iter()
+                    .position(|(j, kw, ks, _, _)| (j, kw, ks) == (&k.0, &k.1, &k.2))
+                {
+                    Some(i) => i,
+                    None => {
+                        alone_keys.push((k.0, w, s, p, train));
+                        alone_keys.len() - 1
+                    }
+                }
+            };
+            alone_of[p * m.seeds.len() + s] = (key(&pair.inf, false), key(&pair.train, true));
+        }
+    }
+    // Work items: the alone runs, then every (pair, mode, seed).
+    enum Job {
+        Alone(usize),
+        Mode(usize, usize, usize),
+    }
+    let jobs: Vec<Job> = (0..alone_keys.len())
+        .map(Job::Alone)
+        .chain((0..pairs.len()).flat_map(|p| {
+            (1..modes.len())
+                .flat_map(move |md| (0..m.seeds.len()).map(move |s| Job::Mode(p, md, s)))
+        }))
+        .collect();
+    let results = std::sync::Mutex::new(vec![None; jobs.len()]);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..m.threads.max(1) {
+            sc.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(job) = jobs.get(k) else {
+                    break;
+                };
+                let c = match *job {
+                    Job::Alone(a) => {
+                        let (_, w, s, p, train) = alone_keys[a];
+                        let spec = if train {
+                            &pairs[p].train
+                        } else {
+                            &pairs[p].inf
+                        };
+                        alone(m, spec, w, m.seeds[s])
+                    }
+                    Job::Mode(p, md, s) => {
+                        cell(m, &pairs[p].inf, &pairs[p].train, modes[md], m.seeds[s])
+                    }
+                };
+                results.lock().expect("results")[k] = Some(c);
+            });
+        }
+    });
+    let results = results.into_inner().expect("results");
+    let n_alone = alone_keys.len();
+    let get = |p: usize, md: usize| -> Vec<Cell> {
+        (0..m.seeds.len())
+            .map(|s| {
+                if md == 0 {
+                    let (i, t) = alone_of[p * m.seeds.len() + s];
+                    let i = results[i].expect("every alone run ran");
+                    let t = results[t].expect("every alone run ran");
+                    (i.0, i.1, t.2, i.3, 0, i.5)
+                } else {
+                    let k = n_alone + (p * (modes.len() - 1) + md - 1) * m.seeds.len() + s;
+                    results[k].expect("every cell ran")
+                }
+            })
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for (p, (i, t)) in m.pairs.iter().enumerate() {
+        let alone = get(p, 0);
+        let alone_p99 = median(&alone.iter().filter_map(|c| c.1).collect::<Vec<_>>());
+        let alone_sps = median(&alone.iter().filter_map(|c| c.2).collect::<Vec<_>>());
+        for (md, mode) in modes.iter().enumerate() {
+            let cells = get(p, md);
+            let p99s: Vec<f64> = cells.iter().filter_map(|c| c.1).collect();
+            let sps: Vec<f64> = cells.iter().filter_map(|c| c.2).collect();
+            // Paired: each seed against the same seed's alone run.
+            let paired = |f: fn(&Cell) -> Option<f64>| -> Vec<f64> {
+                cells
+                    .iter()
+                    .zip(&alone)
+                    .filter_map(|(c, a)| f(c).zip(f(a)).map(|(x, y)| x / y))
+                    .collect()
+            };
+            let ratios = paired(|c| c.1);
+            let fracs = paired(|c| c.2);
+            let mut reqs: Vec<usize> = cells.iter().map(|c| c.5).collect();
+            reqs.sort_unstable();
+            let mut sw: Vec<u64> = cells.iter().map(|c| c.4).collect();
+            sw.sort_unstable();
+            let minmax = |v: &[f64]| {
+                (
+                    v.iter().copied().reduce(f64::min),
+                    v.iter().copied().reduce(f64::max),
+                )
+            };
+            let (rmin, rmax) = minmax(&ratios);
+            let (fmin, fmax) = minmax(&fracs);
+            let p99 = median(&p99s);
+            let sps_med = median(&sps);
+            rows.push(Row {
+                set: m.device.name().into(),
+                inference: i.clone(),
+                training: t.clone(),
+                mode: (*mode).to_string(),
+                p50_ms: median(&cells.iter().filter_map(|c| c.0).collect::<Vec<_>>()),
+                p99_ms: p99,
+                p99_ratio: median(&ratios),
+                train_fraction: median(&fracs),
+                p99_ratio_min: rmin,
+                p99_ratio_max: rmax,
+                train_fraction_min: fmin,
+                train_fraction_max: fmax,
+                requests: reqs[reqs.len() / 2],
+                alone_p99_ms: alone_p99,
+                alone_steps_per_s: alone_sps,
+                train_steps_per_s: sps_med,
+                rate_rps: pairs[p].inf.rate_per_s,
+                unfinished_requests: cells.iter().map(|c| c.3).sum(),
+                switches: sw[sw.len() / 2],
+                reps: cells.len(),
+                source: pairs[p].source.clone(),
+                model_version: MODEL_VERSION.into(),
+                note: note(mode).into(),
+                device: format!(
+                    "model {MODEL_VERSION} ({}, {} traces)",
+                    m.device.name(),
+                    pairs[p].source
+                ),
+                driver: "-".into(),
+                date: "-".into(),
+            });
+        }
+    }
+    Ok(rows)
+}
