@@ -2,7 +2,7 @@
 //! (the source and what each column means: [`super`]'s documentation), and
 //! the look-up by the jobs' names.
 
-use super::{Alone, Cell, TallyPair};
+use super::types::{Alone, Cell, TallyPair};
 
 /// The 12 pairs, default configuration, in the CSV's row order.
 pub const PAIRS: [TallyPair; 12] = [
