@@ -10,6 +10,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use tandem_sched::Class;
 
@@ -57,6 +58,29 @@ enum Ev {
     GateBound(usize, u64),
 }
 
+/// The marks table's hasher: its keys are (job, token) pairs the model
+/// makes itself, so a multiply-rotate mix (FxHash's) does; SipHash's
+/// resistance to chosen keys cost 5% of a matrix run.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
 struct World<'a> {
     cfg: &'a RunCfg,
     specs: &'a [JobSpec],
@@ -67,7 +91,10 @@ struct World<'a> {
     cpu: Vec<Rng>,
     heap: BinaryHeap<Reverse<(Ns, u64, Ev)>>,
     seq: u64,
-    marks: HashMap<(usize, u64), u64>,
+    marks: HashMap<(usize, u64), u64, BuildHasherDefault<KeyHasher>>,
+    /// Each op's co-residence share and DRAM share (kernels only), per job,
+    /// computed once: a launch looks them up.
+    footprints: Vec<Vec<(f64, f64)>>,
     /// Each job's last kernel launched: (its token, finished on the GPU).
     last_kernel: Vec<Option<(u64, bool)>>,
     arrivals_end: Ns,
@@ -105,7 +132,23 @@ pub fn run(
         cpu: (0..specs.len()).map(|j| Rng::new(seed(j, 2))).collect(),
         heap: BinaryHeap::new(),
         seq: 0,
-        marks: HashMap::new(),
+        marks: HashMap::default(),
+        footprints: specs
+            .iter()
+            .map(|s| {
+                s.trace
+                    .ops
+                    .iter()
+                    .map(|op| match op {
+                        Op::Kernel(k) => (
+                            footprint::sm_share(k, &cfg.gpu.sm),
+                            footprint::mem_frac(k, cfg.gpu.dram_bytes_per_ns),
+                        ),
+                        _ => (0.0, 0.0),
+                    })
+                    .collect()
+            })
+            .collect(),
         last_kernel: vec![None; specs.len()],
         arrivals_end: START_NS + cfg.warmup_ns + cfg.window_ns,
     };
@@ -319,8 +362,8 @@ impl World<'_> {
             blocks: k.blocks(),
             blocks_per_sm: k.blocks_per_sm,
             duration_ns: k.duration_ns,
-            sm_share: footprint::sm_share(k, &self.cfg.gpu.sm),
-            mem_frac: footprint::mem_frac(k, self.cfg.gpu.dram_bytes_per_ns),
+            sm_share: self.footprints[j][self.jobs[j].op].0,
+            mem_frac: self.footprints[j][self.jobs[j].op].1,
             sm_limit: self.tandem.sm_limit(t, j, k),
         };
         self.gpu.submit(t, j, k.stream as usize, work, token);
