@@ -444,19 +444,12 @@ mod tests {
                 "regions": [{"name": "w", "group": "uid:0", "gpu": null, "owner": 1,
                              "owner_pid": 10, "bytes": 4194304, "followers": 2, "maps": 3}]},"#,
         );
-        let client = |id: u64, granted: bool, mapped: u64| -> ClientSnapshot {
-            serde_json::from_value(serde_json::json!({
-                "id": id, "pid": 10 + id, "uid": 0, "exe": "/x", "cgroup": "/",
-                "class": "training", "class_claimed": "auto", "class_reason": "r", "gpu": null,
-                "connected_s": 1.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
-                "graph_kernels": 0, "launch_rate_hz": 0.0, "records": 0, "dropped": 0,
-                "bad_records": 0, "ring_detached": false, "bytes_allocated": 0, "allocs": 0,
-                "frees": 0, "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0,
-                "gate_waits": 0, "gate_timeouts": 0, "top_kernels": [],
-                "follow": {"granted": granted, "group": null, "shared_bytes": 0,
-                           "mapped_bytes": mapped}
-            }))
-            .unwrap()
+        let client = |id: u64, granted: bool, mapped: u64| {
+            crate::state::test_client(
+                id,
+                serde_json::json!({"follow": {"granted": granted, "group": null,
+                    "shared_bytes": 0, "mapped_bytes": mapped}}),
+            )
         };
         s.clients = vec![client(1, true, 8388608), client(2, false, 0)];
         let text = render(&s);

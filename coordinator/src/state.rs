@@ -469,6 +469,26 @@ pub struct Totals {
     pub version_mismatches: std::collections::BTreeMap<String, u64>,
 }
 
+/// A client row for tests: every field at a neutral value, then the JSON
+/// fields in `set` over it.
+#[cfg(test)]
+pub fn test_client(id: u64, set: serde_json::Value) -> ClientSnapshot {
+    let mut v = serde_json::json!({
+        "id": id, "pid": 10 + id, "uid": 0, "exe": "/x", "cgroup": "/",
+        "class": "training", "class_claimed": "auto", "class_reason": "r", "gpu": null,
+        "connected_s": 1.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
+        "graph_kernels": 0, "launch_rate_hz": 0.0, "records": 0, "dropped": 0,
+        "bad_records": 0, "ring_detached": false, "bytes_allocated": 0, "allocs": 0,
+        "frees": 0, "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0,
+        "gate_waits": 0, "gate_timeouts": 0, "top_kernels": []
+    });
+    let serde_json::Value::Object(fields) = set else {
+        panic!("test_client: `set` must be a JSON object");
+    };
+    v.as_object_mut().unwrap().extend(fields);
+    serde_json::from_value(v).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -225,20 +225,16 @@ mod tests {
                 "training_share": 0.456, "inference_active": true, "board_requests_open": 2}"#,
         )
         .unwrap();
-        let client = |id: u64, class: &str, p99: Option<f64>| -> ClientSnapshot {
-            serde_json::from_value(serde_json::json!({
-                "id": id, "pid": id, "uid": 0, "exe": "/x", "cgroup": "/", "class": class,
-                "class_claimed": "auto", "class_reason": "r", "gpu": "GPU-1", "connected_s": 1.0,
-                "launches": 0, "launches_ex": 0, "graph_launches": 0, "graph_kernels": 0,
-                "launch_rate_hz": 0.0, "records": 0, "dropped": 0, "bad_records": 0,
-                "ring_detached": false, "bytes_allocated": 0, "allocs": 0, "frees": 0,
-                "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0, "gate_waits": 0,
-                "gate_timeouts": 0, "top_kernels": [],
-                "sched": {"backlog_ns": 0, "gate_open": true, "requests": 2, "p50_ms": null,
-                          "p99_ms": p99, "slo_p99_target_ms": null, "train_share": 0.0,
-                          "latency_buckets": [], "latency_sum_ns": 0}
-            }))
-            .unwrap()
+        let client = |id: u64, class: &str, p99: Option<f64>| {
+            crate::state::test_client(
+                id,
+                serde_json::json!({
+                    "pid": id, "class": class, "gpu": "GPU-1",
+                    "sched": {"backlog_ns": 0, "gate_open": true, "requests": 2, "p50_ms": null,
+                              "p99_ms": p99, "slo_p99_target_ms": null, "train_share": 0.0,
+                              "latency_buckets": [], "latency_sum_ns": 0}
+                }),
+            )
         };
         let cs = [
             client(1, "inference", Some(12.34)),

@@ -165,6 +165,33 @@ pub fn of_job<'a>(
     v
 }
 
+/// Whether any of the job's clients is still listed live although its
+/// process is gone: the coordinator has not yet noticed the hang-up, and its
+/// counts miss what the ring still holds (its last drain comes at reclaim).
+fn departing<'a>(
+    live_of_job: impl IntoIterator<Item = &'a ClientSnapshot>,
+    alive: impl Fn(u32) -> bool,
+) -> bool {
+    live_of_job.into_iter().any(|c| !alive(c.pid))
+}
+
+/// The stats after the job exited: wait (at most `FINAL_WAIT`) until the
+/// coordinator has reclaimed every client of the job whose process is gone,
+/// so that their rows count everything they reported.
+fn final_snapshot(stats: &Path, pid: u32, before: u64) -> Result<crate::state::Snapshot, String> {
+    const FINAL_WAIT: Duration = Duration::from_secs(3);
+    let alive = |p: u32| Path::new(&format!("/proc/{p}")).exists();
+    let until = Instant::now() + FINAL_WAIT;
+    loop {
+        let s = client::snapshot(stats, client::TIMEOUT)?;
+        let live_of_job = of_job(s.clients.iter(), pid, before);
+        if !departing(live_of_job, alive) || Instant::now() >= until {
+            return Ok(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `tandemctl run`; returns the exit code (the job's, or 1/2 for our errors).
 pub fn run(socket: &Path, args: &Args) -> u8 {
     match run_inner(socket, args) {
@@ -215,7 +242,7 @@ fn run_inner(socket: &Path, args: &Args) -> Result<u8, String> {
     let pid = job.id();
     let status = job.wait().map_err(|e| format!("waiting for the job: {e}"));
     // The job's final lines: it has left, so look among departed clients too.
-    match client::snapshot(&stats, client::TIMEOUT) {
+    match final_snapshot(&stats, pid, before) {
         Ok(s) => {
             let mine = of_job(s.clients.iter().chain(&s.departed), pid, before);
             if mine.is_empty() {
@@ -288,6 +315,27 @@ mod tests {
         assert!(parse(&["--class", "fast", "--", "x"]).is_err());
         assert!(parse(&["--"]).is_err());
         assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn the_final_rows_wait_for_clients_whose_process_is_gone() {
+        use crate::state::test_client;
+        let job = test_client(5, serde_json::json!({"pid": 100}));
+        let child = test_client(6, serde_json::json!({"pid": 101, "ancestors": [100]}));
+        let both = [job.clone(), child.clone()];
+        // Everyone still running: nothing to wait for.
+        assert!(!departing(&both, |_| true));
+        // The job exited but tandemd still lists it live: wait.
+        assert!(departing(&both, |p| p != 100));
+        // A child that outlives the job is not waited for.
+        assert!(!departing([&child], |p| p != 100));
+        // The job itself is found among the live rows by pid or ancestry.
+        let live = of_job(both.iter(), 100, 4);
+        assert_eq!(live.len(), 2);
+        assert!(
+            of_job(both.iter(), 100, 6).is_empty(),
+            "registered before the job"
+        );
     }
 
     #[test]
