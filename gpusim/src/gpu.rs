@@ -538,6 +538,21 @@ impl Gpu {
     }
 }
 
+/// `x.round()` as whole nanoseconds, for `0 <= x < 2^53`: the same value
+/// as `f64::round` (half away from zero) without its libm call, which the
+/// engine makes for every cohort. `x - t` is exact there (`t` is `x`'s
+/// integer part), so the comparison is too.
+#[inline]
+fn round_ns(x: f64) -> Ns {
+    debug_assert!((0.0..9_007_199_254_740_992.0).contains(&x), "{x}");
+    let t = x as Ns;
+    if x - t as f64 >= 0.5 {
+        t + 1
+    } else {
+        t
+    }
+}
+
 #[cfg(test)]
 #[path = "gpu_tests.rs"]
 mod tests;

@@ -453,3 +453,29 @@ fn a_masked_kernel_leaves_the_rest_of_the_sms_to_other_clients() {
     // Training on 100 of 132 SMs: 2640 blocks in 27 waves of 100 us.
     assert_eq!(train_masked, 27 * 100 * US);
 }
+
+#[test]
+fn round_ns_is_f64_round_on_the_engines_range() {
+    let mut x = 0.0f64;
+    for v in [
+        0.0,
+        0.25,
+        0.5,
+        0.49999999999999994,
+        1.5,
+        2.5,
+        1e6 + 0.5,
+        4.5e15 + 0.5,
+    ] {
+        assert_eq!(super::round_ns(v), v.round() as Ns, "{v}");
+    }
+    let mut r = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..100_000 {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        x = (r >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((r % 13) as i32);
+        assert_eq!(super::round_ns(x), x.round() as Ns, "{x}");
+    }
+    assert!(x >= 0.0);
+}

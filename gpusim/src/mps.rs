@@ -72,10 +72,27 @@ pub fn allocate_into(
     order: &mut Vec<usize>,
 ) {
     got.clear();
+    if let [c] = cands {
+        // One candidate (most calls): whichever the policy, it gets what
+        // it wants of what is free.
+        got.push(c.want.min(free));
+        order.clear();
+        return;
+    }
     got.resize(cands.len(), 0);
     order.clear();
     order.extend((0..cands.len()).filter(|&i| cands[i].want > 0));
-    order.sort_unstable_by_key(|&i| (cands[i].priority, cands[i].seq));
+    // Almost every call has one or two candidates: skip the sort's call.
+    let key = |i: usize| (cands[i].priority, cands[i].seq);
+    match order.len() {
+        0 | 1 => {}
+        2 => {
+            if key(order[1]) < key(order[0]) {
+                order.swap(0, 1);
+            }
+        }
+        _ => order.sort_unstable_by_key(|&i| key(i)),
+    }
     let mut left = free;
     let mut start = 0;
     while start < order.len() && left > 0 {

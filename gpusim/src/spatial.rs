@@ -96,6 +96,8 @@ pub struct Spatial {
     inflight: u32,
     last_inference: Option<Ns>,
     widths: VecDeque<u32>,
+    /// `widths`, sorted (kept so as each launch comes, for [`Spatial::reserve`]).
+    sorted: Vec<u32>,
     seq: u64,
     /// Training launches that carried a mask (statistics).
     pub masked_launches: u64,
@@ -112,6 +114,7 @@ impl Spatial {
             inflight: 0,
             last_inference: None,
             widths: VecDeque::new(),
+            sorted: Vec::new(),
             seq: 0,
             masked_launches: 0,
         }
@@ -135,11 +138,10 @@ impl Spatial {
     pub fn reserve(&self) -> u32 {
         let max = ((f64::from(self.sms) * self.cfg.max_reserve_share) as u32).max(1);
         let min = self.cfg.min_reserve.min(max);
-        if self.widths.is_empty() {
+        if self.sorted.is_empty() {
             return min;
         }
-        let mut w: Vec<u32> = self.widths.iter().copied().collect();
-        w.sort_unstable();
+        let w = &self.sorted;
         let i = ((w.len() - 1) as f64 * self.cfg.quantile).round() as usize;
         let r = w[i.min(w.len() - 1)].div_ceil(2) * 2;
         r.clamp(min, max)
@@ -169,9 +171,14 @@ impl TandemSide for Spatial {
             .div_ceil(u64::from(k.blocks_per_sm.max(1)))
             .min(u64::from(self.sms)) as u32;
         if self.widths.len() == self.cfg.window.max(1) {
-            self.widths.pop_front();
+            if let Some(old) = self.widths.pop_front() {
+                let at = self.sorted.partition_point(|&x| x < old);
+                self.sorted.remove(at);
+            }
         }
         self.widths.push_back(width);
+        let at = self.sorted.partition_point(|&x| x < width);
+        self.sorted.insert(at, width);
         self.inflight += 1;
         self.last_inference = Some(now);
         self.seq += 1;

@@ -173,7 +173,7 @@ pub fn run(
         let tg = w.gpu.next_time();
         let tt = w.tandem.next_wake();
         let th = w.heap.peek().map(|r| r.0 .0);
-        let Some(t) = [tg, tt, th].into_iter().flatten().min() else {
+        let Some(t) = min_opt(min_opt(tg, tt), th) else {
             break;
         };
         if t > end || (t >= w.arrivals_end && w.inference_drained() && w.training_past_window()) {
@@ -202,6 +202,16 @@ pub fn run(
         .map(|(s, st)| outcome(s, st, START_NS, w0, w1, last.min(end)))
         .collect();
     (outs, w.gpu.switches())
+}
+
+/// The earlier of two times, either of which may be absent.
+#[inline]
+fn min_opt(a: Option<Ns>, b: Option<Ns>) -> Option<Ns> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
 }
 
 impl World<'_> {

@@ -2,7 +2,7 @@
 //! lock-step cohorts (blocks drift apart; MPS never preempts) and
 //! suspending a context's blocks at the end of its slice (time-slicing).
 
-use super::{Gpu, Ns};
+use super::{round_ns, Gpu, Ns};
 
 impl Gpu {
     /// Ready kernels `waiting` found no free SM: the cohorts of other
@@ -32,7 +32,7 @@ impl Gpu {
                 };
                 sms_left -= sms;
                 blocks_left -= blocks;
-                let end = now + (d * (f64::from(i) + 0.5) / f64::from(n)).round().max(1.0) as Ns;
+                let end = now + round_ns(d * (f64::from(i) + 0.5) / f64::from(n)).max(1);
                 self.add_cohort(end, c.kernel, sms, blocks, true);
             }
         }
