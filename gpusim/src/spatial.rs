@@ -279,6 +279,29 @@ mod tests {
         assert_eq!(s.reserve(), 33, "at most a quarter of the GPU");
     }
 
+    #[test]
+    fn the_reserve_is_the_quantile_of_the_last_window_of_widths() {
+        // The sorted copy kept as launches come must drop the widths that
+        // leave the window: compare with sorting the window afresh.
+        let cfg = SpatialCfg {
+            window: 5,
+            min_reserve: 1,
+            max_reserve_share: 1.0,
+            ..SpatialCfg::default()
+        };
+        let mut s = Spatial::new(132, cfg.clone());
+        s.register(0, 0, Class::Inference);
+        let widths = [40u32, 2, 90, 90, 7, 61, 3, 3, 120, 18, 55, 40, 9];
+        for (n, &w) in widths.iter().enumerate() {
+            s.after_launch(0, 0, &kernel(w, 1));
+            let mut last: Vec<u32> = widths[(n + 1).saturating_sub(5)..=n].to_vec();
+            last.sort_unstable();
+            let i = ((last.len() - 1) as f64 * cfg.quantile).round() as usize;
+            let want = (last[i].div_ceil(2) * 2).clamp(1, 132);
+            assert_eq!(s.reserve(), want, "after {n}: window {last:?}");
+        }
+    }
+
     /// In the matrix, on an H100 pair where MPS + priority leaves the
     /// inference p99 at 1.12x (BERT beside GPT-2 training), the candidate
     /// lowers it: the mask gives inference's kernels SMs that training's
