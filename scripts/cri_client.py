@@ -149,6 +149,21 @@ def container_config(ctr):
     return out + field_str(11, ctr.get("log_path", ""))
 
 
+def container_status(response):
+    """The state, exit code, reason and message of a ContainerStatusResponse:
+    status 1 (state 3, exit_code 7, reason 10, message 11)."""
+    st = fields(first(fields(response), 1, b""))
+    exit_code = first(st, 7, 0)
+    if exit_code >= 1 << 31:  # int32, sign-extended to 64 bits on the wire
+        exit_code -= 1 << 64
+    return {
+        "state": first(st, 3, 0),
+        "exit_code": exit_code,
+        "reason": first(st, 10, b"").decode(),
+        "message": first(st, 11, b"").decode(),
+    }
+
+
 # --- the calls ------------------------------------------------------------
 
 
@@ -180,17 +195,7 @@ class Runtime:
         self.call("StartContainer", field_str(1, cid))
 
     def status(self, cid):
-        # ContainerStatusResponse: status 1 (state 3, exit_code 7, reason 10, message 11)
-        st = fields(first(fields(self.call("ContainerStatus", field_str(1, cid))), 1, b""))
-        exit_code = first(st, 7, 0)
-        if exit_code >= 1 << 31:  # int32, sign-extended to 64 bits on the wire
-            exit_code -= 1 << 64
-        return {
-            "state": first(st, 3, 0),
-            "exit_code": exit_code,
-            "reason": first(st, 10, b"").decode(),
-            "message": first(st, 11, b"").decode(),
-        }
+        return container_status(self.call("ContainerStatus", field_str(1, cid)))
 
     def wait(self, cid, seconds):
         end = time.monotonic() + seconds
