@@ -99,12 +99,17 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
     // Mark sequence number -> launches before it.
     let mut marks: HashMap<u64, usize> = HashMap::new();
     let mut drained = 0usize;
-    let mut drain_ts: Option<u64> = None;
-    let mut point = |n: usize, ts: u64, drained: &mut usize, drain_ts: &mut Option<u64>| {
+    // The last drain point: its time and whether a mark's.
+    let mut drain_ts: Option<(u64, bool)> = None;
+    let mut point = |n: usize,
+                     ts: u64,
+                     by_mark: bool,
+                     drained: &mut usize,
+                     drain_ts: &mut Option<(u64, bool)>| {
         if n < *drained {
             return;
         }
-        if let Some(start) = *drain_ts {
+        if let Some((start, _)) = *drain_ts {
             if n > *drained && ts > start {
                 segs.push(Segment {
                     a: *drained,
@@ -115,7 +120,10 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
             }
         }
         *drained = n;
-        *drain_ts = Some(drain_ts.map_or(ts, |d| d.max(ts)));
+        *drain_ts = Some(match *drain_ts {
+            Some((d, m)) if d > ts => (d, m),
+            _ => (ts, by_mark),
+        });
     };
     for r in records {
         match EventKind::from_raw(r.kind) {
@@ -125,11 +133,11 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
             }
             Some(EventKind::MARK_DONE) => {
                 if let Some(n) = marks.remove(&r.func_id) {
-                    point(n, r.ts_ns, &mut drained, &mut drain_ts);
+                    point(n, r.ts_ns, true, &mut drained, &mut drain_ts);
                 }
             }
             Some(EventKind::SYNC_END) => {
-                point(launches.len(), r.ts_ns, &mut drained, &mut drain_ts)
+                point(launches.len(), r.ts_ns, false, &mut drained, &mut drain_ts);
             }
             _ => {}
         }
@@ -151,51 +159,35 @@ pub fn fit(records: &[Record]) -> Fitted {
         })
         .collect();
     // Start: each segment's time shared evenly among its launches.
-    let mut d = vec![0f64; index.len()];
+    let mut d0 = vec![0f64; index.len()];
     let mut n = vec![0f64; index.len()];
     for s in &segs {
         let each = (s.end - s.start.max(launches[s.a].0)) as f64 / (s.b - s.a) as f64;
         for &k in &kernel[s.a..s.b] {
-            d[k] += each;
+            d0[k] += each;
             n[k] += 1.0;
         }
     }
-    for (x, c) in d.iter_mut().zip(&n) {
+    for (x, c) in d0.iter_mut().zip(&n) {
         if *c > 0.0 {
             *x /= c;
         }
     }
-    let mut num = vec![0f64; d.len()];
-    let mut den = vec![0f64; d.len()];
-    for _ in 0..ROUNDS {
-        num.iter_mut().for_each(|x| *x = 0.0);
-        den.iter_mut().for_each(|x| *x = 0.0);
-        for s in &segs {
-            // The last busy run: the launches after the GPU last went idle.
-            let (mut c, mut run, mut run_start) = (s.start as f64, s.a, s.start as f64);
-            for i in s.a..s.b {
-                let t = launches[i].0 as f64;
-                if t >= c {
-                    run = i;
-                    run_start = t;
-                }
-                c = c.max(t) + d[kernel[i]];
-            }
-            let measured = s.end as f64 - run_start;
-            let sum: f64 = kernel[run..s.b].iter().map(|&k| d[k]).sum();
-            if measured <= 0.0 || sum <= 0.0 {
-                continue;
-            }
-            for &k in &kernel[run..s.b] {
-                num[k] += d[k] * measured / sum;
-                den[k] += 1.0;
-            }
-        }
-        for k in 0..d.len() {
-            if den[k] > 0.0 {
-                d[k] = num[k] / den[k];
-            }
-        }
+    let times: Vec<f64> = launches.iter().map(|l| l.0 as f64).collect();
+    let (mut d, _) = rounds(&segs, &times, &kernel, d0);
+    // The scale from the syncs alone: the shim sees a mark's completion
+    // late by its poll interval or more (its watcher thread must run), a
+    // sync's at once; the median factor over the segments from one sync to
+    // the next corrects the marks' durations as a whole.
+    let syncs = sync_segments(records);
+    let mut factors: Vec<f64> = syncs
+        .iter()
+        .filter_map(|s| factor(s, &times, &kernel, &d))
+        .collect();
+    if !factors.is_empty() {
+        factors.sort_by(f64::total_cmp);
+        let x = factors[(factors.len() - 1) / 2];
+        d.iter_mut().for_each(|v| *v *= x);
     }
     let mut fitted = Fitted::default();
     let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
@@ -212,4 +204,93 @@ pub fn fit(records: &[Record]) -> Fitted {
         .map(|(f, (sum, c))| (f, (sum / c).round() as u64))
         .collect();
     fitted
+}
+
+/// [`ROUNDS`] of the fit from `d`; the durations and the sum of squared misses of the segments' ends.
+///
+/// A segment's simulated end with its kernels' durations scaled by `x` is
+/// the latest of `start + x * S(a)` and, for each launch `i`, `t(i) + x *
+/// S(i)` (`S(i)`: the durations from launch `i` to the segment's end): a
+/// maximum of lines rising in `x`, which first reaches the measured end at
+/// the least of the lines' own solutions. Each kernel's share of the
+/// segment is its duration times that `x`; its new duration the mean of
+/// its shares.
+fn rounds(segs: &[Segment], times: &[f64], kernel: &[usize], mut d: Vec<f64>) -> (Vec<f64>, f64) {
+    let mut num = vec![0f64; d.len()];
+    let mut den = vec![0f64; d.len()];
+    let mut sse = 0.0;
+    for _ in 0..ROUNDS {
+        num.iter_mut().for_each(|x| *x = 0.0);
+        den.iter_mut().for_each(|x| *x = 0.0);
+        sse = 0.0;
+        for s in segs {
+            let Some(x) = factor(s, times, kernel, &d) else {
+                continue;
+            };
+            let sim = simulated_end(s, times, kernel, &d);
+            sse += (sim - s.end as f64) * (sim - s.end as f64);
+            for &k in &kernel[s.a..s.b] {
+                num[k] += d[k] * x;
+                den[k] += 1.0;
+            }
+        }
+        for k in 0..d.len() {
+            if den[k] > 0.0 {
+                d[k] = num[k] / den[k];
+            }
+        }
+    }
+    (d, sse)
+}
+
+/// The factor by which `d`'s durations of `s`'s launches must be scaled for
+/// its simulated end to be its measured end (see [`rounds`]), if positive.
+fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> Option<f64> {
+    let end = s.end as f64;
+    let (mut suffix, mut x) = (0.0, f64::INFINITY);
+    for i in (s.a..s.b).rev() {
+        suffix += d[kernel[i]];
+        if suffix > 0.0 {
+            x = x.min((end - times[i]) / suffix);
+        }
+    }
+    if suffix > 0.0 {
+        x = x.min((end - s.start as f64) / suffix);
+    }
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// When `s`'s launches would have completed with durations `d`.
+fn simulated_end(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> f64 {
+    let mut c = s.start as f64;
+    for i in s.a..s.b {
+        c = c.max(times[i]) + d[kernel[i]];
+    }
+    c
+}
+
+/// The segments from one sync's return to the next (marks ignored).
+fn sync_segments(records: &[Record]) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let (mut n, mut prev): (usize, Option<(u64, usize)>) = (0, None);
+    for r in records {
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => n += 1,
+            Some(EventKind::SYNC_END) => {
+                if let Some((start, a)) = prev {
+                    if n > a && r.ts_ns > start {
+                        out.push(Segment {
+                            a,
+                            b: n,
+                            start,
+                            end: r.ts_ns,
+                        });
+                    }
+                }
+                prev = Some((r.ts_ns, n));
+            }
+            _ => {}
+        }
+    }
+    out
 }

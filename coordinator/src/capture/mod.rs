@@ -21,20 +21,25 @@
 //! returned (SYNC_END). Each such drain point ends a *segment*: the launches
 //! since the previous drain point, which all completed by then. The GPU runs
 //! a stream's work in order, so a launch completes at `max(its launch time,
-//! the previous completion) + its duration`, and a segment's end is decided
-//! by its last *busy run* (the launches after the GPU last went idle). The
-//! durations are fitted per kernel (function, grid, block) by an
-//! expectation-maximisation over every segment in the window: with the
-//! current durations each segment's last busy run is found, its measured
-//! length (the drain point minus the run's start) is shared among its
-//! launches in proportion to their current durations, and each kernel's
-//! duration becomes the mean of its shares; 30 rounds. A kernel no segment
-//! measured takes the mean of its function's measured kernels, else 1 ns
-//! (the format's least), and the trace's `notes` say how many were
-//! estimated so. The resolution is the shim's poll of its marks (about
-//! 200 us): kernels much shorter than that are measured only where they
-//! queue back to back (a GPU-bound job), not one by one in a launch-bound
-//! job, whose isolated kernels each look about a poll interval long.
+//! the previous completion) + its duration`: with its kernels' durations
+//! scaled by `x`, a segment's end is the latest of `start + x * S(first)`
+//! and `t(i) + x * S(i)` over its launches `i` (`S(i)`: the durations from
+//! `i` to its end), so the `x` that puts it at its measured end is the
+//! least of those lines' own solutions (idle gaps between launches are not
+//! counted as kernel time). The durations, per kernel (function, grid,
+//! block), are fitted over every segment in the window: each round scales
+//! each segment's kernels by its `x` and takes each kernel's mean, 30
+//! rounds. The shim sees a mark's completion late (it polls every 200 us,
+//! and its watcher thread must be scheduled), a sync's return at once: the
+//! marks give the durations' proportions, and the median `x` over the
+//! segments from one sync to the next (marks ignored) their scale, when the
+//! job syncs. A kernel no segment measured takes the mean of its function's
+//! measured kernels, else 1 ns (the format's least), and the trace's
+//! `notes` say how many were estimated so. The resolution is the marks':
+//! kernels much shorter than the poll interval are told apart only where
+//! the marks fall between them differently (a GPU-bound job), not one by
+//! one in a launch-bound job, where each isolated marked kernel looks about
+//! a poll interval long (the syncs still give the scale).
 //!
 //! tandemd asks the shim for marks only of training clients for its own
 //! use (`[scheduler] mark_every_ns`); with capture on, clients the
