@@ -211,3 +211,98 @@ fn trace_errors_name_the_unknown_id_and_what_is_missing() {
     assert_eq!(r.status, 400, "{}", r.body);
     host.wait_exit(Duration::from_secs(30));
 }
+
+/// The model's rows for every pair of `device`'s matrix that holds `job`,
+/// with `job`'s trace from `dir` (`<job>.json`) or the synthetic one.
+fn rows(
+    device: tandem_gpusim::matrix::Device,
+    params: &Params,
+    job: &str,
+    dir: Option<&std::path::Path>,
+) -> Vec<tandem_gpusim::matrix::Row> {
+    let mut m = tandem_gpusim::matrix::MatrixCfg::full(device, params.clone());
+    m.pairs.retain(|(i, t)| i == job || t == job);
+    m.seeds = vec![1];
+    m.warmup_ns = 500_000_000;
+    m.window_ns = 5_000_000_000;
+    m.min_requests = 300;
+    m.max_window_ns = 10_000_000_000;
+    tandem_gpusim::matrix::run_matrix(&m, dir).expect("the matrix runs")
+}
+
+/// The stretch of issue 25's acceptance: the prediction from the captured
+/// trace within 5% of the one from the source, on every pair of the model's
+/// matrix that holds the captured job (each job's set: the H100's for the
+/// ResNet50 step, the A100's for the BERT request). Slow (the model's cells:
+/// about 2.5 minutes), and NOT met yet: on 2026-11-26 the p99 ratios
+/// differed by up to 97% (MPS modes) and the training kept by up to 20%.
+/// The ring carries no occupancy (`blocks_per_sm`), registers, static
+/// shared memory or DRAM traffic, which the model's co-residence and
+/// bandwidth sharing use, and the capture averages each kernel's duration
+/// over its launches. Run it with `cargo test -p tandem-e2e --test
+/// trace_capture -- --ignored --nocapture`.
+#[test]
+#[ignore = "slow, and fails today: captured traces lack the footprint the model uses (see the doc comment)"]
+fn predictions_from_captured_traces_match_those_from_their_sources() {
+    use tandem_gpusim::matrix::Device;
+    let dir = TestDir::new("trace-predict");
+    let d = Tandemd::start(&dir);
+    let cases = [
+        (
+            Device::H100,
+            Params::calibrated(),
+            synthetic::resnet50_training(&Params::calibrated()),
+            "training",
+            "0",
+        ),
+        (
+            Device::A100,
+            Params::a100(),
+            tandem_gpusim::synthetic_a100::bert_ort(&Params::a100()),
+            "inference",
+            "5000",
+        ),
+    ];
+    let mut worst: f64 = 0.0;
+    for (device, params, source, class, quiet) in cases {
+        let mut captured = round_trip(&dir, &d, &source, class, quiet, "4", Duration::from_secs(3));
+        captured.job = source.job.clone();
+        let traces = dir.path().join(format!("traces-{}", source.job));
+        std::fs::create_dir_all(&traces).expect("mkdir");
+        std::fs::write(
+            traces.join(format!("{}.json", source.job)),
+            captured.to_json(),
+        )
+        .expect("write");
+        let from_source = rows(device, &params, &source.job, None);
+        let from_capture = rows(device, &params, &source.job, Some(&traces));
+        for (a, b) in from_source.iter().zip(&from_capture) {
+            let rel = |x: Option<f64>, y: Option<f64>| match (x, y) {
+                (Some(x), Some(y)) if x > 0.0 => (y / x - 1.0).abs(),
+                _ => 0.0,
+            };
+            let (dp, dt) = (
+                rel(a.p99_ratio, b.p99_ratio),
+                rel(a.train_fraction, b.train_fraction),
+            );
+            eprintln!(
+                "{} + {} {:<15} p99 ratio {:?} vs {:?} ({:+.1}%), training kept {:?} vs {:?} ({:+.1}%)",
+                a.inference,
+                a.training,
+                a.mode,
+                a.p99_ratio,
+                b.p99_ratio,
+                dp * 100.0,
+                a.train_fraction,
+                b.train_fraction,
+                dt * 100.0
+            );
+            worst = worst.max(dp).max(dt);
+        }
+    }
+    assert!(
+        worst <= 0.05,
+        "a prediction from a captured trace is {:.1}% from the source's",
+        worst * 100.0
+    );
+}
