@@ -532,6 +532,11 @@ mod tests {
 
     #[test]
     fn routes() {
+        assert_eq!(
+            route(b"GET /trace?id=3&seconds=5 HTTP/1.1"),
+            Route::Trace("id=3&seconds=5".into())
+        );
+        assert_eq!(route(b"GET /trace HTTP/1.1"), Route::Trace(String::new()));
         assert_eq!(route(b"GET /stats HTTP/1.1\r\nHost: x"), Route::Stats);
         assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0"), Route::Metrics);
         assert_eq!(

@@ -122,3 +122,26 @@ pub fn trace_json(shared: &Shared, id: u64, seconds: u64) -> Result<String, Refu
     let trace = build(&src, &records, |f| names.get(&f).cloned()).map_err(|m| refused(409, m.0))?;
     Ok(trace.to_json() + "\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_names_a_client_and_a_bounded_look_back() {
+        assert_eq!(parse_query("id=3"), Ok((3, DEFAULT_SECONDS)));
+        assert_eq!(parse_query("seconds=30&id=7"), Ok((7, 30)));
+        for (q, want) in [
+            ("", "needs id=N"),
+            ("id=x", "not a client id"),
+            ("id=1&seconds=0", "from 1 to 600"),
+            ("id=1&seconds=601", "from 1 to 600"),
+            ("id=1&gpu=2", "unknown parameter \"gpu\""),
+        ] {
+            let e = parse_query(q).expect_err(q);
+            assert_eq!(e.status, 400, "{q}");
+            assert!(e.message.contains(want), "{q}: {}", e.message);
+            assert!(!e.message.contains('\n'), "one line: {q}");
+        }
+    }
+}
