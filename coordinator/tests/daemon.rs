@@ -852,15 +852,33 @@ fn auto_is_inference_until_a_training_kernel_shows() {
 }
 
 #[test]
+fn with_capture_off_inference_clients_are_asked_for_no_marks() {
+    let d = Tandemd::start("marks-capture-off", Some("[trace]\nwindow = 0\n"));
+    let serve = Peer::connect(&d.socket, ClientClass::Inference);
+    assert_eq!(serve.welcome.class, ClientClass::Inference);
+    assert_eq!(serve.control().mark_every_ns(), 0);
+    let r = client::http_get(
+        &d.stats,
+        &format!("/trace?id={}", serve.id()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("capture is off"), "{}", r.body);
+}
+
+#[test]
 fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     let d = Tandemd::start("marks", None);
     let mut train = Peer::connect(&d.socket, ClientClass::Training);
     let serve = Peer::connect(&d.socket, ClientClass::Inference);
     assert_eq!(train.welcome.class, ClientClass::Training);
     assert_eq!(serve.welcome.class, ClientClass::Inference);
-    // Set at registration, before the Welcome: no waiting needed.
+    // Set at registration, before the Welcome: no waiting needed. The
+    // scheduler asks none of inference; the capture (`tandemctl trace`,
+    // `[trace] mark_every_ns`) asks it for one every millisecond.
     assert_eq!(train.control().mark_every_ns(), 500_000);
-    assert_eq!(serve.control().mark_every_ns(), 0);
+    assert_eq!(serve.control().mark_every_ns(), 1_000_000);
     // What the shim does: launches, a mark after them, its completion; the
     // control block's counters.
     train.launches(3, 0x42);
@@ -886,7 +904,8 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
             .map(|s| s.mark_every_ns),
         Some(0)
     );
-    // Made inference by the operator: no more marks.
+    // Made inference by the operator: no more of the scheduler's marks,
+    // the capture's instead.
     let (status, msg) = client::control(
         &d.socket,
         ControlOp::SetClass,
@@ -896,7 +915,7 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     )
     .unwrap();
     assert_eq!(status, 0, "{msg}");
-    assert_eq!(train.control().mark_every_ns(), 0);
+    assert_eq!(train.control().mark_every_ns(), 1_000_000);
     let r = client::http_get(&d.stats, "/metrics", Duration::from_secs(5)).unwrap();
     let ex = tandem_e2e::coord::parse_prometheus(&r.body)
         .unwrap_or_else(|e| panic!("bad Prometheus text: {e}\n{}", r.body));
