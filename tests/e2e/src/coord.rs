@@ -103,19 +103,6 @@ pub fn default_config() -> &'static str {
     })
 }
 
-/// `config` (the default, or one derived from it) without the completion
-/// marks the capture asks of clients the scheduler asks none of (`[trace]
-/// mark_every_ns = 0`); panics if the default's line is not there.
-#[track_caller]
-pub fn without_capture_marks(config: &str) -> String {
-    let off = config.replacen("\nmark_every_ns = 1000000\n", "\nmark_every_ns = 0\n", 1);
-    assert_ne!(
-        off, config,
-        "the config sets the default [trace] mark_every_ns"
-    );
-    off
-}
-
 /// `config` (the default, or one derived from it) with completion marks
 /// turned off: `[scheduler] mark_every_ns = 0` and `[trace] mark_every_ns =
 /// 0` (the capture's, asked of clients the scheduler asks none of) in place

@@ -83,14 +83,7 @@ fn sixteen_clients_counts_match_each_clients_own_count() {
     const N: usize = 16;
     const COUNT: u64 = 6000; // < the default ring capacity (32768): no drop is possible
     let dir = TestDir::new("sixteen");
-    // No completion marks: the launchers are inference clients, which the
-    // capture asks for a mark every millisecond, and a MARK_DONE the shim's
-    // watcher pushes while the launching thread pushes can be a counted
-    // drop, which this test rules out (it saw 1 in 8,714 records).
-    let d = Tandemd::start_with_config(
-        &dir,
-        &tandem_e2e::coord::without_capture_marks(tandem_e2e::coord::default_config()),
-    );
+    let d = Tandemd::start(&dir);
     let count = COUNT.to_string();
     let mut ls = spawn_launchers(
         d.socket(),
