@@ -852,8 +852,17 @@ fn auto_is_inference_until_a_training_kernel_shows() {
 }
 
 #[test]
-fn with_capture_off_inference_clients_are_asked_for_no_marks() {
-    let d = Tandemd::start("marks-capture-off", Some("[trace]\nwindow = 0\n"));
+fn capture_marks_reach_inference_clients_only_while_capture_is_on() {
+    let on = "[trace]\nmark_every_ns = 1000000\n";
+    let d = Tandemd::start("marks-capture-on", Some(on));
+    let serve = Peer::connect(&d.socket, ClientClass::Inference);
+    let train = Peer::connect(&d.socket, ClientClass::Training);
+    assert_eq!(serve.control().mark_every_ns(), 1_000_000);
+    assert_eq!(train.control().mark_every_ns(), 500_000, "the scheduler's");
+    let d = Tandemd::start(
+        "marks-capture-off",
+        Some("[trace]\nwindow = 0\nmark_every_ns = 1000000\n"),
+    );
     let serve = Peer::connect(&d.socket, ClientClass::Inference);
     assert_eq!(serve.welcome.class, ClientClass::Inference);
     assert_eq!(serve.control().mark_every_ns(), 0);
@@ -874,11 +883,9 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     let serve = Peer::connect(&d.socket, ClientClass::Inference);
     assert_eq!(train.welcome.class, ClientClass::Training);
     assert_eq!(serve.welcome.class, ClientClass::Inference);
-    // Set at registration, before the Welcome: no waiting needed. The
-    // scheduler asks none of inference; the capture (`tandemctl trace`,
-    // `[trace] mark_every_ns`) asks it for one every millisecond.
+    // Set at registration, before the Welcome: no waiting needed.
     assert_eq!(train.control().mark_every_ns(), 500_000);
-    assert_eq!(serve.control().mark_every_ns(), 1_000_000);
+    assert_eq!(serve.control().mark_every_ns(), 0);
     // What the shim does: launches, a mark after them, its completion; the
     // control block's counters.
     train.launches(3, 0x42);
@@ -904,8 +911,7 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
             .map(|s| s.mark_every_ns),
         Some(0)
     );
-    // Made inference by the operator: no more of the scheduler's marks,
-    // the capture's instead.
+    // Made inference by the operator: no more marks.
     let (status, msg) = client::control(
         &d.socket,
         ControlOp::SetClass,
@@ -915,7 +921,7 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     )
     .unwrap();
     assert_eq!(status, 0, "{msg}");
-    assert_eq!(train.control().mark_every_ns(), 1_000_000);
+    assert_eq!(train.control().mark_every_ns(), 0);
     let r = client::http_get(&d.stats, "/metrics", Duration::from_secs(5)).unwrap();
     let ex = tandem_e2e::coord::parse_prometheus(&r.body)
         .unwrap_or_else(|e| panic!("bad Prometheus text: {e}\n{}", r.body));

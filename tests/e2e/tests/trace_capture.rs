@@ -134,6 +134,19 @@ fn check(source: &Trace, captured: &Trace) {
     assert_eq!(a, b, "the captured kernels are the source's, by name");
 }
 
+/// The default configuration with `[trace] mark_every_ns = 1000000`: the
+/// inference job's kernels measured by marks, not only their sum by syncs.
+fn with_inference_marks() -> String {
+    let d = tandem_e2e::coord::default_config();
+    let c = d.replacen(
+        "\n[trace]\nwindow = 32768\nmark_every_ns = 0\n",
+        "\n[trace]\nwindow = 32768\nmark_every_ns = 1000000\n",
+        1,
+    );
+    assert_ne!(c, d, "the default config's [trace] table");
+    c
+}
+
 #[test]
 fn a_replayed_training_step_is_captured_with_its_kernels_and_kernel_time() {
     let dir = TestDir::new("trace-train");
@@ -154,12 +167,7 @@ fn a_replayed_training_step_is_captured_with_its_kernels_and_kernel_time() {
 #[test]
 fn a_replayed_inference_request_is_captured_with_its_kernels_and_kernel_time() {
     let dir = TestDir::new("trace-infer");
-    let mut d = Tandemd::spawn_with_env(
-        &dir,
-        tandem_e2e::coord::default_config(),
-        &[("TANDEM_TRACE_DUMP", std::path::Path::new("/tmp/tdump"))],
-    );
-    d.wait_ready();
+    let d = Tandemd::start_with_config(&dir, &with_inference_marks());
     // BERT on ONNX Runtime on the A100: GPU-bound (its kernels queue back to
     // back), as the marks can measure (the module docs of tandemd's capture
     // say why a launch-bound job's short kernels are not).
@@ -246,7 +254,7 @@ fn rows(
 fn predictions_from_captured_traces_match_those_from_their_sources() {
     use tandem_gpusim::matrix::Device;
     let dir = TestDir::new("trace-predict");
-    let d = Tandemd::start(&dir);
+    let d = Tandemd::start_with_config(&dir, &with_inference_marks());
     let cases = [
         (
             Device::H100,
