@@ -147,6 +147,8 @@ pub struct Client {
     /// after it got a read-only board is owed a writable one
     /// ([`Registry::take_owed_boards`]).
     pub(crate) board_sent: Option<bool>,
+    /// Its recent records for `tandemctl trace` (empty when capture is off).
+    pub capture: crate::capture::Window,
 }
 
 /// A GPU seen in Device messages.
@@ -187,6 +189,9 @@ pub struct Registry {
     /// board: the daemon sends each a writable one
     /// ([`Registry::take_owed_boards`]).
     boards_owed: Vec<u64>,
+    /// `[trace]` in force (its mark interval for clients the scheduler
+    /// asks none of).
+    pub(crate) trace_cfg: crate::capture::TraceConfig,
 }
 
 impl Default for Registry {
@@ -239,6 +244,7 @@ impl Registry {
                 }
             },
             boards_owed: Vec::new(),
+            trace_cfg: crate::capture::TraceConfig::default(),
         }
     }
 
@@ -280,6 +286,12 @@ impl Registry {
     /// Apply the scheduler's pending outputs to the clients' control blocks
     /// ([`grant::apply`]). Returns how many gates it opened.
     pub(crate) fn apply_gates(&mut self) -> usize {
+        // Capture: clients the scheduler asks no marks of get `[trace]`'s.
+        for o in &mut self.sched_out {
+            if let Output::Marks { every_ns, .. } = o {
+                *every_ns = self.trace_cfg.marks(*every_ns);
+            }
+        }
         let clients = &self.clients;
         let ring = |id: u64| clients.get(&id).and_then(|c| c.ring.as_ref());
         grant::apply(
@@ -289,6 +301,12 @@ impl Registry {
             |id| ring(id).and_then(Ring::estimates),
             |id| clients.get(&id).and_then(|c| c.mps_inflight_ns),
         )
+    }
+
+    /// `[scheduler]` as configured.
+    #[must_use]
+    pub fn sched_cfg(&self) -> &SchedConfig {
+        &self.sched_cfg
     }
 
     /// The scheduler's view (for tests and the stats).

@@ -73,6 +73,8 @@ pub struct Config {
     pub follow: FollowConfig,
     /// `[mps]`: tandem over MPS.
     pub mps: MpsConfig,
+    /// `[trace]`: the window `tandemctl trace` reads.
+    pub trace: crate::capture::TraceConfig,
 }
 
 /// `[stats]`.
@@ -198,6 +200,7 @@ impl Default for Config {
             dedup: DedupConfig::default(),
             follow: FollowConfig::default(),
             mps: MpsConfig::default(),
+            trace: crate::capture::TraceConfig::default(),
         }
     }
 }
@@ -340,6 +343,7 @@ impl Config {
         self.dedup.validate()?;
         self.follow.validate()?;
         self.mps.validate()?;
+        self.trace.validate()?;
         for (i, o) in self.policy.overrides.iter().enumerate() {
             let n = usize::from(o.exe.is_some())
                 + usize::from(o.uid.is_some())

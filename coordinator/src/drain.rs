@@ -108,6 +108,7 @@ pub(crate) fn drain_client(
         return 0;
     };
     let stats = &mut c.stats;
+    let window = &mut c.capture;
     let id = c.id;
     let mut unknown: Option<u16> = None;
     let mut bad = 0u64;
@@ -118,6 +119,7 @@ pub(crate) fn drain_client(
             unknown.get_or_insert(raw);
             return;
         }
+        window.push(r);
         // The timestamp is the client's claim: never later than our clock
         // (re-read once if the record was pushed after we last read it), so
         // one client cannot push the scheduler's time ahead.

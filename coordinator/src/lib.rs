@@ -39,6 +39,7 @@
 pub mod admission;
 pub mod autoclass;
 pub mod board;
+pub mod capture;
 pub mod client;
 pub mod clients;
 pub mod config;
@@ -61,3 +62,4 @@ pub mod slurm;
 pub mod sock;
 pub mod state;
 pub mod stats_http;
+pub mod trace_query;

@@ -26,7 +26,7 @@ use crate::shared::Shared;
 pub const MAX_REQUEST: usize = 8192;
 /// How long a client may take to send its request (and to read the answer).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
-const HELP: &str = "tandemd stats: GET /stats (JSON snapshot), GET /metrics (Prometheus text) or GET /healthz (liveness)\n";
+const HELP: &str = "tandemd stats: GET /stats (JSON snapshot), GET /metrics (Prometheus text), GET /healthz (liveness) or GET /trace?id=N[&seconds=S] (a client's live trace)\n";
 
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,6 +37,8 @@ pub enum Route {
     Metrics,
     /// Liveness: a fixed "ok", computed from nothing.
     Healthz,
+    /// A client's live trace (`tandemctl trace`): its query string.
+    Trace(String),
     /// 404.
     NotFound,
     /// 405.
@@ -64,7 +66,7 @@ pub fn route(head: &[u8]) -> Route {
     if method != "GET" && method != "HEAD" {
         return Route::BadMethod;
     }
-    let path = target.split('?').next().unwrap_or("");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     // Absolute-form targets (http://host/stats) are allowed too.
     let path = path
         .strip_prefix("http://")
@@ -73,6 +75,7 @@ pub fn route(head: &[u8]) -> Route {
         "/stats" => Route::Stats,
         "/metrics" => Route::Metrics,
         "/healthz" => Route::Healthz,
+        "/trace" => Route::Trace(query.to_string()),
         _ => Route::NotFound,
     }
 }
@@ -106,6 +109,30 @@ pub fn answer(head: &[u8], shared: &Shared, tcp: bool) -> Vec<u8> {
         Route::Healthz => response(200, "OK", "text/plain", "ok\n", head_only),
         Route::Stats if tcp && !shared.config().stats.tcp_serves_stats => {
             response(404, "Not Found", "text/plain", TCP_NO_STATS, head_only)
+        }
+        Route::Trace(_) if tcp && !shared.config().stats.tcp_serves_stats => {
+            response(404, "Not Found", "text/plain", TCP_NO_STATS, head_only)
+        }
+        Route::Trace(query) => {
+            match crate::trace_query::parse_query(&query)
+                .and_then(|(id, s)| crate::trace_query::trace_json(shared, id, s))
+            {
+                Ok(body) => response(200, "OK", "application/json", &body, head_only),
+                Err(r) => {
+                    let reason = match r.status {
+                        400 => "Bad Request",
+                        404 => "Not Found",
+                        _ => "Conflict",
+                    };
+                    response(
+                        r.status,
+                        reason,
+                        "text/plain",
+                        &(r.message + "\n"),
+                        head_only,
+                    )
+                }
+            }
         }
         Route::Stats => {
             let body = serde_json::to_string_pretty(&shared.snapshot()).unwrap_or_default() + "\n";
@@ -505,6 +532,11 @@ mod tests {
 
     #[test]
     fn routes() {
+        assert_eq!(
+            route(b"GET /trace?id=3&seconds=5 HTTP/1.1"),
+            Route::Trace("id=3&seconds=5".into())
+        );
+        assert_eq!(route(b"GET /trace HTTP/1.1"), Route::Trace(String::new()));
         assert_eq!(route(b"GET /stats HTTP/1.1\r\nHost: x"), Route::Stats);
         assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0"), Route::Metrics);
         assert_eq!(

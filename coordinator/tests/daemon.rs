@@ -852,6 +852,31 @@ fn auto_is_inference_until_a_training_kernel_shows() {
 }
 
 #[test]
+fn capture_marks_reach_inference_clients_only_while_capture_is_on() {
+    let on = "[trace]\nmark_every_ns = 1000000\n";
+    let d = Tandemd::start("marks-capture-on", Some(on));
+    let serve = Peer::connect(&d.socket, ClientClass::Inference);
+    let train = Peer::connect(&d.socket, ClientClass::Training);
+    assert_eq!(serve.control().mark_every_ns(), 1_000_000);
+    assert_eq!(train.control().mark_every_ns(), 500_000, "the scheduler's");
+    let d = Tandemd::start(
+        "marks-capture-off",
+        Some("[trace]\nwindow = 0\nmark_every_ns = 1000000\n"),
+    );
+    let serve = Peer::connect(&d.socket, ClientClass::Inference);
+    assert_eq!(serve.welcome.class, ClientClass::Inference);
+    assert_eq!(serve.control().mark_every_ns(), 0);
+    let r = client::http_get(
+        &d.stats,
+        &format!("/trace?id={}", serve.id()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("capture is off"), "{}", r.body);
+}
+
+#[test]
 fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     let d = Tandemd::start("marks", None);
     let mut train = Peer::connect(&d.socket, ClientClass::Training);

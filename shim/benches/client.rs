@@ -7,7 +7,11 @@
 //! shim (RTLD_LOCAL); TANDEM_SOCKET points at the in-process coordinator of
 //! `tests/support` (64 Ki-record ring, drained every millisecond, records
 //! counted, not kept). After the criterion groups, an interleaved measurement
-//! prints the added ns per launch in both states (report only).
+//! prints the added ns per launch in both states (report only), and with the
+//! coordinator attached, the ns a launch adds while the client is asked for
+//! completion marks every millisecond: what tandemd's capture (`tandemctl
+//! trace`, `[trace] mark_every_ns`) asks of an inference client, the only
+//! launch-path cost capture has (tandemd keeps its window on its own side).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -105,6 +109,42 @@ fn print(label: &str, r: (f64, f64, f64, f64, f64, f64)) {
     );
 }
 
+/// Median ns per launch through the shim over interleaved rounds with marks
+/// off and every `every_ns`: (off, on, off's spread, on's spread).
+fn marks_on_off(
+    s: &mut Setup,
+    coord: &Coordinator,
+    every_ns: u64,
+) -> (f64, f64, (f64, f64), (f64, f64)) {
+    const N: u32 = 200_000;
+    const ROUNDS: usize = 7;
+    let shim = s.shim;
+    let (mut off, mut on) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    for _ in 0..ROUNDS {
+        for (ns, out) in [(0, &mut off), (every_ns, &mut on)] {
+            coord.set_live_mark_every_ns(ns);
+            // The coordinator stores it at its next pass (every millisecond).
+            std::thread::sleep(Duration::from_millis(20));
+            let t = Instant::now();
+            for _ in 0..N {
+                s.launch(shim);
+            }
+            out.push(t.elapsed().as_nanos() as f64 / f64::from(N));
+            s.sync();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    coord.set_live_mark_every_ns(0);
+    off.sort_by(f64::total_cmp);
+    on.sort_by(f64::total_cmp);
+    (
+        off[ROUNDS / 2],
+        on[ROUNDS / 2],
+        (off[0], off[ROUNDS - 1]),
+        (on[0], on[ROUNDS - 1]),
+    )
+}
+
 fn main() {
     let path = support::socket_path("bench");
     let coord = Coordinator::start_with(&path, Mode::Welcome, 1 << 16, false);
@@ -128,6 +168,7 @@ fn main() {
         g.finish();
     }
     let with = real_run.then(|| interleaved(&mut s));
+    let marks = real_run.then(|| marks_on_off(&mut s, &coord, 1_000_000));
     // SAFETY: tandem_records_pushed/dropped(void).
     let (pushed, dropped) = unsafe { ((s.pushed)(), (s.dropped)()) };
     // The coordinator goes away: the watcher unpublishes the session.
@@ -157,6 +198,16 @@ fn main() {
         print("with a coordinator", with);
         print("coordinator gone (no session)", without);
         println!("  records pushed {pushed}, dropped {dropped}");
+    }
+    if let Some((off, on, off_spread, on_spread)) = marks {
+        println!(
+            "\nshim with a coordinator, marks off vs every 1 ms (capture on for an inference client), median of 7 interleaved rounds of 200000:\n  marks off {off:8.1} ns  marks every 1 ms {on:8.1} ns  added {:+8.1} ns  (off spread {:.1}-{:.1}, on spread {:.1}-{:.1})",
+            on - off,
+            off_spread.0,
+            off_spread.1,
+            on_spread.0,
+            on_spread.1
+        );
     }
     c.final_summary();
 }

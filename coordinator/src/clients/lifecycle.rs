@@ -60,6 +60,12 @@ impl Registry {
                 format!("tandemd could not create the shared ring: {e}"),
             )
         })?;
+        self.trace_cfg = cfg.trace.clone();
+        // Until the scheduler says otherwise (training clients), the marks
+        // the capture asks for.
+        if let Some(cb) = ring.control() {
+            cb.set_mark_every_ns(cfg.trace.marks(0));
+        }
         let decision = decide(cfg, daemon_euid, &who, hello.class);
         let granted = decision.class;
         let exe = who
@@ -144,6 +150,7 @@ impl Registry {
                     .map(|_| cfg.mps.training_inflight_ns),
                 warned_kind: false,
                 board_sent: None,
+                capture: crate::capture::Window::new(cfg.trace.window),
                 who,
             },
         );
@@ -359,6 +366,7 @@ impl Registry {
     /// A new configuration: re-decide every class the operator did not set,
     /// and hand the scheduler its new parameters.
     pub fn reapply_policy(&mut self, cfg: &Config, daemon_euid: u32) {
+        self.trace_cfg = cfg.trace.clone();
         let mut changed = Vec::new();
         for c in self.clients.values_mut().filter(|c| !c.operator_set) {
             let d = decide(cfg, daemon_euid, &c.who, c.claimed);

@@ -1,4 +1,4 @@
-//! `tandemctl`: status, top, reload, set-class, run.
+//! `tandemctl`: status, top, reload, set-class, run, trace.
 //!
 //! The command line is parsed by clap: each subcommand is one variant of
 //! [`Command`] whose arguments are a struct in its own module (`run`, `top`),
@@ -17,6 +17,7 @@ pub mod cdi;
 pub mod run;
 mod status_table;
 pub mod top;
+pub mod trace;
 
 pub use crate::client::TIMEOUT;
 pub use status_table::{
@@ -57,6 +58,8 @@ pub enum Command {
     Run(run::Args),
     /// Container Device Interface: `cdi generate` writes a spec that gives containers tandem
     Cdi(cdi::Args),
+    /// A client's recent behaviour as a tandem-trace/1 document (one request or one step)
+    Trace(trace::Args),
 }
 
 /// `tandemctl status`.
@@ -101,6 +104,7 @@ pub fn main(args: &[OsString]) -> u8 {
         Command::SetClass(a) => set_class(&socket, &a),
         Command::Run(a) => return run::run(&socket, &a),
         Command::Cdi(a) => return cdi::main(&a),
+        Command::Trace(a) => trace::run(&socket, &a),
     };
     match result {
         Ok(()) => 0,

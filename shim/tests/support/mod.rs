@@ -90,6 +90,9 @@ struct Shared {
     welcome_flags: u8,
     /// `mark_every_ns` stored in every new client's control block.
     mark_every_ns: u64,
+    /// When set, stored in every live client's control block at each pass
+    /// (the launch benchmark turns marks on and off between rounds).
+    live_mark_every_ns: Option<u64>,
     /// Dedup messages received: (client id, message, attached fd).
     dedup_in: Vec<(u64, Dedup, Option<Arc<OwnedFd>>)>,
     /// Dedup messages to send: (client id, message, fd to attach).
@@ -210,6 +213,12 @@ impl Coordinator {
     /// most every `ns` (0: none).
     pub fn set_mark_every_ns(&self, ns: u64) {
         self.shared.lock().unwrap().mark_every_ns = ns;
+    }
+
+    /// Ask every live client for completion marks at most every `ns`
+    /// (0: none) from the next pass on.
+    pub fn set_live_mark_every_ns(&self, ns: u64) {
+        self.shared.lock().unwrap().live_mark_every_ns = Some(ns);
     }
 
     pub fn dedup_received(&self) -> Vec<(u64, Dedup, Option<Arc<OwnedFd>>)> {
@@ -408,10 +417,14 @@ fn serve(
                 clients,
                 dedup_in,
                 dedup_out,
+                live_mark_every_ns,
                 ..
             } = &mut *guard;
             let mut gone = Vec::new();
             for (i, l) in live.iter_mut().enumerate() {
+                if let Some(ns) = *live_mark_every_ns {
+                    l.control.set_mark_every_ns(ns);
+                }
                 let v = &mut clients[l.view];
                 let _ = l.consumer.drain(|r| v.take(r, keep));
                 loop {

@@ -2,6 +2,12 @@
 //! 100,000 launches/s) from several launcher processes, and while idle.
 //!
 //! `cargo bench -p tandem-e2e --bench coordinator_cpu [-- --rate N --clients K --seconds S]`
+//! `cargo bench -p tandem-e2e --bench coordinator_cpu -- --capture-rounds R [--rate N ...]`
+//!
+//! With `--capture-rounds R`: R rounds, each measuring the busy load on a
+//! tandemd with capture off (`[trace] window = 0`) and then on (the default
+//! window, what `tandemctl trace` reads), side by side; prints each round and
+//! the ratio of the medians.
 //!
 //! CPU is utime + stime of the tandemd process from /proc/<pid>/stat, read
 //! before and after a fixed wall-clock window, reported as % of one core.
@@ -82,6 +88,45 @@ fn arg(args: &[String], name: &str, default: f64) -> f64 {
         .unwrap_or(default)
 }
 
+/// The default configuration with `[trace] window = <window>`.
+fn config_with_window(window: u32) -> String {
+    let d = tandem_e2e::coord::default_config();
+    let c = d.replacen("\nwindow = 32768\n", &format!("\nwindow = {window}\n"), 1);
+    assert!(c.contains(&format!("\nwindow = {window}\n")), "{c}");
+    c
+}
+
+/// `rounds` of the busy load on a tandemd with capture off, then on.
+fn capture_rounds(rounds: usize, nclients: usize, rate: f64, secs: f64) {
+    let mut off = Vec::new();
+    let mut on = Vec::new();
+    for round in 0..rounds {
+        for (window, out) in [(0u32, &mut off), (32_768, &mut on)] {
+            let dir = TestDir::new("cpu-capture");
+            let d = Tandemd::start_with_config(&dir, &config_with_window(window));
+            let w = with_clients(&d, nclients, rate / nclients as f64, secs);
+            let per_100k = w.cpu_pct * 100_000.0 / w.rate.max(1.0);
+            println!(
+                "  round {round}: capture {}: {:9.0} launches/s, tandemd {:5.2}% of one core, {per_100k:5.2}% per 100k launches/s, dropped {}",
+                if window == 0 { "off" } else { "on " },
+                w.rate,
+                w.cpu_pct,
+                w.dropped
+            );
+            out.push(per_100k);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[(v.len() - 1) / 2]
+    };
+    let (a, b) = (median(&mut off), median(&mut on));
+    println!(
+        "tandemd CPU per 100k launches/s, median of {rounds} rounds: capture off {a:.2}%, on {b:.2}% of one core (on/off {:.2}x)",
+        b / a
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo test --benches` runs this without --bench: build-check only.
@@ -91,6 +136,11 @@ fn main() {
     let rate = arg(&args, "--rate", 100_000.0);
     let nclients = arg(&args, "--clients", 4.0) as usize;
     let secs = arg(&args, "--seconds", 5.0);
+    let rounds = arg(&args, "--capture-rounds", 0.0) as usize;
+    if rounds > 0 {
+        capture_rounds(rounds, nclients, rate, secs);
+        return;
+    }
 
     let dir = TestDir::new("cpu");
     let d = Tandemd::start(&dir);

@@ -105,7 +105,8 @@ pub fn default_config() -> &'static str {
 
 /// `config` (the default, or one derived from it) with completion marks
 /// turned off: `[scheduler] mark_every_ns = 0` in place of the default's
-/// value; panics if that line is not there.
+/// value (`[trace] mark_every_ns`, the capture's, is 0 by default); panics
+/// if that line is not there.
 #[track_caller]
 pub fn without_marks(config: &str) -> String {
     let off = config.replacen("\nmark_every_ns = 500000\n", "\nmark_every_ns = 0\n", 1);

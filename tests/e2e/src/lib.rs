@@ -252,6 +252,12 @@ const HOSTS: &[HostSpec] = &[
         rtld_next: false,
     },
     HostSpec {
+        name: "replay",
+        sources: &["replay.c", "resolve_linked.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
         name: "infer",
         sources: &["infer.c", "resolve_linked.c"],
         link_cuda: true,

@@ -1,0 +1,176 @@
+//! The `tandem-trace/1` document of one client from a copy of its window.
+
+use std::collections::HashMap;
+
+use tandem_proto::{EventKind, Record};
+use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
+
+use super::durations::{fit, is_launch, Found, Key};
+use super::unit::{median_unit, requests, steps, Unit};
+
+/// What the trace describes, besides its records.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The client's id.
+    pub client: u64,
+    /// The job's name in the trace (its executable's file name).
+    pub job: String,
+    /// Inference (requests) or training (steps).
+    pub class: JobClass,
+    /// The GPU's name, when the client reported one.
+    pub device: String,
+    /// The look back, seconds (for the notes and errors).
+    pub seconds: u64,
+    /// `[scheduler] request_idle_gap_ns`: the quiet that begins a request.
+    pub idle_gap_ns: u64,
+}
+
+/// Not enough in the window for a trace: what is missing (one line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing(pub String);
+
+/// Builds the trace of `src` from `records` (its window since the look
+/// back, oldest first); `name` gives a function's name when the shim sent
+/// it.
+///
+/// # Errors
+/// [`Missing`] when the window holds no launch, no complete request or no
+/// whole step.
+pub fn build(
+    src: &Source,
+    records: &[Record],
+    name: impl Fn(u64) -> Option<String>,
+) -> Result<Trace, Missing> {
+    let (id, secs) = (src.client, src.seconds);
+    if !records.iter().any(|r| is_launch(r.kind)) {
+        return Err(Missing(format!(
+            "client {id} has reported no kernel launch in the last {secs} s"
+        )));
+    }
+    let (units, what) = match src.class {
+        JobClass::Inference => (requests(records, src.idle_gap_ns), "request"),
+        JobClass::Training => (
+            steps(records)
+                .map_err(|e| Missing(format!("client {id}: {e} in the last {secs} s")))?,
+            "step",
+        ),
+    };
+    let Some(unit) = median_unit(&units) else {
+        return Err(Missing(format!(
+            "client {id} has reported no complete request in the last {secs} s"
+        )));
+    };
+    let fitted = fit(records);
+    let mut ops = ops_of(&records[unit.first..unit.end], &unit, &fitted, &name);
+    let mut notes = format!(
+        "captured live by tandemd from client {id}'s ring: the median-duration {what} of {} whole {what}s in the last {secs} s ({:.3} ms)",
+        units.len(),
+        unit.duration_ns() as f64 / 1e6
+    );
+    let counts = ops.counts;
+    notes.push_str(&format!(
+        "; kernel durations: {} measured from completion marks and syncs, {} estimated as their function's mean, {} unmeasured (1 ns)",
+        counts[0], counts[1], counts[2]
+    ));
+    if src.class == JobClass::Inference && !matches!(ops.ops.last(), Some(Op::Sync { .. })) {
+        ops.ops.push(Op::Sync {
+            host_gap_ns: unit.end_ns.saturating_sub(ops.last_ns),
+        });
+        notes.push_str("; the request ended without a sync: one was added at its end");
+    }
+    notes.push_str("; device-to-host copies are not reported by the shim and are absent");
+    let trace = Trace {
+        format: FORMAT.to_string(),
+        job: src.job.clone(),
+        class: src.class,
+        source: "measured".to_string(),
+        device: src.device.clone(),
+        notes,
+        ops: ops.ops,
+    };
+    trace.check().map_err(|e| {
+        Missing(format!(
+            "client {id}: the captured {what} is not a valid trace: {e}"
+        ))
+    })?;
+    Ok(trace)
+}
+
+struct Ops {
+    ops: Vec<Op>,
+    /// When the last op was issued (or the last sync returned).
+    last_ns: u64,
+    /// Kernels whose duration was measured, a function mean, unknown.
+    counts: [usize; 3],
+}
+
+/// The ops of one unit's records.
+fn ops_of(
+    records: &[Record],
+    unit: &Unit,
+    fitted: &super::durations::Fitted,
+    name: &impl Fn(u64) -> Option<String>,
+) -> Ops {
+    let mut streams: HashMap<u64, u32> = HashMap::new();
+    let mut stream_of = |s: u64| {
+        let n = streams.len() as u32;
+        *streams.entry(s).or_insert(n.min(MAX_STREAMS - 1))
+    };
+    let mut out = Ops {
+        ops: Vec::new(),
+        last_ns: unit.begin_ns,
+        counts: [0; 3],
+    };
+    for r in records {
+        let gap = r.ts_ns.saturating_sub(out.last_ns);
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => {
+                let key = Key::of(r);
+                let (ns, found) = fitted.duration(&key);
+                out.counts[match found {
+                    Found::Measured => 0,
+                    Found::FunctionMean => 1,
+                    Found::Unknown => 2,
+                }] += 1;
+                let graph = k == EventKind::GRAPH_LAUNCH;
+                let fname = if graph {
+                    format!("graph-{:016x}", r.func_id)
+                } else {
+                    name(r.func_id).unwrap_or_else(|| format!("fn-{:016x}", r.func_id))
+                };
+                out.ops.push(Op::Kernel(Kernel {
+                    name: fname,
+                    grid: key.grid.map(|g| g.max(1)),
+                    block: key.block.map(|b| u32::from(b.max(1))),
+                    blocks_per_sm: 1,
+                    duration_ns: ns.max(1),
+                    sm_share: 1.0,
+                    regs_per_thread: 0,
+                    smem_per_block: r.shared_mem_bytes,
+                    dram_bytes: 0,
+                    graph: 0,
+                    stream: stream_of(r.stream),
+                    host_gap_ns: gap,
+                }));
+                out.last_ns = r.ts_ns;
+            }
+            Some(EventKind::COPY_H2D) => {
+                out.ops.push(Op::CopyH2d {
+                    bytes: r.bytes,
+                    stream: stream_of(r.stream),
+                    host_gap_ns: gap,
+                });
+                out.last_ns = r.ts_ns;
+            }
+            Some(EventKind::SYNC_BEGIN) => {
+                out.ops.push(Op::Sync { host_gap_ns: gap });
+                out.last_ns = r.ts_ns;
+            }
+            // The wait is not the job's CPU time: the next gap counts from
+            // the sync's return.
+            Some(EventKind::SYNC_END) => out.last_ns = r.ts_ns,
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,296 @@
+//! Kernel durations from drain points (completion marks and syncs): the
+//! segments they end and the fit over them (the method is in the
+//! [module docs](super)).
+
+use std::collections::HashMap;
+
+use tandem_proto::{EventKind, Record};
+
+/// What a launch's duration is learnt for: its function (or graph) and
+/// dimensions, as the record carries them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// The record's `func_id` (a graph launch's: its graph exec).
+    pub func_id: u64,
+    /// Grid x, y, z.
+    pub grid: [u32; 3],
+    /// Block x, y, z.
+    pub block: [u16; 3],
+}
+
+impl Key {
+    /// The key of a launch record.
+    #[must_use]
+    pub fn of(r: &Record) -> Key {
+        Key {
+            func_id: r.func_id,
+            grid: [r.grid_x, u32::from(r.grid_y), u32::from(r.grid_z)],
+            block: [r.block_x, r.block_y, r.block_z],
+        }
+    }
+}
+
+/// Whether a record of `kind` is a launch (one op of the trace).
+#[must_use]
+pub fn is_launch(kind: u16) -> bool {
+    EventKind::from_raw(kind).is_some_and(EventKind::is_launch)
+}
+
+/// Rounds of the fit.
+const ROUNDS: usize = 30;
+
+/// Launches since one drain point, ended by the next.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    /// Its launches: `launches[a..b]`.
+    a: usize,
+    b: usize,
+    /// When the GPU had done everything before it (the previous drain point).
+    start: u64,
+    /// When it had done all of it.
+    end: u64,
+}
+
+/// The fitted durations: per kernel, and per function (the mean over its
+/// measured kernels, weighted by launches).
+#[derive(Debug, Default)]
+pub struct Fitted {
+    by_key: HashMap<Key, u64>,
+    by_func: HashMap<u64, u64>,
+}
+
+/// How a launch's duration was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A segment measured this kernel.
+    Measured,
+    /// The mean of its function's measured kernels.
+    FunctionMean,
+    /// Nothing measured it.
+    Unknown,
+}
+
+impl Fitted {
+    /// The duration of a launch of `key`, ns, and how it was found.
+    #[must_use]
+    pub fn duration(&self, key: &Key) -> (u64, Found) {
+        if let Some(&ns) = self.by_key.get(key) {
+            return (ns, Found::Measured);
+        }
+        match self.by_func.get(&key.func_id) {
+            Some(&ns) => (ns, Found::FunctionMean),
+            None => (0, Found::Unknown),
+        }
+    }
+
+    /// Kernels measured.
+    #[must_use]
+    pub fn measured(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+/// The segments of `records` (oldest first) and their launches' keys and
+/// times. A segment needs the drain point before it, so the launches before
+/// the window's first drain point are measured by none.
+fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
+    let mut launches = Vec::new();
+    let mut segs = Vec::new();
+    // Mark sequence number -> launches before it.
+    let mut marks: HashMap<u64, usize> = HashMap::new();
+    let mut drained = 0usize;
+    // The last drain point: its time and whether a mark's.
+    let mut drain_ts: Option<(u64, bool)> = None;
+    let mut point = |n: usize,
+                     ts: u64,
+                     by_mark: bool,
+                     drained: &mut usize,
+                     drain_ts: &mut Option<(u64, bool)>| {
+        if n < *drained {
+            return;
+        }
+        if let Some((start, _)) = *drain_ts {
+            if n > *drained && ts > start {
+                segs.push(Segment {
+                    a: *drained,
+                    b: n,
+                    start,
+                    end: ts,
+                });
+            }
+        }
+        *drained = n;
+        *drain_ts = Some(match *drain_ts {
+            Some((d, m)) if d > ts => (d, m),
+            _ => (ts, by_mark),
+        });
+    };
+    for r in records {
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => launches.push((r.ts_ns, Key::of(r))),
+            Some(EventKind::MARK) => {
+                marks.insert(r.func_id, launches.len());
+            }
+            Some(EventKind::MARK_DONE) => {
+                if let Some(n) = marks.remove(&r.func_id) {
+                    point(n, r.ts_ns, true, &mut drained, &mut drain_ts);
+                }
+            }
+            Some(EventKind::SYNC_END) => {
+                point(launches.len(), r.ts_ns, false, &mut drained, &mut drain_ts);
+            }
+            _ => {}
+        }
+    }
+    (launches, segs)
+}
+
+/// Fit every kernel's duration to the window's drain points (the method is
+/// in the [module docs](super)).
+#[must_use]
+pub fn fit(records: &[Record]) -> Fitted {
+    let (launches, segs) = segments(records);
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    let kernel: Vec<usize> = launches
+        .iter()
+        .map(|(_, k)| {
+            let n = index.len();
+            *index.entry(*k).or_insert(n)
+        })
+        .collect();
+    // Start: each segment's time shared evenly among its launches.
+    let mut d0 = vec![0f64; index.len()];
+    let mut n = vec![0f64; index.len()];
+    for s in &segs {
+        let each = (s.end - s.start.max(launches[s.a].0)) as f64 / (s.b - s.a) as f64;
+        for &k in &kernel[s.a..s.b] {
+            d0[k] += each;
+            n[k] += 1.0;
+        }
+    }
+    for (x, c) in d0.iter_mut().zip(&n) {
+        if *c > 0.0 {
+            *x /= c;
+        }
+    }
+    let times: Vec<f64> = launches.iter().map(|l| l.0 as f64).collect();
+    let (mut d, _) = rounds(&segs, &times, &kernel, d0);
+    // The scale from the syncs alone: the shim sees a mark's completion
+    // late by its poll interval or more (its watcher thread must run), a
+    // sync's at once; the median factor over the segments from one sync to
+    // the next corrects the marks' durations as a whole.
+    let syncs = sync_segments(records);
+    let mut factors: Vec<f64> = syncs
+        .iter()
+        .filter_map(|s| factor(s, &times, &kernel, &d))
+        .collect();
+    if !factors.is_empty() {
+        factors.sort_by(f64::total_cmp);
+        let x = factors[(factors.len() - 1) / 2];
+        d.iter_mut().for_each(|v| *v *= x);
+    }
+    let mut fitted = Fitted::default();
+    let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
+    for (key, &k) in &index {
+        if n[k] > 0.0 && d[k] >= 0.5 {
+            fitted.by_key.insert(*key, d[k].round() as u64);
+            let f = per_func.entry(key.func_id).or_default();
+            f.0 += d[k] * n[k];
+            f.1 += n[k];
+        }
+    }
+    fitted.by_func = per_func
+        .into_iter()
+        .map(|(f, (sum, c))| (f, (sum / c).round() as u64))
+        .collect();
+    fitted
+}
+
+/// [`ROUNDS`] of the fit from `d`; the durations and the sum of squared misses of the segments' ends.
+///
+/// A segment's simulated end with its kernels' durations scaled by `x` is
+/// the latest of `start + x * S(a)` and, for each launch `i`, `t(i) + x *
+/// S(i)` (`S(i)`: the durations from launch `i` to the segment's end): a
+/// maximum of lines rising in `x`, which first reaches the measured end at
+/// the least of the lines' own solutions. Each kernel's share of the
+/// segment is its duration times that `x`; its new duration the mean of
+/// its shares.
+fn rounds(segs: &[Segment], times: &[f64], kernel: &[usize], mut d: Vec<f64>) -> (Vec<f64>, f64) {
+    let mut num = vec![0f64; d.len()];
+    let mut den = vec![0f64; d.len()];
+    let mut sse = 0.0;
+    for _ in 0..ROUNDS {
+        num.iter_mut().for_each(|x| *x = 0.0);
+        den.iter_mut().for_each(|x| *x = 0.0);
+        sse = 0.0;
+        for s in segs {
+            let Some(x) = factor(s, times, kernel, &d) else {
+                continue;
+            };
+            let sim = simulated_end(s, times, kernel, &d);
+            sse += (sim - s.end as f64) * (sim - s.end as f64);
+            for &k in &kernel[s.a..s.b] {
+                num[k] += d[k] * x;
+                den[k] += 1.0;
+            }
+        }
+        for k in 0..d.len() {
+            if den[k] > 0.0 {
+                d[k] = num[k] / den[k];
+            }
+        }
+    }
+    (d, sse)
+}
+
+/// The factor by which `d`'s durations of `s`'s launches must be scaled for
+/// its simulated end to be its measured end (see [`rounds`]), if positive.
+fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> Option<f64> {
+    let end = s.end as f64;
+    let (mut suffix, mut x) = (0.0, f64::INFINITY);
+    for i in (s.a..s.b).rev() {
+        suffix += d[kernel[i]];
+        if suffix > 0.0 {
+            x = x.min((end - times[i]) / suffix);
+        }
+    }
+    if suffix > 0.0 {
+        x = x.min((end - s.start as f64) / suffix);
+    }
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// When `s`'s launches would have completed with durations `d`.
+fn simulated_end(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> f64 {
+    let mut c = s.start as f64;
+    for i in s.a..s.b {
+        c = c.max(times[i]) + d[kernel[i]];
+    }
+    c
+}
+
+/// The segments from one sync's return to the next (marks ignored).
+fn sync_segments(records: &[Record]) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let (mut n, mut prev): (usize, Option<(u64, usize)>) = (0, None);
+    for r in records {
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => n += 1,
+            Some(EventKind::SYNC_END) => {
+                if let Some((start, a)) = prev {
+                    if n > a && r.ts_ns > start {
+                        out.push(Segment {
+                            a,
+                            b: n,
+                            start,
+                            end: r.ts_ns,
+                        });
+                    }
+                }
+                prev = Some((r.ts_ns, n));
+            }
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,218 @@
+use tandem_proto::{EventKind, Record};
+use tandem_trace::{JobClass, Op};
+
+use super::*;
+
+fn rec(kind: EventKind, ts: u64) -> Record {
+    Record::new(kind, ts)
+}
+
+fn launch(func: u64, ts: u64) -> Record {
+    let mut r = rec(EventKind::LAUNCH, ts);
+    r.func_id = func;
+    r.set_dims([4, 1, 1], [128, 1, 1]);
+    r
+}
+
+fn mark(kind: EventKind, seq: u64, ts: u64) -> Record {
+    let mut r = rec(kind, ts);
+    r.func_id = seq;
+    r
+}
+
+#[test]
+fn the_window_keeps_the_last_records_and_no_allocations_or_frees() {
+    let mut w = Window::new(3);
+    for i in 1..=5 {
+        w.push(&launch(i, i * 10));
+        w.push(&rec(EventKind::ALLOC, i * 10 + 1));
+    }
+    let ids: Vec<u64> = w.iter().map(|r| r.func_id).collect();
+    assert_eq!(ids, [3, 4, 5]);
+    assert_eq!(w.last_ts(), Some(50));
+    assert_eq!(w.copy_since(40).len(), 2);
+    let mut off = Window::new(0);
+    off.push(&launch(1, 1));
+    assert!(off.is_empty());
+}
+
+#[test]
+fn the_step_is_the_shortest_period_of_the_recent_launches() {
+    // A warm-up, then steps of A A A B C.
+    let step = [1, 1, 1, 2, 3];
+    let mut seq = vec![9, 8, 7];
+    for _ in 0..6 {
+        seq.extend(step);
+    }
+    assert_eq!(step_period(&seq), Some(5));
+    // Cut mid-step, the period is the same.
+    seq.extend([1, 1]);
+    assert_eq!(step_period(&seq), Some(5));
+    // A single kernel repeated is a period of 1; nothing repeating is none.
+    assert_eq!(step_period(&[4, 4, 4, 4]), Some(1));
+    assert_eq!(step_period(&[1, 2, 3, 4, 5, 6]), None);
+    // One repeat only of a long step still counts.
+    assert_eq!(step_period(&[1, 2, 3, 1, 2, 3]), Some(3));
+}
+
+/// `steps` of training: step = 3 kernels, then a sync (loss.item()).
+fn training(steps: u64, durations: &[u64]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut t = 1_000_000;
+    for s in 0..steps {
+        for f in [10, 11, 12] {
+            out.push(launch(f, t));
+            t += 1_000;
+        }
+        out.push(rec(EventKind::SYNC_BEGIN, t));
+        t += durations[s as usize % durations.len()];
+        out.push(rec(EventKind::SYNC_END, t));
+        t += 5_000;
+    }
+    out
+}
+
+#[test]
+fn a_training_step_starts_after_its_sync_and_the_median_one_is_taken() {
+    let records = training(6, &[100_000, 300_000, 200_000]);
+    let units = steps(&records).unwrap();
+    // Six steps; the first has no launch before it to bound it and the last
+    // no next one: the whole steps are those in between.
+    assert!(units.len() >= 4, "{units:?}");
+    for u in &units {
+        assert_eq!(
+            records[u.first].kind,
+            EventKind::LAUNCH.raw(),
+            "a step starts at a launch"
+        );
+        assert_eq!(records[u.end - 1].kind, EventKind::SYNC_END.raw());
+        assert_eq!(u.end - u.first, 5);
+    }
+    let m = median_unit(&units).unwrap();
+    let mut d: Vec<u64> = units.iter().map(Unit::duration_ns).collect();
+    d.sort_unstable();
+    assert_eq!(m.duration_ns(), d[(d.len() - 1) / 2]);
+}
+
+#[test]
+fn requests_are_the_explicit_ones_else_from_quiet_to_sync_and_the_median_wins() {
+    let gap = 2_000_000;
+    let mut r = Vec::new();
+    let mut t = 10_000_000;
+    // Implicit: three requests lasting 5, 9 and 7 ms, quiet between.
+    r.push(launch(1, t - 5_000_000)); // the tail of an earlier one
+    for ms in [5u64, 9, 7] {
+        r.push(launch(1, t));
+        r.push(launch(2, t + 1_000));
+        r.push(rec(EventKind::SYNC_BEGIN, t + 2_000));
+        r.push(rec(EventKind::SYNC_END, t + ms * 1_000_000));
+        t += ms * 1_000_000 + 3 * gap;
+    }
+    let units = requests(&r, gap);
+    let d: Vec<u64> = units.iter().map(|u| u.duration_ns() / 1_000_000).collect();
+    assert_eq!(d, [5, 9, 7]);
+    assert_eq!(median_unit(&units).unwrap().duration_ns(), 7_000_000);
+    // A launch with too little quiet before it joins no new request.
+    assert_eq!(requests(&r, 20 * gap).len(), 0);
+    // Explicit boundaries win over the implicit rule.
+    let mut e = r.clone();
+    e.insert(1, rec(EventKind::REQUEST_BEGIN, 9_000_000));
+    e.push(rec(EventKind::REQUEST_END, t));
+    let units = requests(&e, gap);
+    assert_eq!(units.len(), 1);
+    assert_eq!((units[0].begin_ns, units[0].end_ns), (9_000_000, t));
+}
+
+#[test]
+fn back_to_back_kernels_are_measured_by_the_marks_between_them() {
+    // Kernel 1 takes 100 us, kernel 2 300 us, launched far ahead of the GPU
+    // (GPU-bound); a mark after every second launch, done when the GPU got
+    // there.
+    let mut r = Vec::new();
+    let (mut gpu, mut seq) = (0u64, 0u64);
+    let mut pending = Vec::new();
+    for i in 0..40u64 {
+        let f = 1 + i % 2;
+        let t = 1_000 * i;
+        r.push(launch(f, t));
+        gpu = gpu.max(t) + if f == 1 { 100_000 } else { 300_000 };
+        if i % 3 == 2 {
+            seq += 1;
+            r.push(mark(EventKind::MARK, seq, t));
+            pending.push((seq, gpu));
+        }
+    }
+    for (s, done) in pending {
+        r.push(mark(EventKind::MARK_DONE, s, done));
+    }
+    r.sort_by_key(|x| x.ts_ns);
+    let fitted = fit(&r);
+    let d1 = fitted.duration(&Key::of(&launch(1, 0)));
+    let d2 = fitted.duration(&Key::of(&launch(2, 0)));
+    assert_eq!(d1.1, Found::Measured);
+    assert!(d1.0.abs_diff(100_000) < 5_000, "{d1:?}");
+    assert!(d2.0.abs_diff(300_000) < 5_000, "{d2:?}");
+}
+
+#[test]
+fn an_isolated_kernel_is_measured_from_its_launch_not_from_the_idle_gpu() {
+    // Launch-bound: 50 us kernels launched every 1 ms, a sync after each
+    // pair: the GPU idles between them, which must not count.
+    let mut r = Vec::new();
+    let mut t = 1_000_000;
+    for _ in 0..10 {
+        r.push(launch(7, t));
+        r.push(launch(8, t + 1_000_000));
+        r.push(rec(EventKind::SYNC_BEGIN, t + 1_001_000));
+        r.push(rec(EventKind::SYNC_END, t + 1_050_000));
+        t += 3_000_000;
+    }
+    let fitted = fit(&r);
+    let (ns, found) = fitted.duration(&Key::of(&launch(8, 0)));
+    assert_eq!(found, Found::Measured);
+    assert!(ns.abs_diff(50_000) < 2_000, "{ns}");
+}
+
+#[test]
+fn an_inference_trace_is_one_request_ending_in_its_sync() {
+    let mut r = Vec::new();
+    let mut t = 10_000_000;
+    for _ in 0..5 {
+        let mut c = rec(EventKind::COPY_H2D, t);
+        c.bytes = 4096;
+        r.push(c);
+        r.push(launch(1, t + 20_000));
+        r.push(launch(2, t + 50_000));
+        r.push(rec(EventKind::SYNC_BEGIN, t + 60_000));
+        r.push(rec(EventKind::SYNC_END, t + 400_000));
+        t += 5_000_000;
+    }
+    let src = Source {
+        client: 3,
+        job: "infer".into(),
+        class: JobClass::Inference,
+        device: String::new(),
+        seconds: 10,
+        idle_gap_ns: 2_000_000,
+    };
+    let names = |f: u64| (f == 1).then(|| "conv".to_string());
+    let t = build(&src, &r, names).unwrap();
+    assert_eq!(t.kernels().count(), 2);
+    assert!(matches!(t.ops[0], Op::CopyH2d { bytes: 4096, .. }));
+    assert!(matches!(
+        t.ops.last(),
+        Some(Op::Sync {
+            host_gap_ns: 10_000
+        })
+    ));
+    let k: Vec<&str> = t.kernels().map(|k| k.name.as_str()).collect();
+    assert_eq!(k, ["conv", "fn-0000000000000002"]);
+    assert_eq!(t.kernels().nth(1).unwrap().host_gap_ns, 30_000);
+    assert!(tandem_trace::Trace::from_json(&t.to_json()).is_ok());
+    // Nothing complete yet: a one-line error naming the client.
+    let e = build(&src, &r[..3], names).unwrap_err();
+    assert_eq!(
+        e.0,
+        "client 3 has reported no complete request in the last 10 s"
+    );
+}
