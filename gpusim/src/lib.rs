@@ -86,6 +86,7 @@ pub mod matrix;
 pub mod measured;
 pub mod mps;
 pub mod params;
+pub mod predict;
 pub mod report;
 pub mod rng;
 pub mod spatial;
