@@ -1,4 +1,4 @@
-//! `tandemctl`: status, top, reload, set-class, run.
+//! `tandemctl`: status, top, reload, set-class, run, cdi, predict.
 //!
 //! The command line is parsed by clap: each subcommand is one variant of
 //! [`Command`] whose arguments are a struct in its own module (`run`, `top`),
@@ -14,6 +14,7 @@ use tandem_proto::wire::{ClientClass, ControlOp};
 use crate::client;
 
 pub mod cdi;
+pub mod predict;
 pub mod run;
 mod status_table;
 pub mod top;
@@ -57,6 +58,8 @@ pub enum Command {
     Run(run::Args),
     /// Container Device Interface: `cdi generate` writes a spec that gives containers tandem
     Cdi(cdi::Args),
+    /// Predict what the jobs on a GPU and a candidate would see together (a model's prediction)
+    Predict(predict::Args),
 }
 
 /// `tandemctl status`.
@@ -101,6 +104,7 @@ pub fn main(args: &[OsString]) -> u8 {
         Command::SetClass(a) => set_class(&socket, &a),
         Command::Run(a) => return run::run(&socket, &a),
         Command::Cdi(a) => return cdi::main(&a),
+        Command::Predict(a) => return predict::run(&socket, &a),
     };
     match result {
         Ok(()) => 0,
