@@ -11,6 +11,8 @@
 //! not enough data yet), and tandemd asks its own capture
 //! ([`DaemonTraces`]).
 
+pub mod http;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
