@@ -107,149 +107,9 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 
 const TCP_NO_PREDICT: &str = "/predict is not served over TCP unless [stats] tcp_serves_stats = true (its answers describe the node's jobs)\n";
 
-/// Requests that carry a body: at most this long, after the head.
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Predictions running now (at most one).
-static PREDICTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The answer to `/predict` (its `head`, the `body` after it, the peer's
-/// uid on the unix socket).
-#[must_use]
-pub fn answer_predict(head: &[u8], body: &[u8], shared: &Shared, peer_uid: Option<u32>) -> Vec<u8> {
-    let text = String::from_utf8_lossy(head);
-    let mut parts = text.split(' ');
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let req = crate::predict::http::Request {
-        method,
-        target,
-        body,
-        peer_uid,
-    };
-    let (code, reason, ctype, body) = crate::predict::http::answer(
-        &req,
-        &shared.snapshot(),
-        &crate::predict::DaemonTraces { shared },
-        &crate::predict::sim_path(),
-        crate::predict::http::SIM_TIMEOUT,
-    );
-    response(code, reason, ctype, &body, method == "HEAD")
-}
-
-/// `Content-Length` of a request head (0 when absent).
-fn content_length(head: &[u8]) -> Option<usize> {
-    let text = std::str::from_utf8(head).ok()?;
-    for line in text.split("\r\n").skip(1) {
-        if let Some((k, v)) = line.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("content-length") {
-                return v.trim().parse().ok();
-            }
-        }
-    }
-    Some(0)
-}
-
-/// A `/predict` request on its own thread: the rest of its body (bounded
-/// in size and time), the model, the answer. One at a time: another gets
-/// a 503 at once.
-fn predict_conn(
-    mut s: Stream,
-    shared: Arc<Shared>,
-    mut buf: Vec<u8>,
-    head_len: usize,
-    peer: Option<u32>,
-) {
-    let busy = PREDICTING.swap(true, std::sync::atomic::Ordering::AcqRel);
-    if busy {
-        refuse(
-            &mut s,
-            503,
-            "Service Unavailable",
-            "a prediction is already running (one at a time): retry\n",
-        );
-        return;
-    }
-    let worker = std::thread::Builder::new()
-        .name("tandemd-predict".into())
-        .spawn(move || {
-            let out = (|| {
-                let head = &buf[..head_len];
-                let Some(len) = content_length(head) else {
-                    return response(
-                        400,
-                        "Bad Request",
-                        "text/plain",
-                        "bad Content-Length\n",
-                        false,
-                    );
-                };
-                if len > crate::predict::http::MAX_TRACE {
-                    return response(
-                        413,
-                        "Payload Too Large",
-                        "text/plain",
-                        &format!(
-                            "the trace is {len} bytes: at most {} are accepted\n",
-                            crate::predict::http::MAX_TRACE
-                        ),
-                        false,
-                    );
-                }
-                let start = head_len + 4;
-                let deadline = Instant::now() + BODY_TIMEOUT;
-                let _ = match &s {
-                    Stream::Unix(u) => u.set_nonblocking(false),
-                    Stream::Tcp(t) => t.set_nonblocking(false),
-                };
-                let _ = match &s {
-                    Stream::Unix(u) => u.set_read_timeout(Some(IO_TIMEOUT)),
-                    Stream::Tcp(t) => t.set_read_timeout(Some(IO_TIMEOUT)),
-                };
-                let mut chunk = [0u8; 16 * 1024];
-                while buf.len() < start + len {
-                    if Instant::now() >= deadline {
-                        return response(
-                            408,
-                            "Request Timeout",
-                            "text/plain",
-                            "request timeout\n",
-                            false,
-                        );
-                    }
-                    match s.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => {
-                            return response(
-                                408,
-                                "Request Timeout",
-                                "text/plain",
-                                "request timeout\n",
-                                false,
-                            )
-                        }
-                    }
-                }
-                let body = &buf[start.min(buf.len())..(start + len).min(buf.len())];
-                answer_predict(&buf[..head_len], body, &shared, peer)
-            })();
-            let _ = match &s {
-                Stream::Unix(u) => u.set_write_timeout(Some(IO_TIMEOUT)),
-                Stream::Tcp(t) => t.set_write_timeout(Some(IO_TIMEOUT)),
-            };
-            let _ = s.write_all(&out);
-            PREDICTING.store(false, std::sync::atomic::Ordering::Release);
-        });
-    if let Err(e) = worker {
-        PREDICTING.store(false, std::sync::atomic::Ordering::Release);
-        warn!("stats server: cannot start a prediction thread: {e}");
-    }
-}
-
 /// The whole answer to one request `head`; `tcp`: it came over the TCP
 /// listener. (`/predict` here has no body and no peer: the server hands
-/// it to [`predict_conn`] instead.)
+/// its connection to [`crate::predict::http::serve_conn`] instead.)
 #[must_use]
 pub fn answer(head: &[u8], shared: &Shared, tcp: bool) -> Vec<u8> {
     let head_only = head.starts_with(b"HEAD ");
@@ -257,7 +117,7 @@ pub fn answer(head: &[u8], shared: &Shared, tcp: bool) -> Vec<u8> {
         Route::Predict if tcp && !shared.config().stats.tcp_serves_stats => {
             response(404, "Not Found", "text/plain", TCP_NO_PREDICT, head_only)
         }
-        Route::Predict => answer_predict(head, &[], shared, None),
+        Route::Predict => crate::predict::http::answer_shared(head, &[], shared, None),
         Route::Healthz => response(200, "OK", "text/plain", "ok\n", head_only),
         Route::Stats if tcp && !shared.config().stats.tcp_serves_stats => {
             response(404, "Not Found", "text/plain", TCP_NO_STATS, head_only)
@@ -568,13 +428,23 @@ impl Server {
                             // Its own thread: the model takes seconds.
                             let c = self.conns.remove(&token).expect("the connection");
                             self.epoll.delete(c.s.fd());
-                            let peer = match &c.s {
+                            let shared = self.shared.clone();
+                            match c.s {
                                 Stream::Unix(u) => {
-                                    tandem_os::socket::peer_cred(u.as_fd()).ok().map(|p| p.uid)
+                                    let peer = tandem_os::socket::peer_cred(u.as_fd()).ok();
+                                    let _ = u.set_nonblocking(false);
+                                    let _ = u.set_read_timeout(Some(IO_TIMEOUT));
+                                    let _ = u.set_write_timeout(Some(IO_TIMEOUT));
+                                    let uid = peer.map(|p| p.uid);
+                                    crate::predict::http::serve_conn(u, c.buf, end, shared, uid);
                                 }
-                                Stream::Tcp(_) => None,
-                            };
-                            predict_conn(c.s, self.shared.clone(), c.buf, end, peer);
+                                Stream::Tcp(t) => {
+                                    let _ = t.set_nonblocking(false);
+                                    let _ = t.set_read_timeout(Some(IO_TIMEOUT));
+                                    let _ = t.set_write_timeout(Some(IO_TIMEOUT));
+                                    crate::predict::http::serve_conn(t, c.buf, end, shared, None);
+                                }
+                            }
                             return;
                         }
                     }

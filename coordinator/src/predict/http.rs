@@ -20,13 +20,17 @@
 //! (another prediction is running: one at a time), 504 (the model ran past
 //! [`SIM_TIMEOUT`]), 500 (the model failed otherwise).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{
-    device_of, find_gpu, run_sim, traces_for_gpu, LiveTraces, SimJob, SimOpts, NO_CAPTURE,
+    device_of, find_gpu, run_sim, sim_path, traces_for_gpu, DaemonTraces, LiveTraces, SimJob,
+    SimOpts, NO_CAPTURE,
 };
+use crate::shared::Shared;
 use crate::state::Snapshot;
 
 /// Largest candidate trace accepted (a body or a file), bytes.
@@ -156,6 +160,145 @@ fn read_for(path: &str, peer_uid: Option<u32>) -> Result<String, Answer> {
         .read_to_string(&mut s)
         .map_err(|e| text(400, "Bad Request", &format!("{path}: {e}")))?;
     Ok(s)
+}
+
+/// Requests that carry a body: at most this long, after the head.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A prediction is running (at most one at a time).
+static PREDICTING: AtomicBool = AtomicBool::new(false);
+
+/// A whole `Connection: close` response.
+fn response(code: u16, reason: &str, ctype: &str, body: &str, head_only: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if !head_only {
+        out.push_str(body);
+    }
+    out.into_bytes()
+}
+
+/// The answer to `/predict` from tandemd's state: its `head`, the `body`
+/// after it, the peer's uid on the unix socket.
+#[must_use]
+pub fn answer_shared(head: &[u8], body: &[u8], shared: &Shared, peer_uid: Option<u32>) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut parts = text.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let req = Request {
+        method,
+        target,
+        body,
+        peer_uid,
+    };
+    let (code, reason, ctype, body) = answer(
+        &req,
+        &shared.snapshot(),
+        &DaemonTraces { shared },
+        &sim_path(),
+        SIM_TIMEOUT,
+    );
+    response(code, reason, ctype, &body, method == "HEAD")
+}
+
+/// `Content-Length` of a request head (0 when absent; `None` when bad).
+fn content_length(head: &[u8]) -> Option<usize> {
+    let text = std::str::from_utf8(head).ok()?;
+    for line in text.split("\r\n").skip(1) {
+        if let Some((k, v)) = line.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                return v.trim().parse().ok();
+            }
+        }
+    }
+    Some(0)
+}
+
+/// The rest of a request's body after `buf[..head_len]` and its blank
+/// line, bounded by [`MAX_TRACE`] and [`BODY_TIMEOUT`]; then the answer.
+fn read_and_answer<S: Read>(
+    s: &mut S,
+    mut buf: Vec<u8>,
+    head_len: usize,
+    shared: &Shared,
+    peer: Option<u32>,
+) -> Vec<u8> {
+    let Some(len) = content_length(&buf[..head_len]) else {
+        return response(
+            400,
+            "Bad Request",
+            "text/plain",
+            "bad Content-Length\n",
+            false,
+        );
+    };
+    if len > MAX_TRACE {
+        let msg = format!("the trace is {len} bytes: at most {MAX_TRACE} are accepted\n");
+        return response(413, "Payload Too Large", "text/plain", &msg, false);
+    }
+    let start = head_len + 4;
+    let deadline = Instant::now() + BODY_TIMEOUT;
+    let late = || {
+        response(
+            408,
+            "Request Timeout",
+            "text/plain",
+            "request timeout\n",
+            false,
+        )
+    };
+    let mut chunk = [0u8; 16 * 1024];
+    while buf.len() < start + len {
+        if Instant::now() >= deadline {
+            return late();
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return late(),
+        }
+    }
+    let body = &buf[start.min(buf.len())..(start + len).min(buf.len())];
+    answer_shared(&buf[..head_len], body, shared, peer)
+}
+
+/// Serves one `/predict` connection on a thread of its own (the stats
+/// server's thread goes on): its body, the model, the answer. `s` is
+/// blocking, with read and write timeouts; `buf` holds what was read so
+/// far, the head's first `head_len` bytes. One at a time: another request
+/// meanwhile gets a 503 at once.
+pub fn serve_conn<S: Read + Write + Send + 'static>(
+    mut s: S,
+    buf: Vec<u8>,
+    head_len: usize,
+    shared: Arc<Shared>,
+    peer: Option<u32>,
+) {
+    if PREDICTING.swap(true, Ordering::AcqRel) {
+        let msg = "a prediction is already running (one at a time): retry\n";
+        let _ = s.write_all(&response(
+            503,
+            "Service Unavailable",
+            "text/plain",
+            msg,
+            false,
+        ));
+        return;
+    }
+    let worker = std::thread::Builder::new()
+        .name("tandemd-predict".into())
+        .spawn(move || {
+            let out = read_and_answer(&mut s, buf, head_len, &shared, peer);
+            let _ = s.write_all(&out);
+            PREDICTING.store(false, Ordering::Release);
+        });
+    if let Err(e) = worker {
+        PREDICTING.store(false, Ordering::Release);
+        tracing::warn!("stats server: cannot start a prediction thread: {e}");
+    }
 }
 
 /// Answers one `/predict` request from `snap` and `traces`, running the

@@ -318,7 +318,7 @@ pub fn predict(
                 let target = input.slo.p99_ratio;
                 jmode.miss = match worst {
                     None => Some("no request was served".to_string()),
-                    Some(w) if w > target => Some(format!("p99 {w:.2}x alone > {target:.2}x")),
+                    Some(w) if w > target => Some(format!("p99 {w:.3}x alone > {target:.3}x")),
                     _ => None,
                 };
                 if let (None, Some(limit), Some(w)) =
@@ -338,7 +338,7 @@ pub fn predict(
                 let target = input.slo.kept;
                 jmode.miss = match jmode.predicted_kept_worst {
                     None => Some("no step completed".to_string()),
-                    Some(w) if w < target => Some(format!("kept {w:.2} < {target:.2}")),
+                    Some(w) if w < target => Some(format!("kept {w:.3} < {target:.3}")),
                     _ => None,
                 };
             }
