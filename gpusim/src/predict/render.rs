@@ -62,8 +62,8 @@ pub fn human(p: &Prediction) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "{:15} {:4} {:28} {:>18} {:>15} {:>14} {:>11}  SLO",
-        "MODE", "MPS", "JOB", "PRED. P99 RATIO", "(WORST SEED)", "PRED. KEPT", "(WORST)"
+        "{:15} {:4} {:28} {:>21} {:>13} {:>15} {:>9}  SLO",
+        "MODE", "MPS", "JOB", "PREDICTED P99 RATIO", "(WORST SEED)", "PREDICTED KEPT", "(WORST)"
     );
     for m in &p.modes {
         for (i, j) in m.jobs.iter().enumerate() {
@@ -88,7 +88,7 @@ pub fn human(p: &Prediction) -> String {
             }
             let _ = writeln!(
                 o,
-                "{mode:15} {mps:4} {label:28} {:>18} {:>15} {:>14} {:>11}  {}",
+                "{mode:15} {mps:4} {label:28} {:>21} {:>13} {:>15} {:>9}  {}",
                 opt(j.predicted_p99_ratio, |x| format!("{x:.2}x")),
                 opt(j.predicted_p99_ratio_worst, |x| format!("{x:.2}x")),
                 opt(j.predicted_kept, |x| format!("{x:.2}")),
