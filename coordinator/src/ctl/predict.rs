@@ -35,9 +35,9 @@ pub struct Args {
     /// The candidate's request rate, requests/s (inference; default: half load)
     #[arg(long, value_name = "R")]
     pub rate: Option<f64>,
-    /// Seconds of recent behaviour each live trace covers (default: the capture's)
+    /// Seconds of recent behaviour each live trace covers, a whole number (default: the capture's)
     #[arg(long, value_name = "S")]
-    pub seconds: Option<f64>,
+    pub seconds: Option<u64>,
     /// Inference p99 target, as a ratio of its alone p99 (default 1.10)
     #[arg(long, value_name = "X")]
     pub p99_target: Option<f64>,
@@ -59,7 +59,7 @@ pub struct StatsTraces {
 }
 
 impl LiveTraces for StatsTraces {
-    fn trace(&self, id: u64, seconds: Option<f64>) -> Result<String, TraceError> {
+    fn trace(&self, id: u64, seconds: Option<u64>) -> Result<String, TraceError> {
         let target = match seconds {
             Some(s) => format!("/trace?id={id}&seconds={s}"),
             None => format!("/trace?id={id}"),

@@ -320,14 +320,23 @@ pub fn answer(
     let Some(gpu) = get("gpu") else {
         return bad("give the GPU: /predict?gpu=N (its index in GET /stats) or gpu=UUID");
     };
-    let (rate, seconds, p99, kept) = match (
+    let seconds = match get("seconds").map(|v| {
+        v.parse::<u64>()
+            .ok()
+            .filter(|&s| s >= 1)
+            .ok_or_else(|| format!("seconds={v}: a whole number of seconds, 1 or more"))
+    }) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return bad(&e),
+    };
+    let (rate, p99, kept) = match (
         number(&q, "rate"),
-        number(&q, "seconds"),
         number(&q, "p99_target"),
         number(&q, "kept_target"),
     ) {
-        (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
-        (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return bad(&e),
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return bad(&e),
     };
     let class = get("class").map(str::to_string);
     if let Some(c) = &class {
@@ -422,7 +431,7 @@ mod tests {
     struct Fake(bool);
 
     impl LiveTraces for Fake {
-        fn trace(&self, id: u64, _: Option<f64>) -> Result<String, TraceError> {
+        fn trace(&self, id: u64, _: Option<u64>) -> Result<String, TraceError> {
             if self.0 {
                 Ok(format!("{{\"job\": \"live_{id}\"}}"))
             } else {
@@ -530,6 +539,11 @@ mod tests {
                 ask("POST", "/predict?gpu=0&rate=-3", t, None, true, &ok),
                 400,
                 "rate=-3: give a number above 0",
+            ),
+            (
+                ask("POST", "/predict?gpu=0&seconds=2.5", t, None, true, &ok),
+                400,
+                "seconds=2.5: a whole number of seconds",
             ),
             (
                 ask("GET", "/predict?gpu=0", "", None, true, &ok),

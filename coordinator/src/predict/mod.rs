@@ -48,7 +48,7 @@ pub trait LiveTraces {
     ///
     /// # Errors
     /// See [`TraceError`].
-    fn trace(&self, id: u64, seconds: Option<f64>) -> Result<String, TraceError>;
+    fn trace(&self, id: u64, seconds: Option<u64>) -> Result<String, TraceError>;
 }
 
 /// tandemd's own source of traces: its live capture.
@@ -68,7 +68,7 @@ pub const NO_CAPTURE: &str =
     "live trace capture is not in this tandemd build: predict from trace files (tandemctl predict --add FILE, with traces of the GPU's jobs from `tandemctl trace` on a build that has it)";
 
 impl LiveTraces for DaemonTraces<'_> {
-    fn trace(&self, _id: u64, _seconds: Option<f64>) -> Result<String, TraceError> {
+    fn trace(&self, _id: u64, _seconds: Option<u64>) -> Result<String, TraceError> {
         let _ = self.shared;
         Err(TraceError::Failed(NO_CAPTURE.into()))
     }
@@ -150,7 +150,7 @@ fn class_of(c: &ClientSnapshot) -> Option<String> {
 pub fn live_job(
     src: &dyn LiveTraces,
     c: &ClientSnapshot,
-    seconds: Option<f64>,
+    seconds: Option<u64>,
 ) -> Result<SimJob, String> {
     let trace = src.trace(c.id, seconds).map_err(|e| match e {
         TraceError::NotYet(m) => format!(
@@ -177,7 +177,7 @@ pub fn traces_for_gpu(
     src: &dyn LiveTraces,
     snap: &Snapshot,
     gpu: &GpuSnapshot,
-    seconds: Option<f64>,
+    seconds: Option<u64>,
 ) -> Result<Vec<SimJob>, String> {
     let on: Vec<&ClientSnapshot> = snap
         .clients
