@@ -129,7 +129,7 @@ pub fn predict(socket: &Path, a: &Args, sim: &Path) -> Result<String, String> {
         },
     };
     let candidate = SimJob {
-        rate: a.rate,
+        rate: a.rate.or(candidate.rate),
         class: a.class.clone().or(candidate.class),
         ..candidate
     };
@@ -170,15 +170,17 @@ mod tests {
     const TRACE: &str = r#"{"format": "tandem-trace/1", "job": "JOB", "class": "CLASS", "source": "measured", "ops": []}"#;
 
     fn client(id: u64, class: &str, gpu: &str, exe: &str, slo: Option<f64>) -> serde_json::Value {
+        // Inference clients have served 300 requests in their 10 s.
+        let requests = if class == "inference" { 300 } else { 0 };
         serde_json::json!({
             "id": id, "pid": 100 + id, "uid": 0, "exe": exe, "cgroup": "/",
             "class": class, "class_claimed": "auto", "class_reason": "r", "gpu": gpu,
-            "connected_s": 1.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
+            "connected_s": 10.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
             "graph_kernels": 0, "launch_rate_hz": 0.0, "records": 0, "dropped": 0,
             "bad_records": 0, "ring_detached": false, "bytes_allocated": 0, "allocs": 0,
             "frees": 0, "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0,
             "gate_waits": 0, "gate_timeouts": 0, "top_kernels": [],
-            "sched": {"backlog_ns": 0, "gate_open": true, "requests": 0, "p50_ms": null,
+            "sched": {"backlog_ns": 0, "gate_open": true, "requests": requests, "p50_ms": null,
                       "p99_ms": null, "slo_p99_target_ms": slo, "train_share": 0.0,
                       "latency_buckets": [], "latency_sum_ns": 0}
         })
@@ -328,13 +330,14 @@ mod tests {
         );
         assert!(
             argline.contains(
-                "job1.json --class inference --label client 2 (server) --slo-p99-ms 25 --add "
+                "job1.json --class inference --label client 2 (server) --slo-p99-ms 25 --rate 30 --add "
             ),
             "{out}"
         );
         assert!(
-            argline
-                .contains("candidate.json --class inference --label client 3 (other) --json --why"),
+            argline.contains(
+                "candidate.json --class inference --label client 3 (other) --rate 30 --json --why"
+            ),
             "{out}"
         );
         // The traces the model read are the ones tandemd served.

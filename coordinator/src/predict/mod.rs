@@ -143,6 +143,16 @@ fn class_of(c: &ClientSnapshot) -> Option<String> {
     matches!(c.class.as_str(), "inference" | "training").then(|| c.class.clone())
 }
 
+/// An inference client's request rate as tandemd has seen it: requests
+/// completed over the time it has been connected (at least 10 requests
+/// over at least a second; else none, and the model takes half load).
+#[must_use]
+pub fn live_rate(c: &ClientSnapshot) -> Option<f64> {
+    let s = c.sched.as_ref()?;
+    (c.class == "inference" && s.requests >= 10 && c.connected_s >= 1.0)
+        .then(|| s.requests as f64 / c.connected_s)
+}
+
 /// A live client as a job of a prediction.
 ///
 /// # Errors
@@ -165,7 +175,7 @@ pub fn live_job(
         class: class_of(c),
         trace,
         slo_p99_ms: c.sched.as_ref().and_then(|s| s.slo_p99_target_ms),
-        rate: None,
+        rate: live_rate(c),
     })
 }
 
