@@ -1,5 +1,6 @@
 //! Running the model for a prediction: each job alone, then all of them
-//! together in each mode, paired by seed.
+//! together in each mode, paired by seed (each job alone draws its
+//! arrivals and CPU speed from the streams it draws from in the modes).
 
 use std::time::Instant;
 
@@ -12,11 +13,11 @@ use super::{
 };
 use crate::gpu::{Attribution, Sharing};
 use crate::job::{percentile, JobSpec, Outcome};
-use crate::matrix::{alone, alone_service_ms, MatrixCfg};
+use crate::matrix::{alone_service_ms, MatrixCfg};
 use crate::params::MODEL_VERSION;
 use crate::spatial::Spatial;
 use crate::tandem::{Off, TandemSide, TandemV1};
-use crate::trace::JobClass;
+use crate::trace::{JobClass, Op, Trace};
 use crate::world::{run_observed, Placement, RunCfg, START_NS};
 
 /// The matrix's configuration carrying these settings (its alone runs and
@@ -101,6 +102,74 @@ fn run_mode(
         }
         other => unreachable!("mode {other} was checked"),
     }
+}
+
+/// A job that never runs: an inference server whose first request would
+/// arrive after some 30 years.
+fn idle_job() -> JobSpec {
+    let k = crate::trace::Kernel {
+        name: "idle".into(),
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        blocks_per_sm: 1,
+        duration_ns: 1,
+        sm_share: 1.0,
+        regs_per_thread: 0,
+        smem_per_block: 0,
+        dram_bytes: 0,
+        graph: 0,
+        stream: 0,
+        host_gap_ns: 0,
+    };
+    JobSpec {
+        trace: Trace {
+            format: crate::trace::FORMAT.into(),
+            job: "idle".into(),
+            class: JobClass::Inference,
+            source: "synthetic".into(),
+            device: String::new(),
+            notes: String::new(),
+            ops: vec![Op::Kernel(k), Op::Sync { host_gap_ns: 0 }],
+        },
+        rate_per_s: 1e-9,
+        cpu_cv: 0.0,
+        sm_pct: 100,
+    }
+}
+
+/// Job `j` alone, for one seed: as the matrix runs a job alone (time-slicing,
+/// nothing else running), but at its own index `j` behind `j` jobs that
+/// never run, so that its arrivals and CPU speed draw from the same seeded
+/// streams as in the modes it is paired with (the world seeds each job's
+/// generators by its index). Returns (p99 ms, steps/s).
+fn alone_at(
+    m: &MatrixCfg,
+    specs: &[JobSpec],
+    j: usize,
+    seed: u64,
+    window_ns: u64,
+    service: bool,
+) -> (Option<f64>, Option<f64>) {
+    let cfg = RunCfg {
+        gpu: m.params.gpu.clone(),
+        sharing: m.params.plain(),
+        seed,
+        warmup_ns: m.warmup_ns,
+        window_ns,
+        drain_max_ns: m.drain_max_ns,
+        explicit_requests: false,
+    };
+    let mut jobs: Vec<JobSpec> = (0..j).map(|_| idle_job()).collect();
+    jobs.push(specs[j].clone());
+    let place = vec![Placement { priority: 0 }; jobs.len()];
+    let (o, _, _) = run_observed(&cfg, &jobs, &place, &mut Off, None);
+    let o = &o[j];
+    let p99 = if service {
+        percentile(&o.service_ms, 99.0)
+    } else {
+        o.percentile(99.0)
+    };
+    (p99, o.steps_per_s)
 }
 
 fn median(xs: &[f64]) -> Option<f64> {
@@ -225,8 +294,9 @@ pub fn predict(
                 };
                 let r = match md {
                     None => {
-                        let c = alone(&m, &specs[j], window_ns, seeds[seed]);
-                        (Vec::new(), None, c.1, c.2)
+                        let service = s.device.service_latency();
+                        let (p99, sps) = alone_at(&m, &specs, j, seeds[seed], window_ns, service);
+                        (Vec::new(), None, p99, sps)
                     }
                     Some(md) => {
                         let (o, a) = run_mode(&m, &specs, modes[md], seeds[seed], window_ns, s.why);

@@ -274,3 +274,40 @@ fn the_command_line_refuses_a_wrong_class_and_misplaced_flags() {
     assert!(e.contains("unknown mode \"fast\""), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each job is paired with its own alone run: beside a training job that
+/// barely touches the GPU (one 1 us kernel a second), the candidate's p99
+/// is its alone p99 on every seed, although the candidate is job 1 in the
+/// shared runs (its arrivals and CPU speed must come from the same seeded
+/// streams in both).
+#[test]
+fn a_job_is_paired_with_its_own_alone_run() {
+    let train = trace(
+        "idle_trainer",
+        JobClass::Training,
+        vec![
+            kernel("tick", 1, 1_000, 1_000_000_000),
+            Op::Sync { host_gap_ns: 0 },
+        ],
+    );
+    let mut s = quick(&["mps", "plain"]);
+    s.seeds = vec![1, 2, 3];
+    let p = predict(
+        &[job("trainer", train, None)],
+        &job("server", small_inference(), Some(50.0)),
+        &s,
+    )
+    .unwrap();
+    for m in &p.modes {
+        let server = &m.jobs[1];
+        let (lo, hi) = (
+            server.predicted_p99_ratio.unwrap(),
+            server.predicted_p99_ratio_worst.unwrap(),
+        );
+        assert!(
+            (lo - 1.0).abs() < 0.01 && (hi - 1.0).abs() < 0.01,
+            "{}: {server:?}",
+            m.mode
+        );
+    }
+}
