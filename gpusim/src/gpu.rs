@@ -57,11 +57,11 @@ use std::collections::{BinaryHeap, VecDeque};
 use crate::mps::Candidate;
 use crate::timeslice::Slicer;
 
-mod attribution;
 mod dispatch;
+mod observe;
 mod preempt;
 
-pub use attribution::{Attribution, Culprit};
+pub use crate::attribution::{Attribution, Culprit};
 
 pub use crate::Ns;
 

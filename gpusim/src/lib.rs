@@ -77,6 +77,7 @@
 /// Nanoseconds.
 pub type Ns = u64;
 
+pub mod attribution;
 pub mod calibration;
 pub mod footprint;
 pub mod gpu;

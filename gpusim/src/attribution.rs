@@ -1,8 +1,10 @@
-//! Who a job waits for: an optional observer of the engine that charges
+//! Who a job waits for: an optional observer of the engine
+//! ([`crate::gpu::Gpu::observe`]) that charges
 //! each job's waiting time for SMs to the other jobs' kernels that hold
 //! them (`tandem-sim predict --why`).
 //!
-//! The engine's state only changes at [`Gpu::submit`] and [`Gpu::advance`],
+//! The engine's state only changes at [`crate::gpu::Gpu::submit`] and
+//! [`crate::gpu::Gpu::advance`],
 //! so between two of those calls it is constant, and the observer accounts
 //! for the interval before each call with the state as it was. A job
 //! *waits* over an interval when one of its kernels has blocks not yet
@@ -15,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use super::{Gpu, Ns};
+use crate::Ns;
 
 /// Whom a wait is charged to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,50 +51,39 @@ impl Attribution {
         }
     }
 
-    fn account(&mut self, now: Ns, gpu: &Gpu) {
+    /// Accounts for `[last call, now)`, over which the engine's state was:
+    /// `kernels`, each running kernel's (client, token, SMs held, blocks
+    /// pending); `clients` of them; `runs(c)`, whether client `c` may run
+    /// (time-slicing: holds the GPU).
+    pub(crate) fn account(
+        &mut self,
+        now: Ns,
+        kernels: &[(usize, u64, u32, bool)],
+        clients: usize,
+        runs: impl Fn(usize) -> bool,
+    ) {
         let (a, b) = (self.last.max(self.from), now.min(self.to));
         self.last = now;
         if b <= a {
             return;
         }
         let dt = (b - a) as f64;
-        let kernels = || gpu.kernels.iter().flatten();
-        for v in 0..gpu.clients.len() {
-            if !kernels().any(|k| k.client == v && k.pending > 0) {
+        for v in 0..clients {
+            if !kernels.iter().any(|&(c, _, _, pending)| c == v && pending) {
                 continue;
             }
             *self.waited.entry(v).or_default() += dt;
-            let held: u32 = kernels().filter(|k| k.client != v).map(|k| k.held).sum();
+            let held: u32 = kernels.iter().filter(|k| k.0 != v).map(|k| k.2).sum();
             if held > 0 {
-                for k in kernels().filter(|k| k.client != v && k.held > 0) {
+                for &(c, token, h, _) in kernels.iter().filter(|k| k.0 != v && k.2 > 0) {
                     *self
                         .waits
-                        .entry((v, Culprit::Kernel(k.client, k.token)))
-                        .or_default() += dt * f64::from(k.held) / f64::from(held);
+                        .entry((v, Culprit::Kernel(c, token)))
+                        .or_default() += dt * f64::from(h) / f64::from(held);
                 }
-            } else if gpu.slicer.as_ref().is_some_and(|s| !s.runs(v)) {
+            } else if !runs(v) {
                 *self.waits.entry((v, Culprit::Timeslice)).or_default() += dt;
             }
-        }
-    }
-}
-
-impl Gpu {
-    /// Start charging waits to `a` (see the module docs).
-    pub fn observe(&mut self, a: Attribution) {
-        self.attribution = Some(Box::new(a));
-    }
-
-    /// The observer given to [`Gpu::observe`], with what it counted.
-    pub fn take_attribution(&mut self) -> Option<Attribution> {
-        self.attribution.take().map(|a| *a)
-    }
-
-    /// Account for the time since the last call (state unchanged since).
-    pub(super) fn attribute(&mut self, now: Ns) {
-        if let Some(mut a) = self.attribution.take() {
-            a.account(now, self);
-            self.attribution = Some(a);
         }
     }
 }
