@@ -32,7 +32,7 @@ pub struct Args {
     /// The candidate's class (must agree with its trace)
     #[arg(long, value_parser = ["inference", "training"])]
     pub class: Option<String>,
-    /// The candidate's request rate, requests/s (inference; default: half load)
+    /// The candidate's request rate, requests/s (inference; default: the rate tandemd has seen for a live candidate, else half load)
     #[arg(long, value_name = "R")]
     pub rate: Option<f64>,
     /// Seconds of recent behaviour each live trace covers, a whole number (default: the capture's)
