@@ -56,8 +56,21 @@ pub trait LiveTraces {
 /// The seam left for the capture of issue 25's first half (`tandemctl
 /// trace`, `GET /trace`): until it is in this build, every request fails
 /// with a message that says so, and `/predict` answers 501 for a GPU with
-/// jobs. Wiring it is one body: build the client's document from the
-/// capture, as `GET /trace?id=N` does.
+/// jobs. Wiring it is this body (with the capture branch's
+/// `coordinator/src/trace_query.rs`; tried on a merge of it, where
+/// `tests/e2e/tests/predict.rs`, a replayed training step and a posted
+/// request answered by the real `tandem-sim`, passed), after which
+/// [`NO_CAPTURE`] and the 501 go:
+///
+/// ```text
+/// use crate::capture::{DEFAULT_SECONDS, MAX_SECONDS};
+/// let s = seconds.unwrap_or(DEFAULT_SECONDS).clamp(1, MAX_SECONDS);
+/// crate::trace_query::trace_json(self.shared, id, s).map_err(|r| match r.status {
+///     404 => TraceError::Unknown(r.message),
+///     409 => TraceError::NotYet(r.message),
+///     _ => TraceError::Failed(r.message),
+/// })
+/// ```
 pub struct DaemonTraces<'a> {
     /// The daemon's state (the capture lives beside the clients).
     pub shared: &'a crate::shared::Shared,
