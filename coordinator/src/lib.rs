@@ -55,6 +55,7 @@ pub mod logging;
 pub mod metrics;
 pub mod mps;
 pub mod notify;
+pub mod predict;
 pub mod reader;
 pub use tandem_sched as sched;
 pub mod shared;

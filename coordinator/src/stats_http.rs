@@ -1,6 +1,8 @@
 //! A tiny HTTP/1.1 server for stats: `GET /stats` (JSON), `GET /metrics`
-//! (Prometheus text 0.0.4), `GET /healthz` (liveness: "ok"), anything else
-//! 404 with a help text. One request per connection (`Connection: close`),
+//! (Prometheus text 0.0.4), `GET /healthz` (liveness: "ok"), `GET` or
+//! `POST /predict` (a placement prediction, [`crate::predict::http`]: on
+//! a worker thread of its own, one at a time, so the model's seconds hold
+//! no other request), anything else 404 with a help text. One request per connection (`Connection: close`),
 //! requests limited to 8 KiB and 2 s. Event-driven on one thread: an idle
 //! or slow client holds only its own connection, never a worker, and past
 //! [`connection_cap`] the oldest connection is closed to make room, so a
@@ -26,7 +28,7 @@ use crate::shared::Shared;
 pub const MAX_REQUEST: usize = 8192;
 /// How long a client may take to send its request (and to read the answer).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
-const HELP: &str = "tandemd stats: GET /stats (JSON snapshot), GET /metrics (Prometheus text), GET /healthz (liveness) or GET /trace?id=N[&seconds=S] (a client's live trace)\n";
+const HELP: &str = "tandemd stats: GET /stats (JSON snapshot), GET /metrics (Prometheus text), GET /healthz (liveness), GET /trace?id=N[&seconds=S] (a client's live trace), GET /predict?gpu=N&trace=PATH or POST /predict?gpu=N with a trace body (a placement prediction)\n";
 
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,6 +41,8 @@ pub enum Route {
     Healthz,
     /// A client's live trace (`tandemctl trace`): its query string.
     Trace(String),
+    /// A placement prediction (GET with `trace=PATH`, or POST with a body).
+    Predict,
     /// 404.
     NotFound,
     /// 405.
@@ -63,10 +67,13 @@ pub fn route(head: &[u8]) -> Route {
     if !version.starts_with("HTTP/1.") {
         return Route::Bad("only HTTP/1.x is spoken here");
     }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if method == "POST" && path == "/predict" {
+        return Route::Predict;
+    }
     if method != "GET" && method != "HEAD" {
         return Route::BadMethod;
     }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     // Absolute-form targets (http://host/stats) are allowed too.
     let path = path
         .strip_prefix("http://")
@@ -76,6 +83,7 @@ pub fn route(head: &[u8]) -> Route {
         "/metrics" => Route::Metrics,
         "/healthz" => Route::Healthz,
         "/trace" => Route::Trace(query.to_string()),
+        "/predict" => Route::Predict,
         _ => Route::NotFound,
     }
 }
@@ -100,12 +108,19 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n")
 }
 
+const TCP_NO_PREDICT: &str = "/predict is not served over TCP unless [stats] tcp_serves_stats = true (its answers describe the node's jobs)\n";
+
 /// The whole answer to one request `head`; `tcp`: it came over the TCP
-/// listener.
+/// listener. (`/predict` here has no body and no peer: the server hands
+/// its connection to [`crate::predict::http::serve_conn`] instead.)
 #[must_use]
 pub fn answer(head: &[u8], shared: &Shared, tcp: bool) -> Vec<u8> {
     let head_only = head.starts_with(b"HEAD ");
     match route(head) {
+        Route::Predict if tcp && !shared.config().stats.tcp_serves_stats => {
+            response(404, "Not Found", "text/plain", TCP_NO_PREDICT, head_only)
+        }
+        Route::Predict => crate::predict::http::answer_shared(head, &[], shared, None),
         Route::Healthz => response(200, "OK", "text/plain", "ok\n", head_only),
         Route::Stats if tcp && !shared.config().stats.tcp_serves_stats => {
             response(404, "Not Found", "text/plain", TCP_NO_STATS, head_only)
@@ -434,6 +449,32 @@ impl Server {
                 }
                 Ok(n) => {
                     c.buf.extend_from_slice(&chunk[..n]);
+                    if let Some(end) = head_end(&c.buf) {
+                        let tcp_refused = c.tcp && !self.shared.config().stats.tcp_serves_stats;
+                        if route(&c.buf[..end]) == Route::Predict && !tcp_refused {
+                            // Its own thread: the model takes seconds.
+                            let c = self.conns.remove(&token).expect("the connection");
+                            self.epoll.delete(c.s.fd());
+                            let shared = self.shared.clone();
+                            match c.s {
+                                Stream::Unix(u) => {
+                                    let peer = tandem_os::socket::peer_cred(u.as_fd()).ok();
+                                    let _ = u.set_nonblocking(false);
+                                    let _ = u.set_read_timeout(Some(IO_TIMEOUT));
+                                    let _ = u.set_write_timeout(Some(IO_TIMEOUT));
+                                    let uid = peer.map(|p| p.uid);
+                                    crate::predict::http::serve_conn(u, c.buf, end, shared, uid);
+                                }
+                                Stream::Tcp(t) => {
+                                    let _ = t.set_nonblocking(false);
+                                    let _ = t.set_read_timeout(Some(IO_TIMEOUT));
+                                    let _ = t.set_write_timeout(Some(IO_TIMEOUT));
+                                    crate::predict::http::serve_conn(t, c.buf, end, shared, None);
+                                }
+                            }
+                            return;
+                        }
+                    }
                     let answer = match head_end(&c.buf) {
                         Some(end) => answer(&c.buf[..end], &self.shared, c.tcp),
                         None if c.buf.len() > MAX_REQUEST => response(
@@ -530,6 +571,70 @@ fn drain(s: &mut Stream) {
 mod tests {
     use super::*;
 
+    /// The event-driven server hands `/predict` to a thread of its own,
+    /// which reads the posted body (bounded) and answers.
+    #[test]
+    fn the_server_answers_predict_on_its_own_thread() {
+        use std::path::PathBuf;
+        let dir = std::env::temp_dir().join(format!("tandem-stats-predict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stats.sock");
+        let shared = Arc::new(Shared::new(
+            crate::config::Config::default(),
+            PathBuf::from("/nonexistent/tandemd.toml"),
+            dir.join("tandemd.sock"),
+            path.clone(),
+            0,
+            crate::mps::Mps::off(),
+        ));
+        let listener = UnixListener::bind(&path).unwrap();
+        let (wake_w, wake_r) = UnixStream::pair().unwrap();
+        let server =
+            std::thread::spawn(move || serve(shared, listener, None, OwnedFd::from(wake_r)));
+        let post = |head: &str, body: &str| {
+            let mut s = UnixStream::connect(&path).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s.write_all(head.as_bytes()).unwrap();
+            // The body comes later than the head, in two pieces.
+            std::thread::sleep(Duration::from_millis(50));
+            let (a, b) = body.split_at(body.len() / 2);
+            let _ = s.write_all(a.as_bytes());
+            let _ = s.write_all(b.as_bytes());
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            crate::client::parse_response(&out).unwrap()
+        };
+        let body = "{\"job\": \"x\"}";
+        let r = post(
+            &format!(
+                "POST /predict?gpu=0 HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            ),
+            body,
+        );
+        // No client has reported a GPU: the body was read, the GPU looked up.
+        assert_eq!(r.status, 404, "{}", r.body);
+        assert!(
+            r.body.starts_with("no GPU 0: tandemd sees no GPU"),
+            "{}",
+            r.body
+        );
+        let r = post(
+            "POST /predict?gpu=0 HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n",
+            "",
+        );
+        assert_eq!(r.status, 413, "{}", r.body);
+        let r = post("POST /predict?gpu=0 HTTP/1.1\r\n\r\n", "");
+        assert_eq!(r.status, 400, "no body: {}", r.body);
+        // The server still answers everything else.
+        let r = post("GET /healthz HTTP/1.1\r\n\r\n", "");
+        assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+        (&wake_w).write_all(b"x").unwrap();
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn routes() {
         assert_eq!(
@@ -546,6 +651,12 @@ mod tests {
         assert_eq!(route(b"GET /healthz HTTP/1.1"), Route::Healthz);
         assert_eq!(route(b"GET / HTTP/1.1"), Route::NotFound);
         assert_eq!(route(b"POST /stats HTTP/1.1"), Route::BadMethod);
+        assert_eq!(route(b"POST /predict?gpu=0 HTTP/1.1"), Route::Predict);
+        assert_eq!(
+            route(b"GET /predict?gpu=0&trace=/t HTTP/1.1"),
+            Route::Predict
+        );
+        assert_eq!(route(b"PUT /predict HTTP/1.1"), Route::BadMethod);
         assert!(matches!(route(b"GET /stats"), Route::Bad(_)));
         assert!(matches!(route(b"GET /stats SPDY/3"), Route::Bad(_)));
         assert!(matches!(route(b"\xff\xfe"), Route::Bad(_)));

@@ -58,7 +58,10 @@ use crate::mps::Candidate;
 use crate::timeslice::Slicer;
 
 mod dispatch;
+mod observe;
 mod preempt;
+
+pub use crate::attribution::{Attribution, Culprit};
 
 pub use crate::Ns;
 
@@ -270,6 +273,8 @@ pub struct Gpu {
     scratch: (Vec<(usize, u64)>, Vec<Candidate>, Vec<usize>),
     /// Reused buffers of `allocate_into` and of `has_work`.
     alloc_scratch: (Vec<u32>, Vec<usize>, Vec<bool>),
+    /// Who waits for whom, when asked ([`Gpu::observe`]).
+    attribution: Option<Box<Attribution>>,
 }
 
 impl Gpu {
@@ -309,11 +314,13 @@ impl Gpu {
             gen: 0,
             scratch: (Vec::new(), Vec::new(), Vec::new()),
             alloc_scratch: (Vec::new(), Vec::new(), Vec::new()),
+            attribution: None,
         }
     }
 
     /// Queue `work` on `client`'s `stream` at `now`; its [`Done`] carries `token`.
     pub fn submit(&mut self, now: Ns, client: usize, stream: usize, work: Work, token: u64) {
+        self.attribute(now);
         let c = &mut self.clients[client];
         if c.streams.len() <= stream {
             c.streams.resize_with(stream + 1, VecDeque::new);
@@ -376,6 +383,7 @@ impl Gpu {
     /// Process everything due at `now` (call at [`Gpu::next_time`]);
     /// completions go to `done`.
     pub fn advance(&mut self, now: Ns, done: &mut Vec<Done>) {
+        self.attribute(now);
         while let Some(&Reverse((t, id, gen))) = self.ends.peek() {
             if t > now {
                 break;

@@ -77,6 +77,7 @@
 /// Nanoseconds.
 pub type Ns = u64;
 
+pub mod attribution;
 pub mod calibration;
 pub mod footprint;
 pub mod gpu;
@@ -86,6 +87,7 @@ pub mod matrix;
 pub mod measured;
 pub mod mps;
 pub mod params;
+pub mod predict;
 pub mod report;
 pub mod rng;
 pub mod spatial;

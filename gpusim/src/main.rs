@@ -4,6 +4,8 @@
 //! tandem-sim matrix [--reduced] [--device h100|a100|all] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N]
 //! tandem-sim traces [--traces DIR]          # each job's kernels, GPU and CPU time
 //! tandem-sim check-trace FILE               # parse and check one trace file
+//! tandem-sim synthetic-trace JOB [--device h100|a100]  # a job's synthetic trace, as JSON
+//! tandem-sim predict --job FILE... --add FILE [--json] [--why]  # see predict::cli
 //! ```
 //!
 //! `matrix` writes `matrix.json`, `matrix.md` and `holdout.md` into `--out`
@@ -24,7 +26,7 @@ use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: tandem-sim matrix [--reduced] [--device h100|a100|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]...\n       tandem-sim traces [--traces DIR]\n       tandem-sim check-trace FILE");
+    eprintln!("usage: tandem-sim matrix [--reduced] [--device h100|a100|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]...\n       tandem-sim traces [--traces DIR]\n       tandem-sim check-trace FILE\n       tandem-sim synthetic-trace JOB [--device h100|a100]\n       {}", tandem_gpusim::predict::cli::USAGE);
     ExitCode::from(2)
 }
 
@@ -33,6 +35,18 @@ fn main() -> ExitCode {
     let Some(cmd) = args.first() else {
         return usage();
     };
+    if cmd == "predict" {
+        return match tandem_gpusim::predict::cli::run(&args[1..]) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tandem-sim predict: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let value = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -106,6 +120,23 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("{file}: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        "synthetic-trace" => {
+            // One job's synthetic trace as a file: what `predict` reads.
+            let Some(job) = args.get(1) else {
+                return usage();
+            };
+            let d = devices[0];
+            match load_trace(d, &params_of(d), traces.as_deref(), job) {
+                Ok(t) => {
+                    println!("{}", t.to_json());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tandem-sim: {e}");
                     ExitCode::from(1)
                 }
             }

@@ -109,6 +109,19 @@ pub fn run(
     placements: &[Placement],
     tandem: &mut dyn TandemSide,
 ) -> (Vec<Outcome>, u64) {
+    let (outs, switches, _) = run_observed(cfg, specs, placements, tandem, None);
+    (outs, switches)
+}
+
+/// [`run`], with the engine's waits charged to `attribution` (see
+/// [`crate::gpu::Attribution`]), which comes back with what it counted.
+pub fn run_observed(
+    cfg: &RunCfg,
+    specs: &[JobSpec],
+    placements: &[Placement],
+    tandem: &mut dyn TandemSide,
+    attribution: Option<crate::gpu::Attribution>,
+) -> (Vec<Outcome>, u64, Option<crate::gpu::Attribution>) {
     let clients: Vec<ClientCfg> = specs
         .iter()
         .zip(placements)
@@ -152,6 +165,9 @@ pub fn run(
         last_kernel: vec![None; specs.len()],
         arrivals_end: START_NS + cfg.warmup_ns + cfg.window_ns,
     };
+    if let Some(a) = attribution {
+        w.gpu.observe(a);
+    }
     let end = w.arrivals_end + cfg.drain_max_ns;
     for (j, s) in specs.iter().enumerate() {
         let class = match s.class() {
@@ -201,7 +217,7 @@ pub fn run(
         .zip(&w.jobs)
         .map(|(s, st)| outcome(s, st, START_NS, w0, w1, last.min(end)))
         .collect();
-    (outs, w.gpu.switches())
+    (outs, w.gpu.switches(), w.gpu.take_attribution())
 }
 
 /// The earlier of two times, either of which may be absent.

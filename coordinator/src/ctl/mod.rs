@@ -1,4 +1,4 @@
-//! `tandemctl`: status, top, reload, set-class, run, trace.
+//! `tandemctl`: status, top, reload, set-class, run, cdi, trace, predict.
 //!
 //! The command line is parsed by clap: each subcommand is one variant of
 //! [`Command`] whose arguments are a struct in its own module (`run`, `top`),
@@ -14,6 +14,7 @@ use tandem_proto::wire::{ClientClass, ControlOp};
 use crate::client;
 
 pub mod cdi;
+pub mod predict;
 pub mod run;
 mod status_table;
 pub mod top;
@@ -60,6 +61,8 @@ pub enum Command {
     Cdi(cdi::Args),
     /// A client's recent behaviour as a tandem-trace/1 document (one request or one step)
     Trace(trace::Args),
+    /// Predict what the jobs on a GPU and a candidate would see together (a model's prediction)
+    Predict(predict::Args),
 }
 
 /// `tandemctl status`.
@@ -105,6 +108,7 @@ pub fn main(args: &[OsString]) -> u8 {
         Command::Run(a) => return run::run(&socket, &a),
         Command::Cdi(a) => return cdi::main(&a),
         Command::Trace(a) => trace::run(&socket, &a),
+        Command::Predict(a) => return predict::run(&socket, &a),
     };
     match result {
         Ok(()) => 0,

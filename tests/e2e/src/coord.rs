@@ -81,6 +81,29 @@ pub fn coordinator_bins() -> &'static CoordBins {
     })
 }
 
+/// Builds (once per process) the model's `tandem-sim`, which tandemd runs
+/// for `/predict` (found through `$TANDEM_SIM`).
+pub fn tandem_sim() -> &'static Path {
+    static SIM: OnceLock<PathBuf> = OnceLock::new();
+    SIM.get_or_init(|| {
+        let a = artifacts();
+        let profile = a
+            .profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("profile dir name")
+            .to_string();
+        crate::cargo_build(
+            &a.target_dir,
+            &profile,
+            &["-p", "tandem-gpusim", "--bin", "tandem-sim"],
+        );
+        let p = a.profile_dir.join("tandem-sim");
+        assert!(p.is_file(), "{} was not built", p.display());
+        p
+    })
+}
+
 /// `tandemd --print-default-config` (cached): the documented defaults, used as
 /// every test's config file so no test depends on /etc/tandem/tandemd.toml.
 pub fn default_config() -> &'static str {

@@ -1,0 +1,313 @@
+use super::*;
+use crate::trace::{JobClass, Kernel, Op, FORMAT};
+
+fn kernel(name: &str, blocks: u32, duration_ns: u64, host_gap_ns: u64) -> Op {
+    Op::Kernel(Kernel {
+        name: name.into(),
+        grid: [blocks, 1, 1],
+        block: [256, 1, 1],
+        blocks_per_sm: 1,
+        duration_ns,
+        sm_share: 1.0,
+        regs_per_thread: 0,
+        smem_per_block: 0,
+        dram_bytes: 0,
+        graph: 0,
+        stream: 0,
+        host_gap_ns,
+    })
+}
+
+fn trace(job: &str, class: JobClass, ops: Vec<Op>) -> Trace {
+    Trace {
+        format: FORMAT.into(),
+        job: job.into(),
+        class,
+        source: "synthetic".into(),
+        device: String::new(),
+        notes: String::new(),
+        ops,
+    }
+}
+
+fn job(label: &str, t: Trace, rate: Option<f64>) -> JobInput {
+    JobInput {
+        label: label.into(),
+        trace: t,
+        rate_per_s: rate,
+        slo: DEFAULT_SLO,
+    }
+}
+
+/// An inference request of ten small kernels (8 SMs each, 50 us).
+fn small_inference() -> Trace {
+    let mut ops: Vec<Op> = (0..10)
+        .map(|i| kernel(&format!("infer_{i}"), 8, 50_000, 20_000))
+        .collect();
+    ops.push(Op::Sync { host_gap_ns: 5_000 });
+    trace("infer", JobClass::Inference, ops)
+}
+
+fn quick(modes: &[&str]) -> Settings {
+    let mut s = Settings::interactive(crate::matrix::Device::H100);
+    s.seeds = vec![1];
+    s.warmup_ns = 50_000_000;
+    s.window_ns = 1_000_000_000;
+    s.min_requests = 0;
+    s.threads = 2;
+    s.modes = modes.iter().map(|m| (*m).to_string()).collect();
+    s
+}
+
+/// A training step of many short narrow kernels and one long kernel that
+/// holds every SM for 3 ms: under MPS the inference job's kernels wait
+/// for it, and `--why` puts it first.
+#[test]
+fn why_puts_the_one_long_colliding_kernel_first() {
+    let mut ops: Vec<Op> = (0..40)
+        .map(|i| kernel(&format!("small_{i}"), 4, 20_000, 10_000))
+        .collect();
+    ops.insert(20, kernel("long_gemm", 132, 3_000_000, 10_000));
+    ops.push(Op::Sync {
+        host_gap_ns: 10_000,
+    });
+    let train = trace("train", JobClass::Training, ops);
+    let mut s = quick(&["mps"]);
+    s.why = true;
+    let p = predict(
+        &[job("trainer", train, None)],
+        &job("server", small_inference(), Some(50.0)),
+        &s,
+    )
+    .unwrap();
+    let why = p.modes[0].why.as_ref().expect("--why asked");
+    assert!(!why.is_empty(), "the inference job waits for something");
+    assert_eq!(
+        (
+            why[0].kernel.as_str(),
+            why[0].by_job.as_str(),
+            why[0].delayed.as_str()
+        ),
+        ("long_gemm", "trainer", "server"),
+        "{why:#?}"
+    );
+    assert!(why[0].share > 0.5, "{why:#?}");
+    assert_eq!(why[0].launches_per_unit, 1);
+    // The table says it too, marked a prediction.
+    let text = human(&p);
+    assert!(text.contains("why #1: server waits"), "{text}");
+    assert!(text.contains("for long_gemm of trainer"), "{text}");
+    assert!(
+        text.starts_with("PREDICTION by the GPU-sharing model gpusim"),
+        "{text}"
+    );
+}
+
+/// A long kernel colliding with inference makes MPS miss the p99 target;
+/// the verdict follows the modes that fit.
+#[test]
+fn a_collision_misses_the_p99_slo_and_the_verdict_says_so() {
+    let mut ops: Vec<Op> = vec![kernel("long_gemm", 132, 8_000_000, 10_000)];
+    ops.push(Op::Sync {
+        host_gap_ns: 10_000,
+    });
+    let train = trace("train", JobClass::Training, ops);
+    let p = predict(
+        &[job("trainer", train, None)],
+        &job("server", small_inference(), Some(50.0)),
+        &quick(&["mps"]),
+    )
+    .unwrap();
+    let m = &p.modes[0];
+    let server = &m.jobs[1];
+    assert!(
+        server.predicted_p99_ratio_worst.unwrap() > 1.5,
+        "a request behind an 8 ms kernel: {server:?}"
+    );
+    assert!(!server.meets_slo && !m.fits);
+    assert_eq!(p.verdict, "does not fit");
+    assert!(p.fitting_modes.is_empty());
+    assert_eq!(p.kind, "prediction");
+    let json = serde_json::to_value(&p).unwrap();
+    assert!(json["modes"][0]["jobs"][1]["predicted_p99_ratio"].is_number());
+    assert_eq!(json["model_version"], crate::params::MODEL_VERSION);
+}
+
+#[test]
+fn the_verdict_over_the_modes_that_fit() {
+    let v = |m: &[&str]| verdict(&m.iter().map(|x| (*x).to_string()).collect::<Vec<_>>());
+    assert_eq!(v(&["tandem_mps", "tandem"]), "fits");
+    assert_eq!(v(&["plain"]), "fits");
+    assert_eq!(v(&["mps_lowprio", "tandem_mps"]), "fits only over MPS");
+    assert_eq!(v(&[]), "does not fit");
+}
+
+#[test]
+fn a_gpu_with_no_jobs_is_an_error_that_says_so() {
+    let e = predict(
+        &[],
+        &job("server", small_inference(), None),
+        &quick(&["mps"]),
+    )
+    .unwrap_err();
+    assert!(e.0.contains("the GPU has no jobs"), "{e}");
+}
+
+const DOC: &str = r#"{
+  "format": "tandem-trace/1", "job": "t", "class": "inference", "source": "measured",
+  "ops": [
+    {"op": "kernel", "name": "k", "grid": [4, 1, 1], "block": [128, 1, 1],
+     "blocks_per_sm": 1, "duration_ns": 1000, "host_gap_ns": 7},
+    {"op": "sync", "host_gap_ns": 3}
+  ]
+}"#;
+
+#[test]
+fn a_malformed_trace_is_refused_naming_the_field() {
+    assert!(parse_trace("f.json", DOC).is_ok());
+    let cases = [
+        (
+            DOC.replace("\"duration_ns\": 1000", "\"duration_ns\": \"slow\""),
+            "f.json: ops[0].duration_ns: expected a non-negative integer, found \"slow\"",
+        ),
+        (
+            DOC.replace("[4, 1, 1]", "[4, 1]"),
+            "f.json: ops[0].grid: expected three integers",
+        ),
+        (
+            DOC.replace(", \"duration_ns\": 1000", ""),
+            "f.json: ops[0]: missing field `duration_ns`",
+        ),
+        (
+            DOC.replace("\"op\": \"sync\"", "\"op\": \"wait\""),
+            "f.json: ops[1].op: \"wait\": expected kernel",
+        ),
+        (
+            DOC.replace("\"class\": \"inference\"", "\"class\": \"batch\""),
+            "f.json: class: \"batch\": expected \"inference\" or \"training\"",
+        ),
+        (
+            DOC.replace("\"ops\"", "\"steps\""),
+            "f.json: missing field \"ops\"",
+        ),
+        ("{\"format\": ".to_string(), "f.json: not JSON"),
+        (
+            DOC.replace("\"blocks_per_sm\": 1", "\"blocks_per_sm\": 0"),
+            "blocks_per_sm and duration_ns must be >= 1",
+        ),
+    ];
+    for (doc, want) in cases {
+        let e = parse_trace("f.json", &doc).expect_err(want);
+        assert!(
+            e.starts_with(want) || e.contains(want),
+            "want {want:?}, got {e:?}"
+        );
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn a_trace_from_a_newer_format_is_refused_with_its_version_named() {
+    // A newer version may change any field: the format is checked first.
+    let doc = DOC
+        .replace("tandem-trace/1", "tandem-trace/2")
+        .replace("\"duration_ns\": 1000", "\"duration\": {\"ns\": 1000}");
+    let e = parse_trace("new.json", &doc).unwrap_err();
+    assert_eq!(
+        e,
+        "new.json: trace format tandem-trace/2 is newer than this tandem-sim reads (tandem-trace/1): update tandem-sim"
+    );
+    let e = parse_trace("x.json", &DOC.replace("tandem-trace/1", "chrome-trace")).unwrap_err();
+    assert!(e.contains("not a tandem-trace/1 trace"), "{e}");
+}
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|x| (*x).to_string()).collect()
+}
+
+#[test]
+fn the_command_line_refuses_a_wrong_class_and_misplaced_flags() {
+    let dir = std::env::temp_dir().join(format!("tandem-predict-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inf = write(&dir, "inf.json", DOC);
+    let train = write(
+        &dir,
+        "train.json",
+        &DOC.replace("\"inference\"", "\"training\""),
+    );
+    let run = |a: &[&str]| cli::run(&args(a)).unwrap_err();
+    let e = run(&["--job", &train, "--add", &inf, "--class", "training"]);
+    assert!(
+        e.contains("--class training, but the trace is of an inference job"),
+        "{e}"
+    );
+    let e = run(&["--job", &train, "--add", &inf, "--class", "auto"]);
+    assert!(
+        e.contains("class \"auto\": a prediction needs inference or training"),
+        "{e}"
+    );
+    let e = run(&["--job", &train, "--rate", "10", "--add", &inf]);
+    assert!(e.contains("applies to inference jobs"), "{e}");
+    let e = run(&["--class", "training", "--job", &train, "--add", &inf]);
+    assert!(
+        e.contains("--class applies to the --job or --add before it"),
+        "{e}"
+    );
+    let e = run(&["--job", &train]);
+    assert!(e.contains("no candidate"), "{e}");
+    let e = run(&["--add", &inf]);
+    assert!(e.contains("the GPU has no jobs"), "{e}");
+    let e = run(&[
+        "--job",
+        &train,
+        "--add",
+        &dir.join("none.json").display().to_string(),
+    ]);
+    assert!(e.contains("none.json: cannot read the trace"), "{e}");
+    let e = run(&["--job", &train, "--add", &inf, "--modes", "mps,fast"]);
+    assert!(e.contains("unknown mode \"fast\""), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each job is paired with its own alone run: beside a training job that
+/// barely touches the GPU (one 1 us kernel a second), the candidate's p99
+/// is its alone p99 on every seed, although the candidate is job 1 in the
+/// shared runs (its arrivals and CPU speed must come from the same seeded
+/// streams in both).
+#[test]
+fn a_job_is_paired_with_its_own_alone_run() {
+    let train = trace(
+        "idle_trainer",
+        JobClass::Training,
+        vec![
+            kernel("tick", 1, 1_000, 1_000_000_000),
+            Op::Sync { host_gap_ns: 0 },
+        ],
+    );
+    let mut s = quick(&["mps", "plain"]);
+    s.seeds = vec![1, 2, 3];
+    let p = predict(
+        &[job("trainer", train, None)],
+        &job("server", small_inference(), Some(50.0)),
+        &s,
+    )
+    .unwrap();
+    for m in &p.modes {
+        let server = &m.jobs[1];
+        let (lo, hi) = (
+            server.predicted_p99_ratio.unwrap(),
+            server.predicted_p99_ratio_worst.unwrap(),
+        );
+        assert!(
+            (lo - 1.0).abs() < 0.01 && (hi - 1.0).abs() < 0.01,
+            "{}: {server:?}",
+            m.mode
+        );
+    }
+}
