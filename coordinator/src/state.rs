@@ -469,10 +469,10 @@ pub struct Totals {
     pub version_mismatches: std::collections::BTreeMap<String, u64>,
 }
 
-/// A client row for tests: every field at a neutral value, then the JSON
-/// fields in `set` over it.
+/// A client row for tests, as the stats socket's JSON: every field at a
+/// neutral value, then the JSON fields in `set` over it.
 #[cfg(test)]
-pub fn test_client(id: u64, set: serde_json::Value) -> ClientSnapshot {
+pub fn test_client_json(id: u64, set: serde_json::Value) -> serde_json::Value {
     let mut v = serde_json::json!({
         "id": id, "pid": 10 + id, "uid": 0, "exe": "/x", "cgroup": "/",
         "class": "training", "class_claimed": "auto", "class_reason": "r", "gpu": null,
@@ -483,10 +483,16 @@ pub fn test_client(id: u64, set: serde_json::Value) -> ClientSnapshot {
         "gate_waits": 0, "gate_timeouts": 0, "top_kernels": []
     });
     let serde_json::Value::Object(fields) = set else {
-        panic!("test_client: `set` must be a JSON object");
+        panic!("test_client_json: `set` must be a JSON object");
     };
     v.as_object_mut().unwrap().extend(fields);
-    serde_json::from_value(v).unwrap()
+    v
+}
+
+/// [`test_client_json`] as a [`ClientSnapshot`].
+#[cfg(test)]
+pub fn test_client(id: u64, set: serde_json::Value) -> ClientSnapshot {
+    serde_json::from_value(test_client_json(id, set)).unwrap()
 }
 
 #[cfg(test)]

@@ -172,18 +172,15 @@ mod tests {
     fn client(id: u64, class: &str, gpu: &str, exe: &str, slo: Option<f64>) -> serde_json::Value {
         // Inference clients have served 300 requests in their 10 s.
         let requests = if class == "inference" { 300 } else { 0 };
-        serde_json::json!({
-            "id": id, "pid": 100 + id, "uid": 0, "exe": exe, "cgroup": "/",
-            "class": class, "class_claimed": "auto", "class_reason": "r", "gpu": gpu,
-            "connected_s": 10.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
-            "graph_kernels": 0, "launch_rate_hz": 0.0, "records": 0, "dropped": 0,
-            "bad_records": 0, "ring_detached": false, "bytes_allocated": 0, "allocs": 0,
-            "frees": 0, "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0,
-            "gate_waits": 0, "gate_timeouts": 0, "top_kernels": [],
-            "sched": {"backlog_ns": 0, "gate_open": true, "requests": requests, "p50_ms": null,
-                      "p99_ms": null, "slo_p99_target_ms": slo, "train_share": 0.0,
-                      "latency_buckets": [], "latency_sum_ns": 0}
-        })
+        crate::state::test_client_json(
+            id,
+            serde_json::json!({
+                "pid": 100 + id, "exe": exe, "class": class, "gpu": gpu, "connected_s": 10.0,
+                "sched": {"backlog_ns": 0, "gate_open": true, "requests": requests,
+                          "p50_ms": null, "p99_ms": null, "slo_p99_target_ms": slo,
+                          "train_share": 0.0, "latency_buckets": [], "latency_sum_ns": 0}
+            }),
+        )
     }
 
     /// The node: GPU 0 (an A100) runs client 1 (training) and client 2

@@ -401,15 +401,10 @@ mod tests {
 
     fn snap() -> Snapshot {
         let client = |id: u64, class: &str, gpu: &str| {
-            serde_json::json!({
-                "id": id, "pid": 100 + id, "uid": 0, "exe": "/bin/job", "cgroup": "/",
-                "class": class, "class_claimed": "auto", "class_reason": "r", "gpu": gpu,
-                "connected_s": 1.0, "launches": 0, "launches_ex": 0, "graph_launches": 0,
-                "graph_kernels": 0, "launch_rate_hz": 0.0, "records": 0, "dropped": 0,
-                "bad_records": 0, "ring_detached": false, "bytes_allocated": 0, "allocs": 0,
-                "frees": 0, "copies": 0, "h2d_bytes": 0, "syncs": 0, "gate_wait_ns": 0,
-                "gate_waits": 0, "gate_timeouts": 0, "top_kernels": []
-            })
+            crate::state::test_client_json(
+                id,
+                serde_json::json!({"pid": 100 + id, "exe": "/bin/job", "class": class, "gpu": gpu}),
+            )
         };
         serde_json::from_value(serde_json::json!({
             "version": "0", "protocol": 1, "pid": 1, "uptime_s": 1.0, "socket": "s",

@@ -46,6 +46,19 @@ pub struct CoordBins {
     pub tandemctl: PathBuf,
 }
 
+/// `cargo build ARGS` with the same cargo, target dir and profile as the
+/// shim and fake driver of [`artifacts`]; returns those artifacts.
+fn build_beside_the_shim(args: &[&str]) -> &'static crate::Artifacts {
+    let a = artifacts();
+    let profile = a
+        .profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("profile dir name");
+    crate::cargo_build(&a.target_dir, profile, args);
+    a
+}
+
 /// Builds (once per process) `tandemd` and `tandemctl` with the same cargo,
 /// target dir and profile as the running test, next to `libtandem.so` (which
 /// `tandemctl run` looks for beside itself). Also builds the shim and the
@@ -53,18 +66,7 @@ pub struct CoordBins {
 pub fn coordinator_bins() -> &'static CoordBins {
     static BINS: OnceLock<CoordBins> = OnceLock::new();
     BINS.get_or_init(|| {
-        let a = artifacts();
-        let profile = a
-            .profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("profile dir name")
-            .to_string();
-        crate::cargo_build(
-            &a.target_dir,
-            &profile,
-            &["-p", "tandem-coordinator", "--bins"],
-        );
+        let a = build_beside_the_shim(&["-p", "tandem-coordinator", "--bins"]);
         let bins = CoordBins {
             tandemd: a.profile_dir.join("tandemd"),
             tandemctl: a.profile_dir.join("tandemctl"),
@@ -86,18 +88,7 @@ pub fn coordinator_bins() -> &'static CoordBins {
 pub fn tandem_sim() -> &'static Path {
     static SIM: OnceLock<PathBuf> = OnceLock::new();
     SIM.get_or_init(|| {
-        let a = artifacts();
-        let profile = a
-            .profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("profile dir name")
-            .to_string();
-        crate::cargo_build(
-            &a.target_dir,
-            &profile,
-            &["-p", "tandem-gpusim", "--bin", "tandem-sim"],
-        );
+        let a = build_beside_the_shim(&["-p", "tandem-gpusim", "--bin", "tandem-sim"]);
         let p = a.profile_dir.join("tandem-sim");
         assert!(p.is_file(), "{} was not built", p.display());
         p
