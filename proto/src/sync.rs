@@ -9,6 +9,10 @@
 //! (a `sync` module of the same shape) and checks the protocols over every
 //! interleaving its bound allows. Keep this module's surface small: whatever
 //! it exports, the stand-in must export too.
+//!
+//! The waits of a contended [`SyncProducer`](crate::ring::SyncProducer) push
+//! (a spin, giving up the CPU, a short sleep) are here too: under loom each
+//! is a yield to the other threads.
 
 pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -16,3 +20,19 @@ pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 /// timeout, and `futex(FUTEX_WAKE)` of up to n waiters: the OS layer's
 /// (`tandem_os::futex`), whose signatures the model's stand-in repeats.
 pub(crate) use tandem_os::futex::{wait as futex_wait, wake as futex_wake};
+
+/// One iteration of a spin loop (`core::hint::spin_loop`).
+#[inline(always)]
+pub(crate) fn spin_loop() {
+    core::hint::spin_loop();
+}
+
+/// Gives up the CPU to another runnable thread (`sched_yield(2)`).
+pub(crate) fn yield_now() {
+    std::thread::yield_now();
+}
+
+/// Sleeps for about `d` (`nanosleep(2)`; at least `d`).
+pub(crate) fn nap(d: core::time::Duration) {
+    std::thread::sleep(d);
+}

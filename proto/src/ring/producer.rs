@@ -3,6 +3,7 @@
 
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
+use core::time::Duration;
 
 use crate::error::Result;
 use crate::record::{Record, RECORD_WORDS};
@@ -151,10 +152,23 @@ impl<'a> Producer<'a> {
 
 /// A [`Producer`] that many threads may push through (`&self`).
 ///
-/// A tiny try-lock serialises pushes. A thread that finds it held spins a
-/// bounded number of times ([`SyncProducer::SPIN_LIMIT`], well under a
-/// microsecond in practice) and then drops its record, counting it in
-/// `dropped_busy`: a push never waits unboundedly and never sleeps.
+/// A tiny try-lock serialises pushes; an uncontended push is one CAS more
+/// than [`Producer::push`]. A thread that finds the lock held spins
+/// ([`SyncProducer::SPIN_LIMIT`] times: a holder that is running lets go
+/// within that). A holder that does not is almost always one the scheduler
+/// preempted inside its few-nanosecond critical section (on a busy node, a
+/// thread pushing often is preempted there many times a second), and it
+/// runs again only once it gets a CPU: the waiter then gives up its own
+/// ([`YIELD_LIMIT`](SyncProducer::YIELD_LIMIT) `sched_yield`s, which hand
+/// the CPU to a holder queued on it), then naps ([`NAP`](SyncProducer::NAP)
+/// at a time, which idles the CPU so the kernel pulls a holder queued on
+/// another one), up to a bound: [`push`](SyncProducer::push) (a launching
+/// thread) naps at most [`LAUNCH_NAPS`](SyncProducer::LAUNCH_NAPS) times
+/// (at least 5 ms), [`push_patient`](SyncProducer::push_patient) (a thread
+/// off the launch path, such as the shim's watcher) at most
+/// [`PATIENT_NAPS`](SyncProducer::PATIENT_NAPS) times (at least 50 ms). Past
+/// its bound a push drops its record, counting it in `dropped_busy`: a push
+/// never waits unboundedly, and a preempted holder no longer costs a record.
 ///
 /// After `fork`, call [`SyncProducer::disable`] in the child (e.g. from a
 /// `pthread_atfork` child handler): the child must not write the parent's ring.
@@ -178,8 +192,22 @@ unsafe impl Sync for SyncProducer<'_> {}
 unsafe impl Send for SyncProducer<'_> {}
 
 impl<'a> SyncProducer<'a> {
-    /// How many times a contended push re-tries the lock before dropping.
+    /// How many times a contended push re-tries the lock spinning before it
+    /// yields the CPU.
     pub const SPIN_LIMIT: u32 = 256;
+    /// How many times it then re-tries after a `sched_yield`, before napping.
+    pub const YIELD_LIMIT: u32 = 16;
+    /// One nap (a sleep of at least this long) between tries after that.
+    pub const NAP: Duration = Duration::from_micros(50);
+    /// Naps a launching thread's push ([`push`](Self::push)) takes at most
+    /// before it drops: at least 5 ms in all (longer only as the kernel
+    /// oversleeps), about a scheduler time slice on a loaded machine. On
+    /// the 2-core VM, 4 threads pushing in a tight loop (each preempted
+    /// inside the lock many times a second) needed up to 86 naps at the
+    /// worst, most of those it waited between 33 and 45.
+    pub const LAUNCH_NAPS: u32 = 100;
+    /// Naps [`push_patient`](Self::push_patient) takes at most: at least 50 ms.
+    pub const PATIENT_NAPS: u32 = 1000;
 
     /// Wrap a producer.
     #[must_use]
@@ -191,30 +219,33 @@ impl<'a> SyncProducer<'a> {
         }
     }
 
-    /// Push one record; `false` if it was dropped (ring full, producer busy
-    /// past the spin limit, or disabled).
+    /// Push one record from a launching thread; `false` if it was dropped
+    /// (ring full, lock held past [`LAUNCH_NAPS`](Self::LAUNCH_NAPS) naps,
+    /// or disabled). Uncontended: one CAS, the push, one store.
     #[inline]
     pub fn push(&self, record: &Record) -> bool {
-        let mut spins = 0u32;
-        loop {
-            // Acquire: see the previous holder's updates to the Producer.
-            match self
-                .state
-                .compare_exchange_weak(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => break,
-                Err(DISABLED) => return false,
-                Err(_) => {
-                    spins += 1;
-                    if spins >= Self::SPIN_LIMIT {
-                        // SAFETY: `header` was validated when the Producer
-                        // attached and stays valid for 'a; RingHeader is all atomics.
-                        unsafe { &*self.header }
-                            .dropped_busy
-                            .fetch_add(1, Ordering::Relaxed);
-                        return false;
-                    }
-                    core::hint::spin_loop();
+        self.push_within(record, Self::LAUNCH_NAPS)
+    }
+
+    /// Push one record from a thread that may wait longer for the lock (off
+    /// the launch path): as [`push`](Self::push), with up to
+    /// [`PATIENT_NAPS`](Self::PATIENT_NAPS) naps.
+    pub fn push_patient(&self, record: &Record) -> bool {
+        self.push_within(record, Self::PATIENT_NAPS)
+    }
+
+    #[inline(always)]
+    fn push_within(&self, record: &Record, naps: u32) -> bool {
+        // Acquire: see the previous holder's updates to the Producer.
+        match self
+            .state
+            .compare_exchange_weak(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => {}
+            Err(DISABLED) => return false,
+            Err(_) => {
+                if !self.lock_contended(naps) {
+                    return false;
                 }
             }
         }
@@ -224,6 +255,40 @@ impl<'a> SyncProducer<'a> {
         // Release: hand our Producer updates to the next holder.
         self.state.store(FREE, Ordering::Release);
         ok
+    }
+
+    /// The lock was held (or the CAS failed spuriously): spin, yield, nap,
+    /// up to `naps` naps. `true` once this thread holds the lock; `false`
+    /// if the producer is disabled, or the lock stayed held past the bound
+    /// (counted as a busy drop).
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self, naps: u32) -> bool {
+        let tries = Self::SPIN_LIMIT + Self::YIELD_LIMIT + naps;
+        for attempt in 1..=tries {
+            if attempt < Self::SPIN_LIMIT {
+                crate::sync::spin_loop();
+            } else if attempt < Self::SPIN_LIMIT + Self::YIELD_LIMIT {
+                crate::sync::yield_now();
+            } else {
+                crate::sync::nap(Self::NAP);
+            }
+            // Acquire: as in push_within.
+            match self
+                .state
+                .compare_exchange_weak(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(DISABLED) => return false,
+                Err(_) => {}
+            }
+        }
+        // SAFETY: `header` was validated when the Producer attached and
+        // stays valid for 'a; RingHeader is all atomics.
+        unsafe { &*self.header }
+            .dropped_busy
+            .fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     /// Permanently stop pushing (returns `false` without counting). Safe to

@@ -23,7 +23,11 @@
 //! reported at all). The watcher's driver calls run in the relaxed
 //! stream-capture mode, so they cannot invalidate a capture the program runs
 //! in another thread. While the watcher is busy with a dedup scan slice
-//! (at most 20 ms) marks are seen late, never lost. The watcher sleeps as
+//! (at most 20 ms) marks are seen late, never lost. A MARK_DONE and a
+//! launch that meet at the ring's lock both get through: the one that finds
+//! it held waits (boundedly) for a holder the scheduler preempted, instead of
+//! dropping its record (`SyncProducer`'s contended path; the watcher's push
+//! may wait longer than a launch's). The watcher sleeps as
 //! usual while no mark is outstanding: the first mark after an idle spell
 //! wakes it through an eventfd (one `write`, only on that transition).
 //!
@@ -198,8 +202,14 @@ fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
     r.stream = stream;
     if kind == EventKind::MARK {
         r.bytes = s.control().launches();
+        s.push(&r);
+    } else {
+        // Off the launch path (the watcher, or a launch already waiting at
+        // the local bound): waits out a launching thread the scheduler
+        // preempted while it held the ring, where `push` would give up
+        // sooner.
+        s.push_patient(&r);
     }
-    s.push(&r);
 }
 
 /// One eventfd write (cold: only when a mark follows an idle spell).

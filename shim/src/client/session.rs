@@ -125,10 +125,23 @@ impl Session {
         self.local.request(begin, self.control());
     }
 
-    /// Pushes one record (never blocks: a full or busy ring drops it, counted).
+    /// Pushes one record from a launching thread. Never blocks for long: a
+    /// full ring drops it at once, a ring another thread holds is waited
+    /// for boundedly (spins, yields, then naps of 50 us up to at least 5 ms:
+    /// `SyncProducer::push`, only while a holder is descheduled) and drops
+    /// it past that; drops are counted.
     #[inline(always)]
     pub fn push(&self, record: &Record) {
         if !self.producer.push(record) {
+            count_drop();
+        }
+    }
+
+    /// Pushes one record from off the launch path (the watcher's completion
+    /// marks): as [`push`](Self::push), waiting up to at least 50 ms for a
+    /// ring a descheduled launching thread holds (`SyncProducer::push_patient`).
+    pub fn push_patient(&self, record: &Record) {
+        if !self.producer.push_patient(record) {
             count_drop();
         }
     }

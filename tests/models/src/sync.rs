@@ -21,6 +21,13 @@
 //! ignored, on purpose: a waiter sleeps until woken, so a wake-up the
 //! protocol loses leaves the waiter asleep forever, and loom reports the
 //! execution as a deadlock instead of the bound hiding it.
+//!
+//! **Waits.** A contended `SyncProducer` push spins, yields and naps, a
+//! bounded number of times each, before it drops: [`spin_loop`],
+//! [`yield_now`] and [`nap`] are all loom yields, which let the other
+//! threads run (loom explores which, and where they are preempted). A
+//! model therefore shows what the lock guards (no record lost, torn or
+//! reordered), not the bound's length, which is a question of real time.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -183,4 +190,21 @@ pub fn futex_wake(_word: &AtomicU32, _waiters: u32) -> tandem_os::Result<u32> {
     *wakes += 1;
     BUCKET.cv.notify_all();
     Ok(0)
+}
+
+/// A contended `SyncProducer` push's spin: a loom yield (loom requires one
+/// in every spin loop, and explores the other threads' progress there).
+pub fn spin_loop() {
+    loom::hint::spin_loop();
+}
+
+/// `sched_yield`: a loom yield.
+pub fn yield_now() {
+    loom::thread::yield_now();
+}
+
+/// A short sleep: a loom yield (the model has no clock; what a sleep
+/// changes is only which thread runs next).
+pub fn nap(_d: core::time::Duration) {
+    loom::thread::yield_now();
 }
