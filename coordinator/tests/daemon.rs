@@ -885,7 +885,11 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     assert_eq!(serve.welcome.class, ClientClass::Inference);
     // Set at registration, before the Welcome: no waiting needed.
     assert_eq!(train.control().mark_every_ns(), 500_000);
-    assert_eq!(serve.control().mark_every_ns(), 0);
+    assert_eq!(
+        serve.control().mark_every_ns(),
+        1_000_000,
+        "the capture's ([trace] mark_every_ns, on by default)"
+    );
     // What the shim does: launches, a mark after them, its completion; the
     // control block's counters.
     train.launches(3, 0x42);
@@ -911,7 +915,8 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
             .map(|s| s.mark_every_ns),
         Some(0)
     );
-    // Made inference by the operator: no more marks.
+    // Made inference by the operator: no more of the scheduler's marks,
+    // only the capture's (`[trace] mark_every_ns`, 1 ms by default).
     let (status, msg) = client::control(
         &d.socket,
         ControlOp::SetClass,
@@ -921,7 +926,7 @@ fn training_clients_are_asked_for_completion_marks_and_marks_are_measured() {
     )
     .unwrap();
     assert_eq!(status, 0, "{msg}");
-    assert_eq!(train.control().mark_every_ns(), 0);
+    assert_eq!(train.control().mark_every_ns(), 1_000_000);
     let r = client::http_get(&d.stats, "/metrics", Duration::from_secs(5)).unwrap();
     let ex = tandem_e2e::coord::parse_prometheus(&r.body)
         .unwrap_or_else(|e| panic!("bad Prometheus text: {e}\n{}", r.body));

@@ -26,10 +26,13 @@
  *        session_pushed=<n|-> session_dropped=<n|-> session_exact=<0|1> seconds=<s>
  * `-` means the shim does not export that function (or is not loaded).
  * session_pushed / session_dropped: records pushed into / dropped from the
- * ring of the session in force at DONE. Only this thread pushes records, so
- * while tandem_client_id() reads 0 (no session) tandem_records_pushed() and
- * tandem_records_dropped() hold still at the totals of the sessions already
- * retired; the launcher re-reads them on every pass that sees id 0 and
+ * ring of the session in force at DONE. Only this thread pushes records
+ * while it launches (but for the completion marks' MARK_DONE, which the
+ * shim's watcher thread pushes when the GPU reaches a mark; with marks on,
+ * DONE waits until the count has held still for 50 ms, at most 5 s, so that
+ * the last marks' are in it), so while tandem_client_id() reads 0 (no
+ * session) tandem_records_pushed() and tandem_records_dropped() hold still
+ * at the totals of the sessions already retired; the launcher re-reads them on every pass that sees id 0 and
  * subtracts the last values (0 and 0 for the process's first session).
  * session_exact is 0 when the id went from one session straight to another
  * without a pass seeing 0 (then the split is unknown).
@@ -249,6 +252,20 @@ int main(int argc, char **argv)
         }
     }
 
+    /* The noop kernels complete at once; the watcher reports the last marks
+     * within its 200 us poll, later only under load. */
+    if (pushed) {
+        uint64_t last = pushed();
+        double settled = now_s(), give_up = settled + 5.0;
+        while (now_s() - settled < 0.050 && now_s() < give_up) {
+            sleep_s(0.001);
+            uint64_t p = pushed();
+            if (p != last) {
+                last = p;
+                settled = now_s();
+            }
+        }
+    }
     printf("DONE launched=%" PRIu64, launched);
     print_opt("pushed", pushed);
     print_opt("dropped", dropped);

@@ -42,13 +42,14 @@
 //! a poll interval long (the syncs still give the scale).
 //!
 //! tandemd asks the shim for marks only of training clients for its own
-//! use (`[scheduler] mark_every_ns`); `[trace] mark_every_ns` (0, off, by
-//! default) asks clients the scheduler asks none of (inference) too, so that
-//! their kernels' durations are told apart. Each mark costs the job one
-//! `cuEventRecord` and two ring records (BENCHMARKS.md), and its completion,
-//! pushed by the watcher thread, can meet a launch's push: one of them is
-//! dropped (counted). Off, an inference job's durations come from its syncs:
-//! their sum is measured, their proportions are not.
+//! use (`[scheduler] mark_every_ns`); `[trace] mark_every_ns` (1 ms by
+//! default, while capture is on) asks clients the scheduler asks none of
+//! (inference) too, so that their kernels' durations are told apart. Each
+//! mark costs the job one `cuEventRecord` and two ring records
+//! (BENCHMARKS.md); its completion, pushed by the watcher thread, waits out
+//! a launch holding the ring rather than drop (`SyncProducer`). With
+//! `[trace] mark_every_ns = 0` an inference job's durations come from its
+//! syncs: their sum is measured, their proportions are not.
 //!
 //! **The representative unit.** An inference job: its requests are the
 //! explicit ones (`tandem_request_begin` / `tandem_request_end`) when the
@@ -97,7 +98,7 @@ impl Default for TraceConfig {
     fn default() -> Self {
         TraceConfig {
             window: 32_768,
-            mark_every_ns: 0,
+            mark_every_ns: 1_000_000,
         }
     }
 }

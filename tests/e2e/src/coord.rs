@@ -118,14 +118,22 @@ pub fn default_config() -> &'static str {
 }
 
 /// `config` (the default, or one derived from it) with completion marks
-/// turned off: `[scheduler] mark_every_ns = 0` in place of the default's
-/// value (`[trace] mark_every_ns`, the capture's, is 0 by default); panics
-/// if that line is not there.
+/// turned off: `[scheduler] mark_every_ns = 0` and `[trace] mark_every_ns
+/// = 0` in place of the default's values; panics if those lines are not
+/// there.
 #[track_caller]
 pub fn without_marks(config: &str) -> String {
     let off = config.replacen("\nmark_every_ns = 500000\n", "\nmark_every_ns = 0\n", 1);
-    assert_ne!(off, config, "the config sets the default mark_every_ns");
-    off
+    assert_ne!(
+        off, config,
+        "the config sets the default [scheduler] mark_every_ns"
+    );
+    let off2 = off.replacen("\nmark_every_ns = 1000000\n", "\nmark_every_ns = 0\n", 1);
+    assert_ne!(
+        off2, off,
+        "the config sets the default [trace] mark_every_ns"
+    );
+    off2
 }
 
 // ------------------------------------------------------------------- polling
