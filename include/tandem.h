@@ -66,6 +66,7 @@ extern "C" {
 #define TANDEM_FLAG_CONTEXT_SYNC 0x0008u
 #define TANDEM_FLAG_DIMS_SATURATED 0x0010u
 #define TANDEM_FLAG_VMM_HANDLE 0x0020u
+#define TANDEM_FLAG_TIMED 0x0040u
 
 /* ---- gate values (struct tandem_control_block.gate) ---- */
 #define TANDEM_GATE_OPEN 0u

@@ -76,7 +76,9 @@ impl EventKind {
     /// The GPU reached mark `func_id`: every launch the client made before
     /// that mark, on that mark's `stream`, had completed by `ts_ns` (the time
     /// the shim saw the event complete; it polls, so the GPU got there a
-    /// little earlier).
+    /// little earlier). With [`FLAG_TIMED`], `bytes` is the GPU time in ns
+    /// of the one launch just before the mark (a sampled launch the shim
+    /// bracketed with events); else 0.
     pub const MARK_DONE: EventKind = EventKind(12);
 
     /// Every known kind, in raw-value order.
@@ -169,15 +171,21 @@ pub const FLAG_DIMS_SATURATED: u16 = 1 << 4;
 /// segments, JAX's allocator); `addr` is the physical allocation's handle, a
 /// key of its own, never a device address.
 pub const FLAG_VMM_HANDLE: u16 = 1 << 5;
+/// Record flag (MARK_DONE): the mark timed the one launch before it on the
+/// GPU, and `bytes` is that kernel's duration in ns (`cuEventElapsedTime`
+/// between an event recorded just before the launch and the mark's, after
+/// it; the driver's resolution is about half a microsecond).
+pub const FLAG_TIMED: u16 = 1 << 6;
 
 /// All defined flag bits, with their C names (without the `TANDEM_FLAG_` prefix).
-pub const FLAGS: [(&str, u16); 6] = [
+pub const FLAGS: [(&str, u16); 7] = [
     ("COOPERATIVE", FLAG_COOPERATIVE),
     ("PER_THREAD_STREAM", FLAG_PER_THREAD_STREAM),
     ("ASYNC", FLAG_ASYNC),
     ("CONTEXT_SYNC", FLAG_CONTEXT_SYNC),
     ("DIMS_SATURATED", FLAG_DIMS_SATURATED),
     ("VMM_HANDLE", FLAG_VMM_HANDLE),
+    ("TIMED", FLAG_TIMED),
 ];
 
 /// One ring record. See the [module docs](self) for the layout table.

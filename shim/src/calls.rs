@@ -126,6 +126,27 @@ pub fn event_create() -> Result<CUevent> {
     Ok(e)
 }
 
+/// A timing event in the current context (for a sampled launch's start and
+/// end: [`event_elapsed_ns`] needs both to time).
+pub fn event_create_timed() -> Result<CUevent> {
+    let f = support!(EventCreate, fn(*mut CUevent, u32))?;
+    let mut e: CUevent = core::ptr::null_mut();
+    // SAFETY: valid out-pointer; 0 is CU_EVENT_DEFAULT.
+    check("cuEventCreate", unsafe { f(&mut e, 0) })?;
+    Ok(e)
+}
+
+/// GPU time from `start` to `end` (both timing events, both complete), in
+/// ns (`cuEventElapsedTime` answers in float milliseconds, to about half a
+/// microsecond).
+pub fn event_elapsed_ns(start: CUevent, end: CUevent) -> Result<u64> {
+    let f = support!(EventElapsedTime, fn(*mut f32, CUevent, CUevent))?;
+    let mut ms = 0f32;
+    // SAFETY: valid out-pointer; both events came from event_create_timed.
+    check("cuEventElapsedTime", unsafe { f(&mut ms, start, end) })?;
+    Ok((f64::from(ms.max(0.0)) * 1e6).round() as u64)
+}
+
 /// Records `event` on `stream`; `per_thread`: the stream argument means what
 /// it means to a `_ptsz` call (the null stream is the per-thread one).
 pub fn event_record(event: CUevent, stream: CUstream, per_thread: bool) -> Result<()> {

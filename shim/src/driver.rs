@@ -68,6 +68,7 @@ support_table! {
     EventCreate = c"cuEventCreate";
     EventRecord = c"cuEventRecord";
     EventRecordPtsz = c"cuEventRecord_ptsz";
+    EventElapsedTime = c"cuEventElapsedTime";
     ThreadExchangeStreamCaptureMode = c"cuThreadExchangeStreamCaptureMode";
 }
 

@@ -12,7 +12,7 @@
 //! Failed and stream-captured launches are not reported: the coordinator's count
 //! is the count of kernels sent to the GPU, like `tandem_kernels_launched`.
 
-use crate::client::{emit, Client};
+use crate::client::{emit, marks, Client};
 use crate::table::Hook;
 use crate::types::{CUfunction, CUlaunchConfig, CUstream, CuResult};
 use core::ffi::{c_uint, c_void};
@@ -107,6 +107,7 @@ pub unsafe fn kernel(
     extra: *mut *mut c_void,
 ) -> CuResult {
     let func_id = gate(client, f, [gx, gy, gz]);
+    let timing = marks::before_launch(client, hook, stream);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
     if ran(hook, rc, stream) {
@@ -116,8 +117,10 @@ pub unsafe fn kernel(
                 block: [bx, by, bz],
                 shared_mem,
             };
-            emit::launch(s, hook, EventKind::LAUNCH, 0, func_id, dims, stream);
+            emit::launch(s, hook, EventKind::LAUNCH, 0, func_id, dims, stream, timing);
         }
+    } else {
+        marks::abandon(timing);
     }
     rc
 }
@@ -173,10 +176,13 @@ pub unsafe fn kernel_ex(
     let cfg = unsafe { config.as_ref() };
     let grid = cfg.map_or([0; 3], |c| [c.gridDimX, c.gridDimY, c.gridDimZ]);
     let func_id = gate(client, f, grid);
+    let stream = cfg.map_or(core::ptr::null_mut(), |c| c.hStream);
+    let timing = marks::before_launch(client, hook, stream);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
-    let stream = cfg.map_or(core::ptr::null_mut(), |c| c.hStream);
-    if ran(hook, rc, stream) {
+    if !ran(hook, rc, stream) {
+        marks::abandon(timing);
+    } else {
         if let (Some(s), Some(c)) = (client, cfg) {
             // SAFETY: `c` is the caller's valid config, as above.
             let flags = if unsafe { cooperative_attr(c) } {
@@ -189,7 +195,18 @@ pub unsafe fn kernel_ex(
                 block: [c.blockDimX, c.blockDimY, c.blockDimZ],
                 shared_mem: c.sharedMemBytes,
             };
-            emit::launch(s, hook, EventKind::LAUNCH_EX, flags, func_id, dims, stream);
+            emit::launch(
+                s,
+                hook,
+                EventKind::LAUNCH_EX,
+                flags,
+                func_id,
+                dims,
+                stream,
+                timing,
+            );
+        } else {
+            marks::abandon(timing);
         }
     }
     rc
@@ -217,9 +234,12 @@ pub unsafe fn cooperative(
     params: *mut *mut c_void,
 ) -> CuResult {
     let func_id = gate(client, f, [gx, gy, gz]);
+    let timing = marks::before_launch(client, hook, stream);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params) };
-    if ran(hook, rc, stream) {
+    if !ran(hook, rc, stream) {
+        marks::abandon(timing);
+    } else {
         if let Some(s) = client {
             let dims = emit::Dims {
                 grid: [gx, gy, gz],
@@ -234,6 +254,7 @@ pub unsafe fn cooperative(
                 func_id,
                 dims,
                 stream,
+                timing,
             );
         }
     }

@@ -5,6 +5,7 @@
 mod support;
 
 use support::{run_client_host, socket_path, Coordinator, Mode};
+use tandem_proto::record::FLAG_TIMED;
 use tandem_proto::{EventKind, Record};
 
 /// The host's `slow` kernel (client_host.c).
@@ -14,13 +15,23 @@ const KERNEL_NS: u64 = 2_000_000;
 const LAUNCH_CALL_SLACK_NS: u64 = 100_000;
 
 fn paced_records(mark_every_ns: u64, launches: u32, gap_us: u32) -> Vec<Record> {
+    paced_host_records("paced", mark_every_ns, launches, gap_us, &[])
+}
+
+fn paced_host_records(
+    mode: &str,
+    mark_every_ns: u64,
+    launches: u32,
+    gap_us: u32,
+    vars: &[(&str, &str)],
+) -> Vec<Record> {
     let path = socket_path("marks");
     let coord = Coordinator::start(&path, Mode::Welcome);
     coord.set_mark_every_ns(mark_every_ns);
     let out = run_client_host(
         &path,
-        &["paced", &launches.to_string(), &gap_us.to_string()],
-        &[],
+        &[mode, &launches.to_string(), &gap_us.to_string()],
+        vars,
     );
     out.assert_ok();
     // The watcher put itself in the relaxed capture mode (its queries must
@@ -117,4 +128,71 @@ fn no_marks_unless_the_coordinator_asks() {
     assert_eq!(n(EventKind::LAUNCH), 10);
     assert_eq!(n(EventKind::MARK), 0);
     assert_eq!(n(EventKind::MARK_DONE), 0);
+}
+
+/// The host's `short` kernel (client_host.c).
+const SHORT_NS: u64 = 100_000;
+
+/// The timed MARK_DONEs of `records`: (mark, GPU ns).
+fn timed(records: &[Record]) -> Vec<(u64, u64)> {
+    records
+        .iter()
+        .filter(|r| r.kind == EventKind::MARK_DONE.raw() && r.flags & FLAG_TIMED != 0)
+        .map(|r| (r.func_id, r.bytes))
+        .collect()
+}
+
+/// A launch-bound job: 100 us kernels launched 1 ms apart (the GPU idle
+/// between them), marks every 200 us. A mark's completion time cannot tell
+/// a kernel's duration apart from the idle time before it was seen; the
+/// timed launches (every mark interval by default: the launch after one
+/// that found the interval over) measure each kernel on the GPU. Every
+/// timed MARK_DONE follows its MARK right after a launch, and says 100 us
+/// within 5% (the fake driver's GPU time; the events bracket only the
+/// launch call, whose host time is the only error).
+#[test]
+fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
+    const N: u32 = 20;
+    let records = paced_host_records("paced-short", 200_000, N, 1000, &[]);
+    let n = |k: EventKind| records.iter().filter(|r| r.kind == k.raw()).count();
+    assert_eq!(n(EventKind::LAUNCH), N as usize);
+    let timed = timed(&records);
+    assert!(
+        timed.len() >= N as usize / 3,
+        "{} timed marks for {N} launches: {records:?}",
+        timed.len()
+    );
+    eprintln!("timed (mark, ns): {timed:?}");
+    for &(seq, ns) in &timed {
+        let at = records
+            .iter()
+            .position(|r| r.kind == EventKind::MARK.raw() && r.func_id == seq)
+            .expect("the timed mark's MARK");
+        assert_eq!(records[at - 1].kind, EventKind::LAUNCH.raw(), "mark {seq}");
+        let err = ns as f64 / SHORT_NS as f64 - 1.0;
+        assert!(
+            err.abs() <= 0.05,
+            "mark {seq} timed its 100 us kernel at {ns} ns ({:+.1}%)",
+            err * 100.0
+        );
+    }
+    // Untimed completions carry no duration.
+    assert!(records
+        .iter()
+        .filter(|r| r.kind == EventKind::MARK_DONE.raw() && r.flags & FLAG_TIMED == 0)
+        .all(|r| r.bytes == 0));
+}
+
+/// `TANDEM_MARK_TIMING=0`: marks as before, none timed.
+#[test]
+fn no_timed_marks_when_timing_is_off() {
+    let records = paced_host_records(
+        "paced-short",
+        200_000,
+        10,
+        1000,
+        &[("TANDEM_MARK_TIMING", "0")],
+    );
+    assert!(records.iter().any(|r| r.kind == EventKind::MARK_DONE.raw()));
+    assert_eq!(timed(&records), []);
 }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use tandem_proto::record::FLAG_TIMED;
 use tandem_proto::{EventKind, Record};
 
 /// What a launch's duration is learnt for: its function (or graph) and
@@ -145,8 +146,39 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
     (launches, segs)
 }
 
+/// The kernels the shim timed on the GPU (a MARK_DONE with [`FLAG_TIMED`]:
+/// `bytes` is the GPU time of the launch just before its MARK): per key,
+/// the sum of their times and how many.
+fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
+    let mut out: HashMap<Key, (u64, u64)> = HashMap::new();
+    let mut last: Option<Key> = None;
+    let mut marks: HashMap<u64, Key> = HashMap::new();
+    for r in records {
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => last = Some(Key::of(r)),
+            Some(EventKind::MARK) => {
+                if let Some(k) = last {
+                    marks.insert(r.func_id, k);
+                }
+            }
+            Some(EventKind::MARK_DONE) => {
+                if let Some(k) = marks.remove(&r.func_id) {
+                    if r.flags & FLAG_TIMED != 0 && r.bytes > 0 {
+                        let e = out.entry(k).or_default();
+                        e.0 += r.bytes;
+                        e.1 += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Fit every kernel's duration to the window's drain points (the method is
-/// in the [module docs](super)).
+/// in the [module docs](super)); a kernel the shim timed on the GPU takes
+/// the mean of its timings instead.
 #[must_use]
 pub fn fit(records: &[Record]) -> Fitted {
     let (launches, segs) = segments(records);
@@ -191,8 +223,17 @@ pub fn fit(records: &[Record]) -> Fitted {
     }
     let mut fitted = Fitted::default();
     let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
+    let timed = timed(records);
+    for (key, &(sum, count)) in &timed {
+        let ns = sum as f64 / count as f64;
+        fitted.by_key.insert(*key, ns.round() as u64);
+        let weight = index.get(key).map_or(count as f64, |&k| n[k].max(1.0));
+        let f = per_func.entry(key.func_id).or_default();
+        f.0 += ns * weight;
+        f.1 += weight;
+    }
     for (key, &k) in &index {
-        if n[k] > 0.0 && d[k] >= 0.5 {
+        if n[k] > 0.0 && d[k] >= 0.5 && !timed.contains_key(key) {
             fitted.by_key.insert(*key, d[k].round() as u64);
             let f = per_func.entry(key.func_id).or_default();
             f.0 += d[k] * n[k];

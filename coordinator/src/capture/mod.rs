@@ -39,7 +39,10 @@
 //! kernels much shorter than the poll interval are told apart only where
 //! the marks fall between them differently (a GPU-bound job), not one by
 //! one in a launch-bound job, where each isolated marked kernel looks about
-//! a poll interval long (the syncs still give the scale).
+//! a poll interval long (the syncs still give the scale). But a kernel the
+//! shim timed on the GPU (a MARK_DONE with `FLAG_TIMED`: the shim brackets
+//! one launch per mark interval with events) takes the mean of its
+//! timings, whatever the fit says (`durations.rs`).
 //!
 //! tandemd asks the shim for marks only of training clients for its own
 //! use (`[scheduler] mark_every_ns`); `[trace] mark_every_ns` (1 ms by

@@ -154,6 +154,41 @@ fn back_to_back_kernels_are_measured_by_the_marks_between_them() {
     assert!(d2.0.abs_diff(300_000) < 5_000, "{d2:?}");
 }
 
+/// A launch-bound job: 40 us kernels launched every 1 ms, a mark after
+/// each, seen done a poll interval (200 us) after the kernel ended. The
+/// marks alone make each kernel look a poll interval long; the shim's
+/// timed marks (FLAG_TIMED, the kernel's GPU time in `bytes`) on every
+/// other one give its own time, which the capture takes for that kernel.
+#[test]
+fn a_kernel_the_shim_timed_on_the_gpu_takes_its_own_time() {
+    let mut r = Vec::new();
+    let mut t = 1_000_000;
+    for seq in 1..=20u64 {
+        r.push(launch(5, t));
+        r.push(mark(EventKind::MARK, seq, t + 500));
+        let mut done = mark(EventKind::MARK_DONE, seq, t + 40_000 + 200_000);
+        if seq % 2 == 0 {
+            done.flags = tandem_proto::record::FLAG_TIMED;
+            done.bytes = 40_000 + seq % 4 * 500;
+        }
+        r.push(done);
+        t += 1_000_000;
+    }
+    let fitted = fit(&r);
+    let key = Key::of(&launch(5, 0));
+    let (ns, found) = fitted.duration(&key);
+    assert_eq!(found, Found::Measured);
+    assert_eq!(ns, 40_500, "the mean of the timings (40,000 and 41,000)");
+    // Another grid of the same function, never launched here, takes the
+    // function's mean: the timed one's.
+    let mut other = launch(5, 0);
+    other.set_dims([8, 1, 1], [128, 1, 1]);
+    assert_eq!(
+        fitted.duration(&Key::of(&other)),
+        (40_500, Found::FunctionMean)
+    );
+}
+
 #[test]
 fn an_isolated_kernel_is_measured_from_its_launch_not_from_the_idle_gpu() {
     // Launch-bound: 50 us kernels launched every 1 ms, a sync after each

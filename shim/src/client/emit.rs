@@ -46,8 +46,10 @@ pub fn func_id(s: &Session, f: CUfunction) -> u64 {
 }
 
 /// A kernel launch that reached the GPU (LAUNCH or LAUNCH_EX) of function
-/// `func_id` ([`func_id`]).
+/// `func_id` ([`func_id`]); `timing`: the token `marks::before_launch` gave
+/// it.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // the record's fields + hook, session, token
 pub fn launch(
     s: &Session,
     hook: Hook,
@@ -56,6 +58,7 @@ pub fn launch(
     func_id: u64,
     dims: Dims,
     stream: CUstream,
+    timing: u64,
 ) {
     device_once(s);
     let mut r = Record::new(kind, monotonic_ns());
@@ -65,7 +68,7 @@ pub fn launch(
     r.func_id = func_id;
     r.set_dims(dims.grid, dims.block);
     s.push(&r);
-    super::marks::after_launch(s, hook, stream, r.ts_ns);
+    super::marks::after_launch(s, hook, stream, r.ts_ns, timing);
 }
 
 /// A graph launch: `func_id` = the executable graph's handle, `bytes` = its
@@ -85,7 +88,7 @@ pub fn graph_launch(
     r.func_id = exec as u64;
     r.bytes = u64::from(kernels.unwrap_or(0));
     s.push(&r);
-    super::marks::after_launch(s, hook, stream, r.ts_ns);
+    super::marks::after_graph_launch(s, hook, stream, r.ts_ns);
 }
 
 /// ALLOC (bytes, addr), FREE (addr), COPY_H2D (bytes, destination).

@@ -11,14 +11,17 @@
 //! the mark had completed by then.
 //!
 //! Cost on the launch path while marks are off: one Relaxed load of a word
-//! on the control block's first cache line (already read by the gate). While
-//! on: one more Relaxed load per launch, and per mark one `cuEventRecord`,
-//! one record push and a few atomics (the event is created once per slot).
+//! on the control block's first cache line (already read by the gate), and
+//! one of a static that nothing writes then (whether to time this launch).
+//! While on: one more Relaxed load per launch, and per mark one
+//! `cuEventRecord`, one record push and a few atomics (the event is created
+//! once per slot), one more `cuEventRecord` when it is timed.
 //!
 //! Bounded: at most [`SLOTS`] marks are outstanding; a mark that would reuse
 //! a slot still in flight is skipped (the GPU is that far behind; the marks in
 //! flight already say so). Events are completion-only
-//! (`CU_EVENT_DISABLE_TIMING`) and never destroyed (a fixed pool). No mark is
+//! (`CU_EVENT_DISABLE_TIMING`; a timed launch's two excepted, below) and
+//! never destroyed (a fixed pool). No mark is
 //! placed on a stream being captured into a graph (such launches are not
 //! reported at all). The watcher's driver calls run in the relaxed
 //! stream-capture mode, so they cannot invalidate a capture the program runs
@@ -31,6 +34,22 @@
 //! usual while no mark is outstanding: the first mark after an idle spell
 //! wakes it through an eventfd (one `write`, only on that transition).
 //!
+//! **Timed launches.** Every [`timing_every`]-th mark interval
+//! (`TANDEM_MARK_TIMING`, default 1: every one; 0: none) the mark is not
+//! placed after the launch that found the interval over but after the next
+//! kernel launch, which is bracketed: a timing event recorded on its stream
+//! just before it, and the mark's own (a timing event too) just after. The
+//! watcher then reports, with the MARK_DONE, that launch's GPU time
+//! (`cuEventElapsedTime`; [`FLAG_TIMED`], `bytes`): the duration of one
+//! kernel even when the GPU idles between launches, which the marks'
+//! completion times alone cannot tell apart. Cost: no more marks than
+//! before, one more `cuEventRecord` (and a `cuStreamIsCapturing` while a
+//! capture is under way) per timed mark, and one Relaxed load of a static
+//! on every kernel launch ([`before_launch`]). Events are
+//! still a fixed pool: each slot has its two timing events, created on
+//! first use. Another thread's launch on the same stream between the two
+//! events is timed with it (rare; the sample is then long).
+//!
 //! One context per process is assumed (the common case): events are created
 //! in the context current at the first mark, and a mark on another
 //! context's stream fails to record and is skipped.
@@ -41,7 +60,10 @@ use std::time::Duration;
 
 use tandem_proto::{monotonic_ns, EventKind, Record};
 
+use tandem_proto::record::FLAG_TIMED;
+
 use super::session::Session;
+use super::Client;
 use crate::calls;
 use crate::table::Hook;
 use crate::types::{CUcontext, CUevent, CUstream};
@@ -68,6 +90,12 @@ struct Slot {
     charged: AtomicU64,
     /// The session (`Session::gen`) whose counter `charged` is.
     gen: AtomicU32,
+    /// Whether the mark timed its launch: then `end` is the mark's event
+    /// and `start` the one recorded before the launch.
+    timed: AtomicU32,
+    /// The slot's timing events (created on first use), or 0.
+    start: AtomicUsize,
+    end: AtomicUsize,
 }
 
 static POOL: [Slot; SLOTS] = [const {
@@ -78,8 +106,22 @@ static POOL: [Slot; SLOTS] = [const {
         stream: AtomicU64::new(0),
         charged: AtomicU64::new(0),
         gen: AtomicU32::new(0),
+        timed: AtomicU32::new(0),
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
     }
 }; SLOTS];
+/// The next kernel launch (whichever thread makes it) is to be timed: set
+/// when a mark interval is over and timing is due, taken by the launch that
+/// clears it.
+static TIME_NEXT: AtomicU32 = AtomicU32::new(0);
+/// Mark intervals over so far (counts which are timed).
+static INTERVALS: AtomicU64 = AtomicU64::new(0);
+/// `TANDEM_MARK_TIMING` once read (`u64::MAX`: not yet).
+static TIMING_EVERY: AtomicU64 = AtomicU64::new(u64::MAX);
+/// A token from [`before_launch`]: the launch is not timed, but the mark of
+/// the interval that asked for the timing is still to be placed after it.
+const UNTIMED: u64 = u64::MAX;
 /// The stream of the latest launch (`CUstream` value) and whether it was a
 /// per-thread-default-stream form: where an on-demand mark goes.
 static LAST_STREAM: AtomicU64 = AtomicU64::new(0);
@@ -101,9 +143,100 @@ static CTX: AtomicUsize = AtomicUsize::new(0);
 /// no periodic wake-ups and the first mark after an idle spell is seen at once.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
 
-/// After a launch that reached the GPU (`now`: its record's timestamp).
+/// Every how many mark intervals one launch is timed (`TANDEM_MARK_TIMING`,
+/// 0 to 1,000,000, default 1; 0: never). Read from the environment once,
+/// by [`read_env`] (when the watcher starts), never on a launch.
+pub fn timing_every() -> u64 {
+    match TIMING_EVERY.load(Ordering::Relaxed) {
+        u64::MAX => 1,
+        n => n,
+    }
+}
+
+/// Reads `TANDEM_MARK_TIMING` (cold: before the watcher starts).
+pub(super) fn read_env() {
+    let n = crate::env::u64_in(c"TANDEM_MARK_TIMING", 1, 0, 1_000_000);
+    TIMING_EVERY.store(n, Ordering::Relaxed);
+}
+
+/// Before a kernel launch by a registered process: 0 (the usual case: one
+/// Relaxed load), or a token for [`after_launch`] / [`abandon`] when this
+/// launch is the one to time (its start event is then recorded).
 #[inline(always)]
-pub fn after_launch(s: &Session, hook: Hook, stream: CUstream, now: u64) {
+pub fn before_launch(client: Client, hook: Hook, stream: CUstream) -> u64 {
+    if TIME_NEXT.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    match client {
+        Some(s) => begin_timed(s, hook.info().per_thread, stream),
+        None => 0,
+    }
+}
+
+/// The launch that took [`before_launch`]'s token did not reach the GPU (or
+/// was captured into a graph): frees the slot it held.
+#[inline(always)]
+pub fn abandon(token: u64) {
+    if token != 0 && token != UNTIMED {
+        POOL[(token % SLOTS as u64) as usize]
+            .state
+            .store(FREE, Ordering::Release);
+    }
+}
+
+/// Claims a slot and records its start event before the launch: the token
+/// (the mark's sequence number), or [`UNTIMED`] where timing is not
+/// possible now (the interval's mark is then placed plainly after the
+/// launch), or 0 when another thread took the timing.
+#[cold]
+#[inline(never)]
+fn begin_timed(s: &Session, per_thread: bool, stream: CUstream) -> u64 {
+    if TIME_NEXT.swap(0, Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    if s.control().mark_every_ns() == 0 || crate::capture::is_capturing(stream, per_thread) {
+        return UNTIMED;
+    }
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let slot = &POOL[(seq % SLOTS as u64) as usize];
+    if slot
+        .state
+        .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return UNTIMED;
+    }
+    let recorded = timing_events(slot)
+        .is_some_and(|(start, _)| calls::event_record(start, stream, per_thread).is_ok());
+    if !recorded {
+        slot.state.store(FREE, Ordering::Release);
+        return UNTIMED;
+    }
+    seq
+}
+
+/// After a kernel launch that reached the GPU (`now`: its record's
+/// timestamp; `token`: [`before_launch`]'s).
+#[inline(always)]
+pub fn after_launch(s: &Session, hook: Hook, stream: CUstream, now: u64, token: u64) {
+    if token != 0 {
+        finish_timed(s, hook.info().per_thread, stream, now, token);
+        return;
+    }
+    interval(s, hook, stream, now, true);
+}
+
+/// After a graph launch that reached the GPU (never timed: a graph is many
+/// kernels).
+#[inline(always)]
+pub fn after_graph_launch(s: &Session, hook: Hook, stream: CUstream, now: u64) {
+    interval(s, hook, stream, now, false);
+}
+
+/// A mark after this launch if the interval is over (`timeable`: or after
+/// the next kernel launch, timed, if timing is due).
+#[inline(always)]
+fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool) {
     let every = s.control().mark_every_ns();
     if every == 0 {
         return;
@@ -127,7 +260,39 @@ pub fn after_launch(s: &Session, hook: Hook, stream: CUstream, now: u64) {
     {
         return;
     }
+    if timeable && timing_due() {
+        // The mark is placed after the next kernel launch, which is timed.
+        TIME_NEXT.store(1, Ordering::Relaxed);
+        return;
+    }
     place(s, per_thread, stream, now);
+}
+
+/// Whether this mark interval's mark times a launch (cold: once per interval).
+#[cold]
+fn timing_due() -> bool {
+    let every = timing_every();
+    every != 0
+        && INTERVALS
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(every)
+}
+
+/// After the timed launch: records the mark's (end) event and arms the slot.
+#[cold]
+#[inline(never)]
+fn finish_timed(s: &Session, per_thread: bool, stream: CUstream, now: u64, token: u64) {
+    if token == UNTIMED {
+        place(s, per_thread, stream, now);
+        return;
+    }
+    let slot = &POOL[(token % SLOTS as u64) as usize];
+    let end = slot.end.load(Ordering::Relaxed) as CUevent;
+    if calls::event_record(end, stream, per_thread).is_err() {
+        slot.state.store(FREE, Ordering::Release);
+        return;
+    }
+    arm(s, slot, token, stream, now, true);
 }
 
 /// A launch waits at the local bound with `charged` ns charged: if no mark
@@ -179,13 +344,20 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
         slot.state.store(FREE, Ordering::Release);
         return;
     }
+    arm(s, slot, seq, stream, now, false);
+}
+
+/// A slot this thread holds (BUSY) with its mark's event recorded: report
+/// the MARK and hand the slot to the poller.
+fn arm(s: &Session, slot: &Slot, seq: u64, stream: CUstream, now: u64, timed: bool) {
     let charged = s.control().charged_ns();
+    slot.timed.store(u32::from(timed), Ordering::Relaxed);
     slot.seq.store(seq, Ordering::Relaxed);
     slot.stream.store(stream as u64, Ordering::Relaxed);
     slot.charged.store(charged, Ordering::Relaxed);
     slot.gen.store(s.gen, Ordering::Relaxed);
     s.local.cover(charged);
-    mark(s, EventKind::MARK, seq, stream as u64, now);
+    mark(s, EventKind::MARK, seq, stream as u64, now, None);
     s.control().count_mark(false);
     let first = OUTSTANDING.fetch_add(1, Ordering::Relaxed) == 0;
     slot.state.store(ARMED, Ordering::Release);
@@ -194,12 +366,17 @@ fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
     }
 }
 
-/// MARK (`bytes`: the session's launch counter) / MARK_DONE, for mark `seq`.
+/// MARK (`bytes`: the session's launch counter) / MARK_DONE (with the timed
+/// launch's GPU ns, if any), for mark `seq`.
 #[inline]
-fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64) {
+fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64, elapsed: Option<u64>) {
     let mut r = Record::new(kind, ts_ns);
     r.func_id = seq;
     r.stream = stream;
+    if let Some(ns) = elapsed {
+        r.flags = FLAG_TIMED;
+        r.bytes = ns;
+    }
     if kind == EventKind::MARK {
         r.bytes = s.control().launches();
         s.push(&r);
@@ -256,6 +433,28 @@ fn slot_event(slot: &Slot) -> Option<CUevent> {
     }
 }
 
+/// The slot's timing events (start, end), created in the calling thread's
+/// context the first time.
+fn timing_events(slot: &Slot) -> Option<(CUevent, CUevent)> {
+    let (start, end) = (
+        slot.start.load(Ordering::Relaxed),
+        slot.end.load(Ordering::Relaxed),
+    );
+    if start != 0 && end != 0 {
+        return Some((start as CUevent, end as CUevent));
+    }
+    let ctx = calls::ctx_current().ok().filter(|c| !c.is_null())?;
+    let start = match start {
+        0 => calls::event_create_timed().ok()?,
+        e => e as CUevent,
+    };
+    slot.start.store(start as usize, Ordering::Relaxed);
+    let end = calls::event_create_timed().ok()?;
+    let _ = CTX.compare_exchange(0, ctx as usize, Ordering::Relaxed, Ordering::Relaxed);
+    slot.end.store(end as usize, Ordering::Relaxed);
+    Some((start, end))
+}
+
 /// How long the watcher may sleep before it should poll marks again:
 /// [`POLL_EVERY`] while any is outstanding, else `default` (a new mark wakes
 /// it through [`wake_fd`]; without an eventfd, [`POLL_EVERY`] while this
@@ -310,16 +509,30 @@ fn poll_armed(s: &Session) {
     armed[..n].sort_unstable();
     for &(seq, i) in &armed[..n] {
         let slot = &POOL[i];
-        let event = slot.event.load(Ordering::Relaxed) as CUevent;
+        let timed = slot.timed.load(Ordering::Relaxed) != 0;
+        let event = if timed {
+            slot.end.load(Ordering::Relaxed)
+        } else {
+            slot.event.load(Ordering::Relaxed)
+        } as CUevent;
         match calls::event_query(event) {
             Ok(false) => continue,
             Ok(true) => {
+                let now = monotonic_ns();
                 let stream = slot.stream.load(Ordering::Relaxed);
                 if slot.gen.load(Ordering::Relaxed) == s.gen {
                     s.control()
                         .complete_through(slot.charged.load(Ordering::Relaxed));
                 }
-                mark(s, EventKind::MARK_DONE, seq, stream, monotonic_ns());
+                let elapsed = timed
+                    .then(|| {
+                        let start = slot.start.load(Ordering::Relaxed) as CUevent;
+                        calls::event_elapsed_ns(start, event)
+                            .map_err(|e| crate::log!(Debug, "untimed mark {seq}: {e}"))
+                            .ok()
+                    })
+                    .flatten();
+                mark(s, EventKind::MARK_DONE, seq, stream, now, elapsed);
                 s.control().count_mark(true);
             }
             Err(e) => crate::log!(Debug, "dropping completion mark {seq}: {e}"),
@@ -334,8 +547,11 @@ pub(super) fn after_fork_in_child() {
     for slot in &POOL {
         slot.state.store(FREE, Ordering::Relaxed);
         slot.event.store(0, Ordering::Relaxed);
+        slot.start.store(0, Ordering::Relaxed);
+        slot.end.store(0, Ordering::Relaxed);
     }
     NEXT_NS.store(0, Ordering::Relaxed);
+    TIME_NEXT.store(0, Ordering::Relaxed);
     OUTSTANDING.store(0, Ordering::Relaxed);
     CTX.store(0, Ordering::Relaxed);
     let fd = WAKE.swap(-1, Ordering::Relaxed);

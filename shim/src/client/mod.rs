@@ -40,7 +40,7 @@ pub mod features;
 mod funcs;
 mod gate;
 mod local;
-mod marks;
+pub(crate) mod marks;
 pub(crate) mod mps;
 mod published;
 pub(crate) mod session;
@@ -101,6 +101,7 @@ fn first_call() -> Client {
         }
         o
     });
+    marks::read_env();
     match outcome {
         connect::Outcome::Welcome(s, _) => {
             let ok = publish(s);

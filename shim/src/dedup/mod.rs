@@ -48,33 +48,17 @@ struct Knobs {
     rule: Rule,
 }
 
-fn env_u64(name: &core::ffi::CStr, default: u64, min: u64, max: u64) -> u64 {
-    let Some(v) = crate::env::var(name) else {
-        return default;
-    };
-    match core::str::from_utf8(v)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        Some(n) if (min..=max).contains(&n) => n,
-        _ => {
-            crate::log!(
-                Warn,
-                "{:?}={:?} is not a number in {min}..={max}; using {default}",
-                name,
-                crate::log::String8(v)
-            );
-            default
-        }
-    }
-}
-
 fn knobs() -> &'static Knobs {
     static K: std::sync::OnceLock<Knobs> = std::sync::OnceLock::new();
     K.get_or_init(|| Knobs {
-        scan: Duration::from_millis(env_u64(c"TANDEM_DEDUP_SCAN_MS", 1000, 10, 600_000)),
+        scan: Duration::from_millis(crate::env::u64_in(
+            c"TANDEM_DEDUP_SCAN_MS",
+            1000,
+            10,
+            600_000,
+        )),
         rule: Rule {
-            stable_checks: env_u64(c"TANDEM_DEDUP_STABLE_CHECKS", 3, 2, 1000) as u32,
+            stable_checks: crate::env::u64_in(c"TANDEM_DEDUP_STABLE_CHECKS", 3, 2, 1000) as u32,
         },
     })
 }

@@ -91,9 +91,10 @@ CUresult cuCtxSynchronize(void);
 
 static const char k_module[] = "tandem-fake-module v1\n"
                                "kernel noop 0 noop\n"
-                               "kernel slow 2000000 noop\n";
+                               "kernel slow 2000000 noop\n"
+                               "kernel short 100000 noop\n";
 
-static CUfunction g_noop, g_slow;
+static CUfunction g_noop, g_slow, g_short;
 static CUstream g_stream;
 static uint64_t g_launches;
 static uint64_t g_arg0;
@@ -146,6 +147,7 @@ static void setup(void)
     CK(cuModuleLoadData(&mod, k_module));
     CK(cuModuleGetFunction(&g_noop, mod, "noop"));
     CK(cuModuleGetFunction(&g_slow, mod, "slow"));
+    CK(cuModuleGetFunction(&g_short, mod, "short"));
     CK(cuStreamCreate(&g_stream, 0));
 }
 
@@ -215,11 +217,11 @@ static int loop(double seconds, int want_changes)
     return 0;
 }
 
-static int paced(int n, int gap_us)
+static int paced(int n, int gap_us, CUfunction *f)
 {
     setup();
     for (int i = 0; i < n; i++) {
-        CK(cuLaunchKernel(g_slow, 1, 1, 1, 32, 1, 1, 0, g_stream, g_params, NULL));
+        CK(cuLaunchKernel(*f, 1, 1, 1, 32, 1, 1, 0, g_stream, g_params, NULL));
         g_launches++;
         usleep(gap_us);
     }
@@ -264,9 +266,13 @@ int main(int argc, char **argv)
     if (argc >= 3 && strcmp(argv[1], "loop") == 0)
         return loop(atof(argv[2]), argc >= 4 ? atoi(argv[3]) : 0);
     if (argc >= 4 && strcmp(argv[1], "paced") == 0)
-        return paced(atoi(argv[2]), atoi(argv[3]));
+        return paced(atoi(argv[2]), atoi(argv[3]), &g_slow);
+    /* The 100 us kernel, the GPU idle between launches when the gap is longer. */
+    if (argc >= 4 && strcmp(argv[1], "paced-short") == 0)
+        return paced(atoi(argv[2]), atoi(argv[3]), &g_short);
     if (argc >= 3 && strcmp(argv[1], "fork") == 0)
         return forked(atoi(argv[2]));
-    fprintf(stderr, "usage: client_host basic N | loop SECONDS [IDCHANGES] | fork N\n");
+    fprintf(stderr, "usage: client_host basic N | loop SECONDS [IDCHANGES] | paced N GAP_US | "
+                    "paced-short N GAP_US | fork N\n");
     return 2;
 }
