@@ -148,9 +148,13 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 
 /// The kernels the shim timed on the GPU (a MARK_DONE with [`FLAG_TIMED`]:
 /// `bytes` is the GPU time of the launch just before its MARK): per key,
-/// the sum of their times and how many.
+/// the median of their times and how many. The median, because a timing
+/// can only err long (the events bracket the launch call, and a launching
+/// thread preempted between the first event and the launch makes one
+/// timing as long as the preemption), and one such must not move the
+/// kernel's time.
 fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
-    let mut out: HashMap<Key, (u64, u64)> = HashMap::new();
+    let mut all: HashMap<Key, Vec<u64>> = HashMap::new();
     let mut last: Option<Key> = None;
     let mut marks: HashMap<u64, Key> = HashMap::new();
     for r in records {
@@ -164,21 +168,24 @@ fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
             Some(EventKind::MARK_DONE) => {
                 if let Some(k) = marks.remove(&r.func_id) {
                     if r.flags & FLAG_TIMED != 0 && r.bytes > 0 {
-                        let e = out.entry(k).or_default();
-                        e.0 += r.bytes;
-                        e.1 += 1;
+                        all.entry(k).or_default().push(r.bytes);
                     }
                 }
             }
             _ => {}
         }
     }
-    out
+    all.into_iter()
+        .map(|(k, mut v)| {
+            v.sort_unstable();
+            (k, (v[(v.len() - 1) / 2], v.len() as u64))
+        })
+        .collect()
 }
 
 /// Fit every kernel's duration to the window's drain points (the method is
 /// in the [module docs](super)); a kernel the shim timed on the GPU takes
-/// the mean of its timings instead.
+/// the median of its timings instead.
 #[must_use]
 pub fn fit(records: &[Record]) -> Fitted {
     let (launches, segs) = segments(records);
@@ -224,9 +231,9 @@ pub fn fit(records: &[Record]) -> Fitted {
     let mut fitted = Fitted::default();
     let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
     let timed = timed(records);
-    for (key, &(sum, count)) in &timed {
-        let ns = sum as f64 / count as f64;
-        fitted.by_key.insert(*key, ns.round() as u64);
+    for (key, &(median, count)) in &timed {
+        let ns = median as f64;
+        fitted.by_key.insert(*key, median);
         let weight = index.get(key).map_or(count as f64, |&k| n[k].max(1.0));
         let f = per_func.entry(key.func_id).or_default();
         f.0 += ns * weight;

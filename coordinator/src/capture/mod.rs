@@ -41,7 +41,7 @@
 //! one in a launch-bound job, where each isolated marked kernel looks about
 //! a poll interval long (the syncs still give the scale). But a kernel the
 //! shim timed on the GPU (a MARK_DONE with `FLAG_TIMED`: the shim brackets
-//! one launch per mark interval with events) takes the mean of its
+//! one launch per mark interval with events) takes the median of its
 //! timings, whatever the fit says (`durations.rs`).
 //!
 //! tandemd asks the shim for marks only of training clients for its own

@@ -183,6 +183,74 @@ fn a_replayed_inference_request_is_captured_with_its_kernels_and_kernel_time() {
     check(&source, &captured);
 }
 
+/// A launch-bound request: BERT's first kernels, each given its own
+/// duration (200 to 500 us) and 300 us of host time before it, then a sync.
+/// The GPU idles between the kernels, so completion marks alone would make
+/// each marked kernel look a poll interval long.
+fn launch_bound_request() -> Trace {
+    let mut t = tandem_gpusim::synthetic_a100::bert_ort(&Params::a100());
+    let mut kernels: Vec<Op> = t
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Kernel(k) => Some(k.clone()),
+            _ => None,
+        })
+        .take(5)
+        .enumerate()
+        .map(|(i, mut k)| {
+            k.name = format!("short{i}");
+            k.duration_ns = 200_000 + 75_000 * i as u64;
+            k.host_gap_ns = 300_000;
+            k.stream = 0;
+            k.graph = 0;
+            Op::Kernel(k)
+        })
+        .collect();
+    kernels.push(Op::Sync { host_gap_ns: 0 });
+    t.ops = kernels;
+    t.job = "launch_bound".into();
+    t
+}
+
+/// The short kernels of a launch-bound job are measured one by one: the
+/// shim times one launch per mark interval on the GPU (timed marks), and
+/// the capture takes each kernel's timings over the fit. Each captured
+/// kernel's duration is its source's within 5% (the timings include the
+/// launch call's host time, about a microsecond on the fake driver).
+#[test]
+fn a_launch_bound_requests_kernels_are_each_measured_on_the_gpu() {
+    let dir = TestDir::new("trace-launch-bound");
+    let d = Tandemd::start_with_config(&dir, &with_inference_marks());
+    let source = launch_bound_request();
+    let captured = round_trip(
+        &dir,
+        &d,
+        &source,
+        "inference",
+        "5000",
+        "4",
+        Duration::from_secs(3),
+    );
+    check(&source, &captured);
+    let durations = |t: &Trace| -> BTreeMap<String, u64> {
+        t.kernels()
+            .map(|k| (k.name.clone(), k.duration_ns))
+            .collect()
+    };
+    let (want, got) = (durations(&source), durations(&captured));
+    eprintln!("launch-bound: source {want:?}, captured {got:?}");
+    for (name, &ns) in &want {
+        let c = got[name];
+        let err = c as f64 / ns as f64 - 1.0;
+        assert!(
+            err.abs() <= 0.05,
+            "{name}: captured {c} ns, the source's {ns} ns ({:+.1}%)",
+            err * 100.0
+        );
+    }
+}
+
 #[test]
 fn trace_errors_name_the_unknown_id_and_what_is_missing() {
     let dir = TestDir::new("trace-errors");
