@@ -18,26 +18,3 @@ pub fn var(name: &CStr) -> Option<&'static [u8]> {
         Some(unsafe { CStr::from_ptr(p) }.to_bytes())
     }
 }
-
-/// `name` as a number in `min..=max`, else `default` (warned about when set
-/// to something else).
-pub fn u64_in(name: &CStr, default: u64, min: u64, max: u64) -> u64 {
-    let Some(v) = crate::env::var(name) else {
-        return default;
-    };
-    match core::str::from_utf8(v)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        Some(n) if (min..=max).contains(&n) => n,
-        _ => {
-            crate::log!(
-                Warn,
-                "{:?}={:?} is not a number in {min}..={max}; using {default}",
-                name,
-                crate::log::String8(v)
-            );
-            default
-        }
-    }
-}

@@ -69,6 +69,12 @@ fn ran(hook: Hook, rc: CuResult, stream: CUstream) -> bool {
     }
 }
 
+/// Whether `stream` is being captured into a graph (for a launch to time).
+#[cold]
+fn capturing(hook: Hook, stream: CUstream) -> bool {
+    crate::capture::is_capturing(stream, hook.info().per_thread)
+}
+
 /// With a session: the launch's stable function id, after the session's
 /// gate for the kernel's key (function and grid) let it go. Without: 0, and
 /// nothing else.
@@ -107,7 +113,7 @@ pub unsafe fn kernel(
     extra: *mut *mut c_void,
 ) -> CuResult {
     let func_id = gate(client, f, [gx, gy, gz]);
-    let timing = marks::before_launch(client, hook, stream);
+    let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
     if ran(hook, rc, stream) {
@@ -177,7 +183,7 @@ pub unsafe fn kernel_ex(
     let grid = cfg.map_or([0; 3], |c| [c.gridDimX, c.gridDimY, c.gridDimZ]);
     let func_id = gate(client, f, grid);
     let stream = cfg.map_or(core::ptr::null_mut(), |c| c.hStream);
-    let timing = marks::before_launch(client, hook, stream);
+    let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
     if !ran(hook, rc, stream) {
@@ -234,7 +240,7 @@ pub unsafe fn cooperative(
     params: *mut *mut c_void,
 ) -> CuResult {
     let func_id = gate(client, f, [gx, gy, gz]);
-    let timing = marks::before_launch(client, hook, stream);
+    let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params) };
     if !ran(hook, rc, stream) {

@@ -175,6 +175,29 @@ fn cgroup_line(line: &[u8]) -> Option<(bool, &[u8])> {
     Some((id == b"0", path))
 }
 
+/// `name` as a number in `min..=max`, else `default` (warned about when set
+/// to something else).
+pub(crate) fn env_u64(name: &core::ffi::CStr, default: u64, min: u64, max: u64) -> u64 {
+    let Some(v) = crate::env::var(name) else {
+        return default;
+    };
+    match core::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        Some(n) if (min..=max).contains(&n) => n,
+        _ => {
+            crate::log!(
+                Warn,
+                "{:?}={:?} is not a number in {min}..={max}; using {default}",
+                name,
+                crate::log::String8(v)
+            );
+            default
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

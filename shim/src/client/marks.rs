@@ -155,20 +155,27 @@ pub fn timing_every() -> u64 {
 
 /// Reads `TANDEM_MARK_TIMING` (cold: before the watcher starts).
 pub(super) fn read_env() {
-    let n = crate::env::u64_in(c"TANDEM_MARK_TIMING", 1, 0, 1_000_000);
+    let n = super::config::env_u64(c"TANDEM_MARK_TIMING", 1, 0, 1_000_000);
     TIMING_EVERY.store(n, Ordering::Relaxed);
 }
 
 /// Before a kernel launch by a registered process: 0 (the usual case: one
 /// Relaxed load), or a token for [`after_launch`] / [`abandon`] when this
 /// launch is the one to time (its start event is then recorded).
+/// `capturing`: whether the stream is being captured into a graph (asked
+/// only then: no event may go into a capture).
 #[inline(always)]
-pub fn before_launch(client: Client, hook: Hook, stream: CUstream) -> u64 {
+pub fn before_launch(
+    client: Client,
+    hook: Hook,
+    stream: CUstream,
+    capturing: impl FnOnce() -> bool,
+) -> u64 {
     if TIME_NEXT.load(Ordering::Relaxed) == 0 {
         return 0;
     }
     match client {
-        Some(s) => begin_timed(s, hook.info().per_thread, stream),
+        Some(s) => begin_timed(s, hook.info().per_thread, stream, capturing()),
         None => 0,
     }
 }
@@ -190,11 +197,11 @@ pub fn abandon(token: u64) {
 /// launch), or 0 when another thread took the timing.
 #[cold]
 #[inline(never)]
-fn begin_timed(s: &Session, per_thread: bool, stream: CUstream) -> u64 {
+fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool) -> u64 {
     if TIME_NEXT.swap(0, Ordering::Relaxed) == 0 {
         return 0;
     }
-    if s.control().mark_every_ns() == 0 || crate::capture::is_capturing(stream, per_thread) {
+    if s.control().mark_every_ns() == 0 || capturing {
         return UNTIMED;
     }
     let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;

@@ -48,7 +48,7 @@ mod watcher;
 
 use core::sync::atomic::Ordering;
 
-pub(crate) use config::follow_enabled;
+pub(crate) use config::{env_u64, follow_enabled};
 pub use features::Features;
 use published::{publish, published, session_at, CURRENT, IDLE, UNTRIED};
 pub use session::{Client, Session};

@@ -51,14 +51,14 @@ struct Knobs {
 fn knobs() -> &'static Knobs {
     static K: std::sync::OnceLock<Knobs> = std::sync::OnceLock::new();
     K.get_or_init(|| Knobs {
-        scan: Duration::from_millis(crate::env::u64_in(
+        scan: Duration::from_millis(crate::client::env_u64(
             c"TANDEM_DEDUP_SCAN_MS",
             1000,
             10,
             600_000,
         )),
         rule: Rule {
-            stable_checks: crate::env::u64_in(c"TANDEM_DEDUP_STABLE_CHECKS", 3, 2, 1000) as u32,
+            stable_checks: crate::client::env_u64(c"TANDEM_DEDUP_STABLE_CHECKS", 3, 2, 1000) as u32,
         },
     })
 }
