@@ -147,7 +147,8 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 }
 
 /// The kernels the shim timed on the GPU (a MARK_DONE with [`FLAG_TIMED`]:
-/// `bytes` is the GPU time of the launch just before its MARK): per key,
+/// `bytes` is the GPU time of the launch on the MARK's stream just before
+/// it; another thread's launch may come between them in the ring): per key,
 /// the median of their times and how many. The median, because a timing
 /// can only err long (the events bracket the launch call, and a launching
 /// thread preempted between the first event and the launch makes one
@@ -155,13 +156,16 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 /// kernel's time.
 fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
     let mut all: HashMap<Key, Vec<u64>> = HashMap::new();
-    let mut last: Option<Key> = None;
+    // Per stream, its latest launch.
+    let mut last: HashMap<u64, Key> = HashMap::new();
     let mut marks: HashMap<u64, Key> = HashMap::new();
     for r in records {
         match EventKind::from_raw(r.kind) {
-            Some(k) if k.is_launch() => last = Some(Key::of(r)),
+            Some(k) if k.is_launch() => {
+                last.insert(r.stream, Key::of(r));
+            }
             Some(EventKind::MARK) => {
-                if let Some(k) = last {
+                if let Some(&k) = last.get(&r.stream) {
                     marks.insert(r.func_id, k);
                 }
             }

@@ -167,6 +167,11 @@ fn a_kernel_the_shim_timed_on_the_gpu_takes_its_own_time() {
     let mut t = 1_000_000;
     for seq in 1..=20u64 {
         r.push(launch(5, t));
+        // Another thread's launch on another stream, between the timed
+        // launch and its mark.
+        let mut other = launch(6, t + 100);
+        other.stream = 2;
+        r.push(other);
         r.push(mark(EventKind::MARK, seq, t + 500));
         let mut done = mark(EventKind::MARK_DONE, seq, t + 40_000 + 200_000);
         if seq % 2 == 0 {

@@ -194,14 +194,18 @@ pub fn abandon(token: u64) {
 /// Claims a slot and records its start event before the launch: the token
 /// (the mark's sequence number), or [`UNTIMED`] where timing is not
 /// possible now (the interval's mark is then placed plainly after the
-/// launch), or 0 when another thread took the timing.
+/// launch), or 0 when another thread took the timing or marks are off.
 #[cold]
 #[inline(never)]
 fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool) -> u64 {
     if TIME_NEXT.swap(0, Ordering::Relaxed) == 0 {
         return 0;
     }
-    if s.control().mark_every_ns() == 0 || capturing {
+    if s.control().mark_every_ns() == 0 {
+        // Marks were turned off since: no mark at all.
+        return 0;
+    }
+    if capturing {
         return UNTIMED;
     }
     let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
