@@ -262,13 +262,22 @@ fn coordinator_killed_and_restarted_mid_run() {
             let (_, new_id, at) = *ch.last().expect("IDCHANGE lines");
             let total_launched = kv_u64(line, "launched");
             // Launches at + 1 .. total ran with the new id; launch `at` may
-            // have raced with the new session's publication.
-            let lo = total_launched - at - kv_u64(line, "dropped");
+            // have raced with the new session's publication. Less the new
+            // session's drops: a push that raced with the old session's
+            // retirement is counted dropped too, and with completion marks
+            // on (the capture's, for these inference clients) that can be
+            // a launch and its MARK.
+            let dropped = if kv(line)["session_exact"] == "1" {
+                kv_u64(line, "session_dropped")
+            } else {
+                kv_u64(line, "dropped")
+            };
+            let lo = total_launched - at - dropped;
             let c = client_by_pid(&st, l.pid()).ok_or_else(|| format!("pid {}", l.pid()))?;
             let got = num(c, "launches");
             if got != lo && got != lo + 1 {
                 return Err(format!(
-                    "pid {} (id {new_id}): new coordinator counted {got}, want {lo} or {}: {c}",
+                    "pid {} (id {new_id}): new coordinator counted {got}, want {lo} or {} ({line}): {c}",
                     l.pid(),
                     lo + 1
                 ));
