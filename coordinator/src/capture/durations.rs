@@ -189,7 +189,8 @@ fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
 
 /// Fit every kernel's duration to the window's drain points (the method is
 /// in the [module docs](super)); a kernel the shim timed on the GPU takes
-/// the median of its timings instead.
+/// the median of its timings instead, and where the job syncs, every
+/// kernel is then scaled so that the syncs' segments keep their length.
 #[must_use]
 pub fn fit(records: &[Record]) -> Fitted {
     let (launches, segs) = segments(records);
@@ -223,32 +224,60 @@ pub fn fit(records: &[Record]) -> Fitted {
     // sync's at once; the median factor over the segments from one sync to
     // the next corrects the marks' durations as a whole.
     let syncs = sync_segments(records);
-    let mut factors: Vec<f64> = syncs
-        .iter()
-        .filter_map(|s| factor(s, &times, &kernel, &d))
-        .collect();
-    if !factors.is_empty() {
-        factors.sort_by(f64::total_cmp);
-        let x = factors[(factors.len() - 1) / 2];
-        d.iter_mut().for_each(|v| *v *= x);
+    let rescale = |d: &mut Vec<f64>| {
+        let mut factors: Vec<f64> = syncs
+            .iter()
+            .filter_map(|s| factor(s, &times, &kernel, d))
+            .collect();
+        if !factors.is_empty() {
+            factors.sort_by(f64::total_cmp);
+            let x = factors[(factors.len() - 1) / 2];
+            d.iter_mut().for_each(|v| *v *= x);
+        }
+    };
+    rescale(&mut d);
+    // The kernels timed on the GPU take their timings; then the syncs'
+    // scale once more, over all (a job that syncs keeps its measured total:
+    // the timings fix the proportions, not the sum).
+    let timed = timed(records);
+    let mut fixed = vec![false; d.len()];
+    for (key, &(median, _)) in &timed {
+        if let Some(&k) = index.get(key) {
+            d[k] = median as f64;
+            fixed[k] = true;
+        }
+    }
+    if fixed.contains(&true) {
+        let mut factors: Vec<f64> = syncs
+            .iter()
+            .filter_map(|s| factor_free(s, &times, &kernel, &d, &fixed))
+            .collect();
+        if !factors.is_empty() {
+            factors.sort_by(f64::total_cmp);
+            let x = factors[(factors.len() - 1) / 2];
+            d.iter_mut()
+                .zip(&fixed)
+                .filter(|(_, &f)| !f)
+                .for_each(|(v, _)| *v *= x);
+        }
     }
     let mut fitted = Fitted::default();
     let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
-    let timed = timed(records);
     for (key, &(median, count)) in &timed {
-        let ns = median as f64;
-        fitted.by_key.insert(*key, median);
-        let weight = index.get(key).map_or(count as f64, |&k| n[k].max(1.0));
-        let f = per_func.entry(key.func_id).or_default();
-        f.0 += ns * weight;
-        f.1 += weight;
+        if !index.contains_key(key) {
+            fitted.by_key.insert(*key, median);
+            let f = per_func.entry(key.func_id).or_default();
+            f.0 += median as f64 * count as f64;
+            f.1 += count as f64;
+        }
     }
     for (key, &k) in &index {
-        if n[k] > 0.0 && d[k] >= 0.5 && !timed.contains_key(key) {
+        let known = n[k] > 0.0 || timed.contains_key(key);
+        if known && d[k] >= 0.5 {
             fitted.by_key.insert(*key, d[k].round() as u64);
             let f = per_func.entry(key.func_id).or_default();
-            f.0 += d[k] * n[k];
-            f.1 += n[k];
+            f.0 += d[k] * n[k].max(1.0);
+            f.1 += n[k].max(1.0);
         }
     }
     fitted.by_func = per_func
@@ -309,6 +338,37 @@ fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> Option<f64
     if suffix > 0.0 {
         x = x.min((end - s.start as f64) / suffix);
     }
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// As [`factor`], scaling only the durations not `fixed`: each line is
+/// `t(i) + F(i) + x * U(i)` (`F`, `U`: the fixed and the free durations from
+/// launch `i` to the segment's end). `None` where no free duration is in
+/// `s`, or the fixed ones alone overrun its end.
+fn factor_free(
+    s: &Segment,
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    fixed: &[bool],
+) -> Option<f64> {
+    let end = s.end as f64;
+    let (mut f, mut u, mut x) = (0.0, 0.0, f64::INFINITY);
+    let line = |from: f64, f: f64, u: f64, x: &mut f64| {
+        if u > 0.0 {
+            *x = x.min((end - from - f) / u);
+        }
+    };
+    for i in (s.a..s.b).rev() {
+        let k = kernel[i];
+        if fixed[k] {
+            f += d[k];
+        } else {
+            u += d[k];
+        }
+        line(times[i], f, u, &mut x);
+    }
+    line(s.start as f64, f, u, &mut x);
     (x.is_finite() && x > 0.0).then_some(x)
 }
 

@@ -42,7 +42,8 @@
 //! a poll interval long (the syncs still give the scale). But a kernel the
 //! shim timed on the GPU (a MARK_DONE with `FLAG_TIMED`: the shim brackets
 //! one launch per mark interval with events) takes the median of its
-//! timings, whatever the fit says (`durations.rs`).
+//! timings, whatever the fit says, and the syncs' scale is solved for the
+//! kernels not timed with the timed ones fixed (`durations.rs`).
 //!
 //! tandemd asks the shim for marks only of training clients for its own
 //! use (`[scheduler] mark_every_ns`); `[trace] mark_every_ns` (1 ms by

@@ -199,6 +199,49 @@ fn a_kernel_the_shim_timed_on_the_gpu_takes_its_own_time() {
     );
 }
 
+/// A GPU-bound step (kernels of 100 and 300 us launched far ahead of the
+/// GPU, a sync ending each step) whose marks are seen late (1 ms: a
+/// loaded node's watcher), which inflates what the marks alone say; the
+/// syncs give the scale. The 100 us kernel is timed on the GPU: it keeps
+/// its timing, and the syncs' scale is solved for the others with it
+/// fixed, so the 300 us kernel comes out right too (scaling all and then
+/// putting the timing in left it 10% short).
+#[test]
+fn the_sync_scale_leaves_timed_kernels_alone() {
+    let mut r = Vec::new();
+    let (mut t, mut seq) = (1_000_000u64, 0u64);
+    for _ in 0..6 {
+        let mut gpu = t;
+        for i in 0..10u64 {
+            let f = 1 + i % 2;
+            r.push(launch(f, t + i * 1_000));
+            gpu = gpu.max(t + i * 1_000) + if f == 1 { 100_000 } else { 300_000 };
+            if i % 3 == 0 {
+                seq += 1;
+                r.push(mark(EventKind::MARK, seq, t + i * 1_000 + 10));
+                let mut done = mark(EventKind::MARK_DONE, seq, gpu + 1_000_000);
+                if f == 1 {
+                    done.flags = tandem_proto::record::FLAG_TIMED;
+                    done.bytes = 100_000;
+                }
+                r.push(done);
+            }
+        }
+        r.push(rec(EventKind::SYNC_BEGIN, t + 10_000));
+        r.push(rec(EventKind::SYNC_END, gpu));
+        t = gpu + 50_000;
+    }
+    r.sort_by_key(|x| x.ts_ns);
+    let fitted = fit(&r);
+    let d1 = fitted.duration(&Key::of(&launch(1, 0))).0;
+    let d2 = fitted.duration(&Key::of(&launch(2, 0))).0;
+    assert_eq!(d1, 100_000, "the timed kernel keeps its timing");
+    assert!(
+        d2.abs_diff(300_000) < 15_000,
+        "the other scaled by the syncs: {d2}"
+    );
+}
+
 #[test]
 fn an_isolated_kernel_is_measured_from_its_launch_not_from_the_idle_gpu() {
     // Launch-bound: 50 us kernels launched every 1 ms, a sync after each

@@ -184,9 +184,13 @@ fn a_replayed_inference_request_is_captured_with_its_kernels_and_kernel_time() {
 }
 
 /// A launch-bound request: BERT's first kernels, each given its own
-/// duration (200 to 500 us) and 300 us of host time before it, then a sync.
+/// duration (200 to 500 us) and 1.1 ms of host time before it, then a sync.
 /// The GPU idles between the kernels, so completion marks alone would make
-/// each marked kernel look a poll interval long.
+/// each marked kernel look a poll interval long. (Host time longer than the
+/// 1 ms mark interval makes the timed launches go round the request's
+/// kernels, so that each is timed: a kernel never timed in a job that
+/// syncs takes its share of the syncs' scale, which here, with few such
+/// kernels, moved the request's sum by up to 5%.)
 fn launch_bound_request() -> Trace {
     let mut t = tandem_gpusim::synthetic_a100::bert_ort(&Params::a100());
     let mut kernels: Vec<Op> = t
@@ -201,7 +205,7 @@ fn launch_bound_request() -> Trace {
         .map(|(i, mut k)| {
             k.name = format!("short{i}");
             k.duration_ns = 200_000 + 75_000 * i as u64;
-            k.host_gap_ns = 300_000;
+            k.host_gap_ns = 1_100_000;
             k.stream = 0;
             k.graph = 0;
             Op::Kernel(k)
