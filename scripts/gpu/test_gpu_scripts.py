@@ -309,6 +309,20 @@ class TraceCapture(unittest.TestCase):
         self.assertEqual(r["timeslice"]["median_ns"], 2)
         self.assertEqual(r["switch"]["median_ns"], 0)
 
+    def test_the_wake_analysis_measures_the_wait_over_the_alone_interval(self):
+        # Alone, a stamp every 240 ns; beside the spinner (which ends at 1000)
+        # the intervals are 240 + 0, 60, 400: the wake latencies.
+        waker = {"from": 100, "gap_ns": 200,
+                 "stamps": [100, 340, 640, 1280, 1520, 1760, 2000, 2240, 2480, 2720]}
+        spinner = {"start": 0, "end": 1000, "gaps": [[50, 90], [400, 500], [700, 1250]]}
+        r = self.tc.analyse_wake(spinner, waker)
+        self.assertEqual(r["alone_interval_ns"], 240)
+        self.assertEqual(r["wake"]["n"], 2)  # the third interval ends after the spinner
+        self.assertEqual((r["wake"]["median_ns"], r["wake"]["max_ns"]), (30.0, 60))
+        self.assertEqual(r["held"]["max_ns"], 200)  # in at 500, out at 700
+        short = dict(waker, stamps=waker["stamps"][:5])
+        self.assertIsNone(self.tc.analyse_wake(spinner, short)["wake"])
+
 
 if __name__ == "__main__":
     unittest.main()
