@@ -7,14 +7,17 @@
  *
  * SCRIPT is the trace in a line form the test writes (tandem-trace/1's ops,
  * nothing to parse but numbers and names):
- *   kernel <name> <duration_ns>            one per distinct (name, duration),
+ *   kernel <name> <duration_ns> [regs=N] [smem=M]
+ *                                          one per distinct (name, duration,
+ *                                          registers, static shared memory),
  *                                          in order; ops name them by index
  *   K <kernel> <gx> <gy> <gz> <bx> <by> <bz> <smem> <stream> <host_gap_ns>
  *   H <bytes> <stream> <host_gap_ns>       host-to-device copy (async)
  *   S <host_gap_ns>                        cuCtxSynchronize
- * Each kernel gets a fake module of its own ("kernel <name> <ns> noop"), so
- * one name may run for different durations, as one kernel does at different
- * shapes. Streams are created on first use. A host gap is spent spinning on
+ * Each kernel gets a fake module of its own ("kernel <name> <ns> noop regs=N
+ * smem=M": what the fake's cuFuncGetAttribute reports, so the shim sends the
+ * trace's registers and shared memory with the name), so one name may run
+ * for different durations, as one kernel does at different shapes. Streams are created on first use. A host gap is spent spinning on
  * the clock (CPU time, as the job's thread spends it).
  *
  * The ops run as one unit (a request or a step) again and again for S seconds
@@ -92,10 +95,17 @@ int main(int argc, char **argv)
         if (sscanf(line, "kernel %511s %llu", name, &ns) == 2) {
             static char image[1024];
             CUmodule mod;
+            unsigned regs = 0, smem = 0;
+            const char *at;
             if (nk == MAX_KERNELS)
                 return usage();
-            snprintf(image, sizeof(image), "tandem-fake-module v1\nkernel %s %llu noop\n", name,
-                     ns);
+            if ((at = strstr(line, " regs=")) && sscanf(at, " regs=%u", &regs) != 1)
+                return usage();
+            if ((at = strstr(line, " smem=")) && sscanf(at, " smem=%u", &smem) != 1)
+                return usage();
+            snprintf(image, sizeof(image),
+                     "tandem-fake-module v1\nkernel %s %llu noop regs=%u smem=%u\n", name, ns,
+                     regs, smem);
             SH_CK(((PFN_cuModuleLoadData)d.fn[SLOT_cuModuleLoadData])(&mod, image));
             SH_CK(((PFN_cuModuleGetFunction)d.fn[SLOT_cuModuleGetFunction])(&funcs[nk], mod,
                                                                              name));

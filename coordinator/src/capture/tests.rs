@@ -195,8 +195,36 @@ fn an_inference_trace_is_one_request_ending_in_its_sync() {
         seconds: 10,
         idle_gap_ns: 2_000_000,
     };
-    let names = |f: u64| (f == 1).then(|| "conv".to_string());
+    // The launches of "conv" ask for 2 KB of dynamic shared memory; the
+    // shim sent its registers and static shared memory with its name.
+    for x in r.iter_mut().filter(|x| x.func_id == 1) {
+        x.shared_mem_bytes = 2048;
+    }
+    let attrs = tandem_proto::wire::FuncAttrs {
+        regs_per_thread: 96,
+        static_smem_bytes: 16_384,
+    };
+    let names = |f: u64| (f == 1).then(|| ("conv".to_string(), Some(attrs)));
     let t = build(&src, &r, names).unwrap();
+    let ks: Vec<_> = t.kernels().collect();
+    // Known resources: registers, static + dynamic shared memory, and the
+    // occupancy left to the model (0); unknown: 1 block per SM as before.
+    assert_eq!(
+        (
+            ks[0].regs_per_thread,
+            ks[0].smem_per_block,
+            ks[0].blocks_per_sm
+        ),
+        (96, 16_384 + 2048, 0)
+    );
+    assert_eq!(
+        (
+            ks[1].regs_per_thread,
+            ks[1].smem_per_block,
+            ks[1].blocks_per_sm
+        ),
+        (0, 0, 1)
+    );
     assert_eq!(t.kernels().count(), 2);
     assert!(matches!(t.ops[0], Op::CopyH2d { bytes: 4096, .. }));
     assert!(matches!(

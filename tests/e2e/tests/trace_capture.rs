@@ -117,3 +117,57 @@ fn trace_errors_name_the_unknown_id_and_what_is_missing() {
     assert_eq!(r.status, 400, "{}", r.body);
     host.wait_exit(Duration::from_secs(30));
 }
+
+/// A function's registers and static shared memory (the fake driver's
+/// `cuFuncGetAttribute`, from the module's `regs=` and `smem=`) reach the
+/// captured trace: the shim sends them with the function's name, tandemd
+/// keeps them, and the capture writes them (shared memory static plus the
+/// launch's dynamic) with `blocks_per_sm` 0, left to the model.
+#[test]
+fn a_functions_registers_and_shared_memory_reach_the_captured_trace() {
+    let dir = TestDir::new("trace-attrs");
+    let d = Tandemd::start(&dir);
+    let file = dir.path().join("attrs.replay");
+    // A step of four 300 us GEMMs (2 KB of dynamic shared memory each) and
+    // a 50 us kernel with no attributes given (the fake reports 0).
+    std::fs::write(
+        &file,
+        "kernel gemm_attrs 300000 regs=96 smem=16384\nkernel plain_attrs 50000\n\
+         K 0 132 1 1 256 1 1 2048 0 20000\nK 0 132 1 1 256 1 1 2048 0 20000\n\
+         K 0 132 1 1 256 1 1 2048 0 20000\nK 0 132 1 1 256 1 1 2048 0 20000\n\
+         K 1 64 1 1 128 1 1 0 0 10000\nS 1000\n",
+    )
+    .expect("write the replay script");
+    let env = client_env(d.socket()).var("TANDEM_CLASS", "training");
+    let mut host = spawn_host(
+        "replay",
+        &[
+            file.to_str().expect("UTF-8"),
+            "--seconds",
+            "3",
+            "--quiet-us",
+            "0",
+        ],
+        &env,
+    );
+    let ready = host.wait_line("READY", Duration::from_secs(30));
+    let id = tandem_e2e::coord::kv_u64(&ready, "client_id");
+    std::thread::sleep(Duration::from_secs(2));
+    let r = d
+        .get(&format!("/trace?id={id}&seconds=10"))
+        .expect("GET /trace");
+    host.wait_exit(Duration::from_secs(30));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let t = Trace::from_json(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.body));
+    let seen = |name: &str| {
+        let mut v: Vec<(u32, u32, u32)> = t
+            .kernels()
+            .filter(|k| k.name == name)
+            .map(|k| (k.regs_per_thread, k.smem_per_block, k.blocks_per_sm))
+            .collect();
+        v.dedup();
+        v
+    };
+    assert_eq!(seen("gemm_attrs"), [(96, 16_384 + 2048, 0)], "{}", r.body);
+    assert_eq!(seen("plain_attrs"), [(0, 0, 0)], "{}", r.body);
+}

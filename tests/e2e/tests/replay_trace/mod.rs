@@ -14,19 +14,31 @@ use tandem_gpusim::trace::{Op, Trace};
 /// Device-to-host copies are left out: the shim does not report them, so
 /// no capture can hold them.
 pub fn script(t: &Trace) -> String {
-    let mut kernels: BTreeMap<(String, u64), usize> = BTreeMap::new();
+    let mut kernels: BTreeMap<(String, u64, u32, u32), usize> = BTreeMap::new();
     let mut defs = String::new();
     let mut ops = String::new();
     for op in &t.ops {
         match op {
             Op::Kernel(k) => {
                 let n = kernels.len();
-                let i = *kernels
-                    .entry((k.name.clone(), k.duration_ns))
-                    .or_insert_with(|| {
-                        defs.push_str(&format!("kernel {} {}\n", k.name, k.duration_ns));
-                        n
-                    });
+                // The trace's registers and shared memory (static and
+                // dynamic) become the function's attributes (what the fake
+                // driver's cuFuncGetAttribute reports); the launch asks for
+                // no dynamic shared memory, so a capture's static + dynamic
+                // is the trace's.
+                let key = (
+                    k.name.clone(),
+                    k.duration_ns,
+                    k.regs_per_thread,
+                    k.smem_per_block,
+                );
+                let i = *kernels.entry(key).or_insert_with(|| {
+                    defs.push_str(&format!(
+                        "kernel {} {} regs={} smem={}\n",
+                        k.name, k.duration_ns, k.regs_per_thread, k.smem_per_block
+                    ));
+                    n
+                });
                 ops.push_str(&format!(
                     "K {i} {} {} {} {} {} {} {} {} {}\n",
                     k.grid[0],
@@ -35,9 +47,7 @@ pub fn script(t: &Trace) -> String {
                     k.block[0],
                     k.block[1],
                     k.block[2],
-                    // The trace's is static and dynamic; the launch passes
-                    // only dynamic shared memory, which the fake bounds.
-                    k.smem_per_block.min(48 << 10),
+                    0,
                     k.stream,
                     k.host_gap_ns
                 ));
