@@ -18,7 +18,9 @@
  * smem=M": what the fake's cuFuncGetAttribute reports, so the shim sends the
  * trace's registers and shared memory with the name), so one name may run
  * for different durations, as one kernel does at different shapes. Streams are created on first use. A host gap is spent spinning on
- * the clock (CPU time, as the job's thread spends it).
+ * the clock (CPU time, as the job's thread spends it), counted from the
+ * previous op's issue (the driver call is part of a gap, as tandem-trace/1
+ * defines it), after a sync from its return.
  *
  * The ops run as one unit (a request or a step) again and again for S seconds
  * (default 3); after each unit the job is quiet for Q microseconds (default 0;
@@ -162,6 +164,10 @@ int main(int argc, char **argv)
             struct op *o = &ops[i];
             t += o->gap;
             spin_until(t);
+            /* A host gap counts from the previous op's issue (the driver
+             * call is part of it, as tandem-trace/1 defines it), after a
+             * sync from its return. */
+            uint64_t issued = sh_now_ns();
             switch (o->what) {
             case 'K':
                 SH_CK(launch(funcs[o->kernel], o->dims[0], o->dims[1], o->dims[2], o->dims[3],
@@ -173,9 +179,10 @@ int main(int argc, char **argv)
                 break;
             default:
                 SH_CK(sync());
+                issued = sh_now_ns();
                 break;
             }
-            t = sh_now_ns();
+            t = issued;
         }
         units++;
         if (quiet_us > 0)

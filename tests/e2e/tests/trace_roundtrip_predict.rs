@@ -9,12 +9,12 @@
 //! To say which missing datum causes which error, it also predicts from
 //! the captured traces with one of the source's fields copied in, kernel by
 //! kernel (the captured kernels are the source's, in order): `blocks_per_sm`,
-//! `regs_per_thread` + `smem_per_block`, `dram_bytes`, `duration_ns`, and
-//! all of them. `noise` is the source itself under seed 2 against seed 1:
+//! `regs_per_thread` + `smem_per_block`, `dram_bytes`, `duration_ns`, the
+//! kernels' `host_gap_ns`, and the first four together. `noise` is the source itself under seed 2 against seed 1:
 //! the floor below which a difference means nothing at these windows.
 //!
-//! Slow (about 5 minutes on 2 cores: a minute of replays, then seven
-//! matrices), so ignored; run it with
+//! Slow (about 8 minutes on 2 shared cores: two minutes of replays, then
+//! nine matrices), so ignored; run it with
 //!
 //! ```text
 //! cargo test -p tandem-e2e --test trace_roundtrip_predict -- --ignored --nocapture
@@ -41,7 +41,7 @@ use replay_trace::{try_round_trip, with_inference_marks};
 /// What each variant copies from the source kernel into the captured one.
 type Field = fn(&mut Kernel, &Kernel);
 
-const VARIANTS: [(&str, Field); 6] = [
+const VARIANTS: [(&str, Field); 7] = [
     ("captured", |_, _| {}),
     ("+blocks_per_sm", |c, s| c.blocks_per_sm = s.blocks_per_sm),
     ("+regs+smem", |c, s| {
@@ -50,6 +50,7 @@ const VARIANTS: [(&str, Field); 6] = [
     }),
     ("+dram_bytes", |c, s| c.dram_bytes = s.dram_bytes),
     ("+duration_ns", |c, s| c.duration_ns = s.duration_ns),
+    ("+host_gap_ns", |c, s| c.host_gap_ns = s.host_gap_ns),
     ("+all four", |c, s| {
         c.blocks_per_sm = s.blocks_per_sm;
         c.regs_per_thread = s.regs_per_thread;
