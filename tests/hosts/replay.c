@@ -3,7 +3,7 @@
  * over, with the fake driver's kernel durations taken from the trace (the
  * round trip of `tandemctl trace`, tests/e2e/tests/trace_capture.rs).
  *
- *   replay SCRIPT [--seconds S] [--quiet-us Q]
+ *   replay SCRIPT [--seconds S] [--quiet-us Q] [--explicit]
  *
  * SCRIPT is the trace in a line form the test writes (tandem-trace/1's ops,
  * nothing to parse but numbers and names):
@@ -25,6 +25,10 @@
  * The ops run as one unit (a request or a step) again and again for S seconds
  * (default 3); after each unit the job is quiet for Q microseconds (default 0;
  * an inference job's requests need some quiet between them to be told apart).
+ * With --explicit each unit is bracketed by tandem_request_begin() /
+ * tandem_request_end() (when the shim exports them): a request that syncs
+ * more than once (an LLM's tokens) is one request only by the explicit API,
+ * as the request tandemd detects ends at its first sync.
  *
  * Output (stdout): READY pid=<pid> shim=<0|1> client_id=<id> at the start,
  * DONE units=<n> kernels=<n> at the end. Exit codes as every host (workload.h).
@@ -55,16 +59,21 @@ static void spin_until(uint64_t t)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: replay SCRIPT [--seconds S] [--quiet-us Q]\n");
+    fprintf(stderr, "usage: replay SCRIPT [--seconds S] [--quiet-us Q] [--explicit]\n");
     return WL_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
     double seconds = 3, quiet_us = 0;
+    int explicit_api = 0;
     if (argc < 2)
         return usage();
     for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--explicit") == 0) {
+            explicit_api = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             return usage();
         if (strcmp(argv[i], "--seconds") == 0)
@@ -157,9 +166,13 @@ int main(int argc, char **argv)
     printf("READY pid=%d shim=%d client_id=%" PRIu64 "\n", (int)getpid(), wl_have_shim(),
            sh_client_id());
     fflush(stdout);
+    sh_void_fn req_begin = explicit_api ? (sh_void_fn)sh_sym("tandem_request_begin") : NULL;
+    sh_void_fn req_end = explicit_api ? (sh_void_fn)sh_sym("tandem_request_end") : NULL;
     uint64_t start = sh_now_ns(), end = start + (uint64_t)(seconds * 1e9);
     uint64_t units = 0, kernels = 0, t = sh_now_ns();
     while (sh_now_ns() < end) {
+        if (req_begin)
+            req_begin();
         for (size_t i = 0; i < nops; i++) {
             struct op *o = &ops[i];
             t += o->gap;
@@ -184,6 +197,8 @@ int main(int argc, char **argv)
             }
             t = issued;
         }
+        if (req_end)
+            req_end();
         units++;
         if (quiet_us > 0)
             sh_sleep_until(sh_now_ns() + (uint64_t)(quiet_us * 1e3));

@@ -64,9 +64,11 @@ pub fn script(t: &Trace) -> String {
     defs + &ops
 }
 
-/// Replays `source` as `class` for `seconds`, captures it with `tandemctl
-/// trace` after `capture_after`, and returns the captured trace, or what
+/// Replays `source` as `class` for `seconds` (each unit bracketed by the
+/// explicit request API if `explicit`), captures it with `tandemctl trace`
+/// after `capture_after`, and returns the captured trace, or what
 /// `tandemctl trace` said.
+#[allow(clippy::too_many_arguments)] // each is one knob of the replay
 pub fn try_round_trip(
     dir: &TestDir,
     d: &Tandemd,
@@ -75,21 +77,22 @@ pub fn try_round_trip(
     quiet_us: &str,
     seconds: &str,
     capture_after: Duration,
+    explicit: bool,
 ) -> Result<Trace, String> {
     let file = dir.path().join(format!("{}.replay", source.job));
     std::fs::write(&file, script(source)).expect("write the replay script");
     let env = client_env(d.socket()).var("TANDEM_CLASS", class);
-    let mut host = spawn_host(
-        "replay",
-        &[
-            file.to_str().expect("UTF-8 path"),
-            "--seconds",
-            seconds,
-            "--quiet-us",
-            quiet_us,
-        ],
-        &env,
-    );
+    let mut args = vec![
+        file.to_str().expect("UTF-8 path"),
+        "--seconds",
+        seconds,
+        "--quiet-us",
+        quiet_us,
+    ];
+    if explicit {
+        args.push("--explicit");
+    }
+    let mut host = spawn_host("replay", &args, &env);
     let ready = host.wait_line("READY", Duration::from_secs(30));
     let id = tandem_e2e::coord::kv_u64(&ready, "client_id");
     assert!(id > 0, "the replay registered: {ready}");
@@ -127,8 +130,17 @@ pub fn round_trip(
     seconds: &str,
     capture_after: Duration,
 ) -> Trace {
-    try_round_trip(dir, d, source, class, quiet_us, seconds, capture_after)
-        .unwrap_or_else(|e| panic!("tandemctl trace failed: {e}\n{}", d.log()))
+    try_round_trip(
+        dir,
+        d,
+        source,
+        class,
+        quiet_us,
+        seconds,
+        capture_after,
+        false,
+    )
+    .unwrap_or_else(|e| panic!("tandemctl trace failed: {e}\n{}", d.log()))
 }
 
 /// The default configuration with `[trace] window = window` and `[trace]
