@@ -10,7 +10,8 @@
 //! the captured traces with one of the source's fields copied in, kernel by
 //! kernel (the captured kernels are the source's, in order): `blocks_per_sm`,
 //! `regs_per_thread` + `smem_per_block`, `dram_bytes`, `duration_ns`, the
-//! kernels' `host_gap_ns`, and the first four together. `noise` is the source itself under seed 2 against seed 1:
+//! kernels' `host_gap_ns`, durations and DRAM bytes together, and the
+//! first four together. `noise` is the source itself under seed 2 against seed 1:
 //! the floor below which a difference means nothing at these windows.
 //!
 //! Slow (about 8 minutes on 2 shared cores: two minutes of replays, then
@@ -41,7 +42,7 @@ use replay_trace::{try_round_trip, with_inference_marks};
 /// What each variant copies from the source kernel into the captured one.
 type Field = fn(&mut Kernel, &Kernel);
 
-const VARIANTS: [(&str, Field); 7] = [
+const VARIANTS: [(&str, Field); 8] = [
     ("captured", |_, _| {}),
     ("+blocks_per_sm", |c, s| c.blocks_per_sm = s.blocks_per_sm),
     ("+regs+smem", |c, s| {
@@ -51,6 +52,10 @@ const VARIANTS: [(&str, Field); 7] = [
     ("+dram_bytes", |c, s| c.dram_bytes = s.dram_bytes),
     ("+duration_ns", |c, s| c.duration_ns = s.duration_ns),
     ("+host_gap_ns", |c, s| c.host_gap_ns = s.host_gap_ns),
+    ("+duration_ns+dram_bytes", |c, s| {
+        c.duration_ns = s.duration_ns;
+        c.dram_bytes = s.dram_bytes;
+    }),
     ("+all four", |c, s| {
         c.blocks_per_sm = s.blocks_per_sm;
         c.regs_per_thread = s.regs_per_thread;
