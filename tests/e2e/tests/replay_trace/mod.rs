@@ -5,6 +5,7 @@
 //! `tandemctl trace`.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tandem_e2e::coord::{client_env, spawn_host, tandemctl, Tandemd, TestDir};
@@ -79,6 +80,13 @@ pub fn try_round_trip(
     capture_after: Duration,
     explicit: bool,
 ) -> Result<Trace, String> {
+    // One replay at a time: a replay spins through its host gaps, and two
+    // at once on a 2-core machine delay each other's launches and syncs,
+    // which the capture measures as kernel time.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let file = dir.path().join(format!("{}.replay", source.job));
     std::fs::write(&file, script(source)).expect("write the replay script");
     let env = client_env(d.socket()).var("TANDEM_CLASS", class);
