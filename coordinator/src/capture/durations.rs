@@ -36,18 +36,8 @@ pub fn is_launch(kind: u16) -> bool {
     EventKind::from_raw(kind).is_some_and(EventKind::is_launch)
 }
 
-/// Least rounds of the fit.
-const MIN_ROUNDS: usize = 30;
-/// Most rounds of the fit.
-const MAX_ROUNDS: usize = 3_000;
-/// Launch visits the fit may make in all (rounds x launches in segments):
-/// each round moves the durations only part of the way (a long kernel
-/// sharing its segments with short ones is pulled towards their mean at
-/// first), so the fit runs as many rounds as this bounds its time to, tens
-/// of milliseconds on the stats thread.
-const FIT_VISITS: usize = 30_000_000;
-/// The fit stops once no duration moves by more than this share in a round.
-const CONVERGED: f64 = 1e-5;
+/// Rounds of the fit.
+const ROUNDS: usize = 30;
 
 /// Launches since one drain point, ended by the next.
 #[derive(Clone, Copy, Debug)]
@@ -216,9 +206,7 @@ pub fn fit(records: &[Record]) -> Fitted {
     fitted
 }
 
-/// Rounds of the fit from `d` (at least [`MIN_ROUNDS`], until no duration
-/// moves by [`CONVERGED`], at most as many as [`FIT_VISITS`] allows); the
-/// durations and the sum of squared misses of the segments' ends.
+/// [`ROUNDS`] of the fit from `d`; the durations and the sum of squared misses of the segments' ends.
 ///
 /// A segment's simulated end with its kernels' durations scaled by `x` is
 /// the latest of `start + x * S(a)` and, for each launch `i`, `t(i) + x *
@@ -231,9 +219,7 @@ fn rounds(segs: &[Segment], times: &[f64], kernel: &[usize], mut d: Vec<f64>) ->
     let mut num = vec![0f64; d.len()];
     let mut den = vec![0f64; d.len()];
     let mut sse = 0.0;
-    let visits: usize = segs.iter().map(|s| s.b - s.a).sum();
-    let most = (FIT_VISITS / visits.max(1)).clamp(MIN_ROUNDS, MAX_ROUNDS);
-    for round in 0..most {
+    for _ in 0..ROUNDS {
         num.iter_mut().for_each(|x| *x = 0.0);
         den.iter_mut().for_each(|x| *x = 0.0);
         sse = 0.0;
@@ -248,18 +234,10 @@ fn rounds(segs: &[Segment], times: &[f64], kernel: &[usize], mut d: Vec<f64>) ->
                 den[k] += 1.0;
             }
         }
-        let mut moved: f64 = 0.0;
         for k in 0..d.len() {
             if den[k] > 0.0 {
-                let next = num[k] / den[k];
-                if d[k] > 0.0 {
-                    moved = moved.max((next / d[k] - 1.0).abs());
-                }
-                d[k] = next;
+                d[k] = num[k] / den[k];
             }
-        }
-        if round + 1 >= MIN_ROUNDS && moved < CONVERGED {
-            break;
         }
     }
     (d, sse)

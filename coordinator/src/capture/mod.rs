@@ -28,10 +28,8 @@
 //! least of those lines' own solutions (idle gaps between launches are not
 //! counted as kernel time). The durations, per kernel (function, grid,
 //! block), are fitted over every segment in the window: each round scales
-//! each segment's kernels by its `x` and takes each kernel's mean, until no
-//! duration moves by 0.001% (at least 30 rounds; at most 3,000, and as many
-//! as 30 million launch visits allow: each round moves a long kernel that
-//! shares its segments with short ones only part of the way). The shim sees a mark's completion late (it polls every 200 us,
+//! each segment's kernels by its `x` and takes each kernel's mean, 30
+//! rounds. The shim sees a mark's completion late (it polls every 200 us,
 //! and its watcher thread must be scheduled), a sync's return at once: the
 //! marks give the durations' proportions, and the median `x` over the
 //! segments from one sync to the next (marks ignored) their scale, when the
