@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tandem_proto::record::FLAG_VMM_HANDLE;
+use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 
 use crate::dedup::stats::{ClientDedup, DedupTotals, GpuDedupStats};
@@ -71,8 +72,8 @@ pub struct ClientStats {
     kernels: HashMap<u64, u64>,
     /// Launches whose func_id did not fit in `kernels`.
     pub kernels_untracked: u64,
-    /// Kernel names from FuncName messages.
-    names: HashMap<u64, String>,
+    /// Kernel names and attributes from FuncName messages.
+    names: HashMap<u64, (String, Option<FuncAttrs>)>,
     live_allocs: HashMap<AllocKey, u64>,
     rate_hz: f64,
     rate_at: Option<(Instant, u64)>,
@@ -137,20 +138,27 @@ impl ClientStats {
         Ok(())
     }
 
-    /// Remember a kernel name (bounded; a later name for the same id wins).
-    pub fn set_name(&mut self, func_id: u64, name: &[u8]) -> bool {
+    /// Remember a kernel's name and attributes (bounded; a later name for
+    /// the same id wins).
+    pub fn set_name(&mut self, func_id: u64, name: &[u8], attrs: Option<FuncAttrs>) -> bool {
         if self.names.len() >= MAX_NAMES_PER_CLIENT && !self.names.contains_key(&func_id) {
             return false;
         }
-        self.names
-            .insert(func_id, String::from_utf8_lossy(name).into_owned());
+        let name = String::from_utf8_lossy(name).into_owned();
+        self.names.insert(func_id, (name, attrs));
         true
     }
 
     /// The name of `func_id`, if the client sent one.
     #[must_use]
     pub fn name(&self, func_id: u64) -> Option<&str> {
-        self.names.get(&func_id).map(String::as_str)
+        self.names.get(&func_id).map(|(n, _)| n.as_str())
+    }
+
+    /// The name and attributes of `func_id`, if the client sent them.
+    #[must_use]
+    pub fn func(&self, func_id: u64) -> Option<(&str, Option<FuncAttrs>)> {
+        self.names.get(&func_id).map(|(n, a)| (n.as_str(), *a))
     }
 
     /// Update the launch-rate EWMA (time constant 1 s); call every tick.
@@ -560,7 +568,7 @@ mod tests {
         assert_eq!((s.copies, s.h2d_bytes), (1, 4096));
         assert_eq!(s.syncs, 1);
         assert_eq!(s.bad_records, 1);
-        assert!(s.set_name(7, b"k7"));
+        assert!(s.set_name(7, b"k7", None));
         let top = s.top_kernels(10);
         assert_eq!(top.len(), 2);
         assert_eq!(top[0].func_id, "0x7");

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tandem_proto::wire::ClientClass;
+use tandem_proto::wire::{ClientClass, FuncAttrs};
 use tandem_trace::JobClass;
 
 use crate::capture::{build, is_launch, Source, DEFAULT_SECONDS, MAX_SECONDS};
@@ -90,10 +90,13 @@ pub fn trace_json(shared: &Shared, id: u64, seconds: u64) -> Result<String, Refu
             t.saturating_sub(seconds.saturating_mul(1_000_000_000))
         });
         let records = c.capture.copy_since(since);
-        let names: HashMap<u64, String> = records
+        let names: HashMap<u64, (String, Option<FuncAttrs>)> = records
             .iter()
             .filter(|r| is_launch(r.kind))
-            .filter_map(|r| Some((r.func_id, c.stats.name(r.func_id)?.to_string())))
+            .filter_map(|r| {
+                let (name, attrs) = c.stats.func(r.func_id)?;
+                Some((r.func_id, (name.to_string(), attrs)))
+            })
             .collect();
         let job = c
             .exe

@@ -19,8 +19,19 @@
 //! of their largest shares fits, which is stricter than the hardware when
 //! one is thread-heavy and the other shared-memory-heavy.
 
+//!
+//! **Occupancy of a live trace.** tandemd's capture knows a kernel's block,
+//! registers per thread and shared memory (the shim sends what
+//! `cuFuncGetAttribute` reports), not how many of its blocks an SM holds:
+//! it writes `blocks_per_sm: 0`, and [`resolve_occupancy`] derives it here
+//! by the occupancy rules of the device the model runs
+//! ([`crate::synthetic_a100::occupancy`]: threads, registers rounded to 8
+//! per thread and 256 per warp, shared memory plus 1 KB per block, block
+//! slots). An unknown register count (0) binds nothing.
+
 use crate::gpu::SmResources;
-use crate::trace::Kernel;
+use crate::synthetic_a100::{occupancy, Family};
+use crate::trace::{Kernel, Op, Trace};
 
 /// Registers are allocated per warp in units of this many.
 const REG_ALLOC_UNIT: u64 = 256;
@@ -43,6 +54,33 @@ pub fn sm_share(k: &Kernel, sm: &SmResources) -> f64 {
     ];
     let share = per_block.iter().copied().fold(0.0, f64::max) * f64::from(k.blocks_per_sm.max(1));
     share.clamp(0.001, 1.0)
+}
+
+/// The blocks of `k` one SM holds: the trace's, or where it gives 0 (a
+/// live capture), the occupancy rules' for its block, registers and shared
+/// memory on `sm`.
+#[must_use]
+pub fn blocks_per_sm(k: &Kernel, sm: &SmResources) -> u32 {
+    if k.blocks_per_sm > 0 {
+        return k.blocks_per_sm;
+    }
+    let f = Family {
+        threads: k.block.iter().map(|&b| b.max(1)).product(),
+        regs: k.regs_per_thread,
+        smem: k.smem_per_block,
+    };
+    occupancy(f, *sm)
+}
+
+/// `t` with every kernel's `blocks_per_sm` of 0 derived ([`blocks_per_sm`]).
+#[must_use]
+pub fn resolve_occupancy(mut t: Trace, sm: &SmResources) -> Trace {
+    for op in &mut t.ops {
+        if let Op::Kernel(k) = op {
+            k.blocks_per_sm = blocks_per_sm(k, sm);
+        }
+    }
+    t
 }
 
 /// The share (0..=1) of `k`'s time alone that it pulls DRAM at the peak
@@ -95,6 +133,32 @@ mod tests {
         assert!((odd - 1024.0 * 40.0 / 65_536.0).abs() < 1e-9, "{odd}");
         // Unknown resources: the trace's sm_share (default: the whole SM).
         assert!((sm_share(&k(128, 1, 0, 0), &sm) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_captured_kernel_gets_the_occupancy_its_resources_allow() {
+        let sm = SmResources::AMPERE;
+        // 256 threads at 128 registers: 32 K a block, two fit (as the
+        // synthetic A100 traces' SGEMM family).
+        assert_eq!(blocks_per_sm(&k(256, 0, 128, 0), &sm), 2);
+        // Shared memory binds: 100 KB blocks, one per 163 KB.
+        assert_eq!(blocks_per_sm(&k(64, 0, 32, 100 * 1024), &sm), 1);
+        // Registers unknown: threads bind (2048 / 128).
+        assert_eq!(blocks_per_sm(&k(128, 0, 0, 0), &sm), 16);
+        // A trace that gives it keeps it.
+        assert_eq!(blocks_per_sm(&k(128, 3, 32, 0), &sm), 3);
+        let mut t = Trace {
+            format: crate::trace::FORMAT.into(),
+            job: "j".into(),
+            class: crate::trace::JobClass::Training,
+            source: "measured".into(),
+            device: String::new(),
+            notes: String::new(),
+            ops: vec![Op::Kernel(k(256, 0, 128, 0))],
+        };
+        t = resolve_occupancy(t, &sm);
+        assert_eq!(t.kernels().next().map(|k| k.blocks_per_sm), Some(2));
+        t.check().expect("a resolved trace is valid");
     }
 
     #[test]

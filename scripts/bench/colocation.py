@@ -233,6 +233,8 @@ def describe_cell(doc, rep, mode, config, bin_dir, cell_dir, rate):
                      f"warm-up + {config['window_s']:g} s window (+ drain); STOP training")
     lines.append("  stop both workers (stdin closed; SIGKILL to the process group after 20 s)")
     if mode in TANDEM_MODES:
+        lines.insert(-2, "  GET /trace for both jobs (tandemd's capture of the window) -> "
+                         "<out>/traces/<pair>-r<rep>-<mode>-<role>.json")
         lines.append("  read /stats: each client's class, gate waits, scheduler view")
     if own_mps(mode):
         lines.append(f"  stop MPS: echo quit | {bl.MPS_CONTROL} (same pipe directory); "
@@ -803,6 +805,13 @@ def run_cell(doc, rep, mode, args, config, cell_dir, info):
             for k in kids.values():
                 k.send(f"GO {t0}")
             r_inf = inf.wait_for("RESULT", result_timeout)
+        if poller:
+            # Both jobs are still live: tandemd's view of each (issue 25's
+            # GPU step compares it with torch.profiler's, trace stage).
+            rec["captured"] = capture_traces(
+                poller.td, {r: k.pid for r, k in kids.items()}, config["window_s"],
+                os.path.join(args.out, "traces"),
+                f"{doc['inference']}-{doc['training']}-r{rep}-{mode}")
         tr.send("STOP")
         r_tr = tr.wait_for("RESULT", 120)
         rec["exit"] = {role: k.stop(grace=20) for role, k in kids.items()}
@@ -819,6 +828,36 @@ def run_cell(doc, rep, mode, args, config, cell_dir, info):
         doc["rate_rps"] = r_inf["rate"]
     return rec
 
+
+
+def capture_traces(td, pids, window_s, out_dir, prefix):
+    """Each live job's trace as tandemd captured it (`GET /trace`, the last
+    window), written to out_dir/<prefix>-<role>.json (kept beside the pair's
+    results: `scripts/gpu/compare_traces.py` sets them beside the trace
+    stage's torch.profiler traces); returns role -> "ok" or why not (a
+    missing trace is recorded, never fatal)."""
+    out = {}
+    snap = td.try_stats() or {}
+    ids = {c.get("pid"): c.get("id") for c in snap.get("clients", [])}
+    seconds = max(1, min(600, int(window_s)))
+    for role, pid in pids.items():
+        cid = ids.get(pid)
+        if cid is None:
+            out[role] = f"no live client with pid {pid} in /stats"
+            continue
+        try:
+            status, body = bl.td.http_get(td.stats_sock, f"/trace?id={cid}&seconds={seconds}")
+        except OSError as e:
+            out[role] = f"/trace: {e}"
+            continue
+        if " 200 " not in status + " ":
+            out[role] = f"/trace answered {status}: {body.strip()[:200]}"
+            continue
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"{prefix}-{role}.json"), "w") as f:
+            f.write(body)
+        out[role] = "ok"
+    return out
 
 
 def progress_line(i, n, rep, mode, rec, doc, elapsed, left_est):

@@ -13,6 +13,7 @@ those tests are skipped otherwise. The PNG test is skipped without matplotlib.
 
 import contextlib
 import io
+import json
 import os
 import random
 import signal
@@ -730,6 +731,44 @@ class DedupPure(unittest.TestCase):
         self.assertFalse(row["others_identical"])
 
 
+class CaptureTraces(unittest.TestCase):
+    """colocation.capture_traces: tandemd's /trace of each live job, written
+    beside the cell; what it could not get is recorded, not raised."""
+
+    def test_each_live_job_is_asked_by_its_id_and_written(self):
+        class Td:
+            stats_sock = "/nonexistent/stats.sock"
+
+            def try_stats(self):
+                return {"clients": [{"pid": 11, "id": 3}, {"pid": 12, "id": 4}]}
+
+        asked = []
+
+        def http_get(sock, path):
+            asked.append((sock, path))
+            if "id=3" in path:
+                return "HTTP/1.1 200 OK", '{"format": "tandem-trace/1"}'
+            return "HTTP/1.1 409 Conflict", "client 4 has reported no kernel launch in the last 8 s\n"
+
+        real = bl.td.http_get
+        bl.td.http_get = http_get
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                got = co.capture_traces(Td(), {"inference": 11, "training": 12, "other": 13}, 8.0,
+                                        os.path.join(d, "traces"), "a-b-r0-tandem")
+                self.assertEqual(got["inference"], "ok")
+                self.assertTrue(got["training"].startswith("/trace answered HTTP/1.1 409"), got)
+                self.assertIn("no kernel launch", got["training"])
+                self.assertEqual(got["other"], "no live client with pid 13 in /stats")
+                self.assertEqual(os.listdir(os.path.join(d, "traces")), ["a-b-r0-tandem-inference.json"])
+                with open(os.path.join(d, "traces", "a-b-r0-tandem-inference.json")) as f:
+                    self.assertEqual(json.load(f)["format"], "tandem-trace/1")
+        finally:
+            bl.td.http_get = real
+        self.assertEqual(asked, [(Td.stats_sock, "/trace?id=3&seconds=8"),
+                                 (Td.stats_sock, "/trace?id=4&seconds=8")])
+
+
 # ---------------------------------------------------------------- end to end, simulated
 
 
@@ -757,6 +796,9 @@ class EndToEndFake(unittest.TestCase):
                 self.assertEqual(r["exit"], {"inference": 0, "training": 0})
                 if r["mode"] == "tandem":
                     self.assertIn("coordinator", r)
+                    # The stand-in workers make no CUDA call, so tandemd
+                    # never meets them: the capture says so, per role.
+                    self.assertEqual(set(r["captured"]), {"inference", "training"})
             p = run_script("colocation.py", args, self.FAKE)  # all done: nothing runs
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn("0 cell(s) to run", p.stdout)

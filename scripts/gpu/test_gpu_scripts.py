@@ -309,6 +309,62 @@ class TraceCapture(unittest.TestCase):
         self.assertEqual(r["timeslice"]["median_ns"], 2)
         self.assertEqual(r["switch"]["median_ns"], 0)
 
+    def test_the_wake_analysis_measures_the_wait_over_the_alone_interval(self):
+        # Alone, a stamp every 240 ns; beside the spinner (which ends at 1000)
+        # the intervals are 240 + 0, 60, 400: the wake latencies.
+        waker = {"from": 100, "gap_ns": 200,
+                 "stamps": [100, 340, 640, 1280, 1520, 1760, 2000, 2240, 2480, 2720]}
+        spinner = {"start": 0, "end": 1000, "gaps": [[50, 90], [400, 500], [700, 1250]]}
+        r = self.tc.analyse_wake(spinner, waker)
+        self.assertEqual(r["alone_interval_ns"], 240)
+        self.assertEqual(r["wake"]["n"], 2)  # the third interval ends after the spinner
+        self.assertEqual((r["wake"]["median_ns"], r["wake"]["max_ns"]), (30.0, 60))
+        self.assertEqual(r["held"]["max_ns"], 200)  # in at 500, out at 700
+        short = dict(waker, stamps=waker["stamps"][:5])
+        self.assertIsNone(self.tc.analyse_wake(spinner, short)["wake"])
+
+
+class CompareTraces(unittest.TestCase):
+    """compare_traces.py: tandemd's captured trace beside torch.profiler's."""
+
+    def setUp(self):
+        sys.path.insert(0, HERE)
+        import compare_traces
+        self.ct = compare_traces
+
+    @staticmethod
+    def doc(kernels, ns, gap=10):
+        return {"format": "tandem-trace/1", "job": "j", "class": "inference", "source": "measured",
+                "ops": [{"op": "kernel", "name": f"k{i}", "duration_ns": ns, "host_gap_ns": gap}
+                        for i in range(kernels)] + [{"op": "sync", "host_gap_ns": gap}]}
+
+    def test_each_captured_job_is_set_beside_its_profiler_trace(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            prof, cap = os.path.join(d, "p"), os.path.join(d, "c")
+            os.makedirs(prof)
+            os.makedirs(cap)
+            for name, doc in (("p/resnet50_b32.json", self.doc(10, 1000)),
+                              ("c/resnet50_b32-resnet50_train-r0-tandem_mps-inference.json", self.doc(10, 1100)),
+                              ("c/resnet50_b32-resnet50_train-r0-tandem_mps-training.json", self.doc(4, 50))):
+                with open(os.path.join(d, name), "w") as f:
+                    json.dump(doc, f)
+            rows = self.ct.compare(prof, cap)
+            self.assertEqual([(r["job"], r["role"], r["cell"]) for r in rows],
+                             [("resnet50_b32", "inference", "tandem_mps r0"),
+                              ("resnet50_train", "training", "tandem_mps r0")])
+            self.assertEqual(rows[0]["kernel_count_ratio"], 1.0)
+            self.assertAlmostEqual(rows[0]["kernel_time_ratio"], 1.1)
+            self.assertEqual(rows[0]["captured"]["host_ns"], 110)
+            self.assertIsNone(rows[1]["profiler"])
+            table = self.ct.markdown(rows)
+            self.assertIn("| resnet50_b32 | tandem_mps r0 | 10 / 10 | 0.011 / 0.010 | 1.100 |", table)
+            self.assertIn("no profiler trace of this job", table)
+        with self.assertRaises(ValueError):
+            self.ct.summarise({"format": "tandem-trace/2", "ops": []})
+        with self.assertRaises(ValueError):
+            self.ct.job_of("trace-inference.json")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -29,6 +29,17 @@ that spins for --spin-ms reading %globaltimer (the GPU's own clock, shared by
 both contexts) and records every jump of more than 2 us: the moments its context
 was switched out and back in. A process's running stretches are the slices; the
 time from one process's switch-out to the other's switch-in is the switch cost.
+Then the wake phase (--wake-ms; 0 skips it): process 0 keeps spinning while
+process 1 runs a stamp kernel (one thread writes %globaltimer), synchronises,
+busy-waits --wake-gap-us on the CPU and launches the next, like a request's
+host gaps; it goes on after process 0 has ended, alone. The extra time between
+two stamps over the alone median is the wake latency: how long a context that
+ran dry and got work again waits for the GPU. Process 0's stretches in that
+phase are how long it held the GPU after process 1 ran dry. These decide the
+GPU-sharing model's time-slicing rule (docs/MODEL.md, row 9): a woken context
+that waits for the holder's whole slice (the model today) shows wake latencies
+spread up to one slice; a scheduler that preempts on wake shows them near the
+switch cost.
 It needs CuPy (NVRTC); without it the result records why it was skipped.
 
 --device cpu runs the jobs on the CPU (ops stand in for kernels; the pipeline,
@@ -149,6 +160,41 @@ def analyse_spins(a, b):
     return {"timeslice": summary(slices), "switch": summary(switches)}
 
 
+def _summary(xs):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return {"n": len(xs), "median_ns": statistics.median(xs), "p10_ns": xs[len(xs) // 10],
+            "p90_ns": xs[(len(xs) * 9) // 10], "p99_ns": xs[min(len(xs) - 1, (len(xs) * 99) // 100)],
+            "max_ns": xs[-1]}
+
+
+def analyse_wake(spinner, waker):
+    """The wake phase: `spinner` is process 0's spin record (its gaps are the
+    moments it was switched out and back in, its end when it stopped),
+    `waker` process 1's {"stamps": [GPU ns of each stamp kernel], "gap_ns":
+    the CPU busy-wait between them, "from": the phase's start}. Returns the
+    wake latency (a stamp interval beside the spinner minus the median
+    interval alone), how long the spinner held the GPU once it had it back
+    in that phase, and the alone interval."""
+    st = [t for t in waker["stamps"] if t >= waker["from"]]
+    pairs = list(zip(st, st[1:]))
+    end = spinner["end"]
+    alone = [b - a for a, b in pairs if a > end]
+    beside = [(a, b) for a, b in pairs if b < end]
+    if len(alone) < 5 or not beside:
+        return {"wake": None, "held": None, "alone_interval_ns": None,
+                "why": f"{len(alone)} intervals alone, {len(beside)} beside the spinner"}
+    base = statistics.median(alone)
+    wake = [max(0, (b - a) - base) for a, b in beside]
+    # The spinner's stretches inside the phase: switched in (a gap's end) to
+    # its next switch-out.
+    gaps = sorted(g for g in spinner["gaps"] if g[1] >= waker["from"])
+    held = [nxt[0] - cur[1] for cur, nxt in zip(gaps, gaps[1:])]
+    return {"wake": _summary(wake), "held": _summary(held), "alone_interval_ns": base,
+            "gap_ns": waker["gap_ns"]}
+
+
 # ============================================================ children
 
 
@@ -168,6 +214,29 @@ extern "C" __global__ void spin(unsigned long long* out, int cap, unsigned long 
 """
 
 
+STAMP_SRC = r"""
+extern "C" __global__ void stamp(unsigned long long* out, int i) {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  if (threadIdx.x == 0 && blockIdx.x == 0) out[i] = now;
+}
+"""
+
+
+def fake_wake(start, spin_end, wake_ms, gap_ns, slice_ns=2_000_000, switch_ns=30_000):
+    """Stand-in wake phase: the waker's stamps every gap + 40 us alone; beside
+    the spinner, each wake waits out the rest of the spinner's slice."""
+    stamps, t, i = [], start, 0
+    while t < spin_end + 100_000_000 and t < start + wake_ms * 1_000_000 + 100_000_000:
+        stamps.append(t)
+        step = gap_ns + 40_000
+        if t < spin_end:
+            step += switch_ns + (i * 397_000) % slice_ns  # some part of a slice
+        t += step
+        i += 1
+    return stamps
+
+
 def child_spin(a):
     cap = 1 << 16
     if fake():
@@ -180,6 +249,15 @@ def child_spin(a):
             gaps.append([t, t + period - sl])
             t += period
         rec = {"start": start, "end": t, "gaps": gaps}
+        if a.wake_ms and a.role == 1:
+            wstart = t + 1_000_000
+            spin_end = wstart + a.wake_ms * 1_000_000
+            rec["wake"] = {"from": wstart, "gap_ns": a.wake_gap_us * 1000,
+                           "stamps": fake_wake(wstart, spin_end, a.wake_ms, a.wake_gap_us * 1000)}
+        elif a.wake_ms:
+            # The spinner goes on through the wake phase: its slices end as
+            # the waker wakes.
+            rec["end"] = t + (a.wake_ms + 1) * 1_000_000
     else:
         import cupy as cp
 
@@ -187,12 +265,29 @@ def child_spin(a):
         out = cp.zeros(cap, dtype=cp.uint64)
         while time.time() < a.go:
             time.sleep(0.0005)
-        k((1,), (1,), (out, cp.int32(cap), cp.uint64(a.spin_ms * 1_000_000)))
+        spin_ms = a.spin_ms + (a.wake_ms if a.role == 0 else 0)
+        k((1,), (1,), (out, cp.int32(cap), cp.uint64(spin_ms * 1_000_000)))
         cp.cuda.runtime.deviceSynchronize()
         h = out.get().tolist()
         n = int(h[cap - 1])
         rec = {"start": int(h[0]), "end": int(h[1]),
                "gaps": [[int(h[i]), int(h[i + 1])] for i in range(2, n - 1, 2)]}
+        if a.wake_ms and a.role == 1:
+            # Stamps beside the spinner for the phase, then 100 ms alone.
+            st = cp.RawKernel(STAMP_SRC, "stamp")
+            stamps = cp.zeros(cap, dtype=cp.uint64)
+            gap_s = a.wake_gap_us / 1e6
+            until = time.perf_counter() + a.wake_ms / 1000 + 0.1
+            i = 0
+            while time.perf_counter() < until and i < cap:
+                st((1,), (32,), (stamps, cp.int32(i)))
+                cp.cuda.runtime.deviceSynchronize()
+                t = time.perf_counter() + gap_s
+                while time.perf_counter() < t:
+                    pass
+                i += 1
+            got = [int(x) for x in stamps.get().tolist()[:i]]
+            rec["wake"] = {"from": rec["end"], "gap_ns": a.wake_gap_us * 1000, "stamps": got}
     with open(a.out, "w") as f:
         json.dump(rec, f)
 
@@ -286,6 +381,10 @@ def main(argv=None):
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--spin-ms", type=int, default=300)
+    ap.add_argument("--wake-ms", type=int, default=300,
+                    help="the wake phase's length beside the spinner (0: none)")
+    ap.add_argument("--wake-gap-us", type=int, default=200,
+                    help="the waker's CPU gap between stamps")
     ap.add_argument("--no-timeslice", action="store_true",
                     help="traces only: no timeslice microbenchmark, no timeslice.json "
                     "(a later capture of the jobs an earlier budget left out)")
@@ -312,6 +411,7 @@ def main(argv=None):
             outs.append(o)
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "spin", "--role",
                                            str(role), "--go", str(go), "--spin-ms", str(a.spin_ms),
+                                           "--wake-ms", str(a.wake_ms), "--wake-gap-us", str(a.wake_gap_us),
                                            "--out", o], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True))
         logs = [p.communicate(timeout=max(5, left - 5))[0][-1000:] for p in procs]
@@ -321,7 +421,11 @@ def main(argv=None):
                 with open(o) as f:
                     recs.append(json.load(f))
                 os.unlink(o)
-            ts = {"skipped": None, **analyse_spins(*recs), "spin_ms": a.spin_ms, "raw": recs}
+            # The slice and switch from the first phase only (both spinning).
+            first = [dict(r, gaps=[g for g in r["gaps"] if g[1] <= recs[1]["end"]]) for r in recs]
+            ts = {"skipped": None, **analyse_spins(*first), "spin_ms": a.spin_ms, "raw": recs}
+            if "wake" in recs[1]:
+                ts["wake_phase"] = analyse_wake(recs[0], recs[1]["wake"])
         else:
             ts = {"skipped": "the spin children failed (CuPy missing?)", "logs": logs}
     if ts is not None:
@@ -361,6 +465,8 @@ if __name__ == "__main__":
         sp.add_argument("--role", type=int, default=0)
         sp.add_argument("--go", type=float, default=0.0)
         sp.add_argument("--spin-ms", type=int, default=300)
+        sp.add_argument("--wake-ms", type=int, default=0)
+        sp.add_argument("--wake-gap-us", type=int, default=200)
         ca = sp.parse_args()
         (child_job if ca.cmd == "job" else child_spin)(ca)
         sys.exit(0)

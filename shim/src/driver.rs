@@ -48,6 +48,7 @@ support_table! {
     GraphNodeGetType = c"cuGraphNodeGetType";
     GraphChildGraphNodeGetGraph = c"cuGraphChildGraphNodeGetGraph";
     FuncGetName = c"cuFuncGetName";
+    FuncGetAttribute = c"cuFuncGetAttribute";
     CtxGetDevice = c"cuCtxGetDevice";
     DeviceGetUuidV2 = c"cuDeviceGetUuid_v2";
     DeviceGetUuid = c"cuDeviceGetUuid";

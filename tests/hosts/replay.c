@@ -3,23 +3,32 @@
  * over, with the fake driver's kernel durations taken from the trace (the
  * round trip of `tandemctl trace`, tests/e2e/tests/trace_capture.rs).
  *
- *   replay SCRIPT [--seconds S] [--quiet-us Q]
+ *   replay SCRIPT [--seconds S] [--quiet-us Q] [--explicit]
  *
  * SCRIPT is the trace in a line form the test writes (tandem-trace/1's ops,
  * nothing to parse but numbers and names):
- *   kernel <name> <duration_ns>            one per distinct (name, duration),
+ *   kernel <name> <duration_ns> [regs=N] [smem=M]
+ *                                          one per distinct (name, duration,
+ *                                          registers, static shared memory),
  *                                          in order; ops name them by index
  *   K <kernel> <gx> <gy> <gz> <bx> <by> <bz> <smem> <stream> <host_gap_ns>
  *   H <bytes> <stream> <host_gap_ns>       host-to-device copy (async)
  *   S <host_gap_ns>                        cuCtxSynchronize
- * Each kernel gets a fake module of its own ("kernel <name> <ns> noop"), so
- * one name may run for different durations, as one kernel does at different
- * shapes. Streams are created on first use. A host gap is spent spinning on
- * the clock (CPU time, as the job's thread spends it).
+ * Each kernel gets a fake module of its own ("kernel <name> <ns> noop regs=N
+ * smem=M": what the fake's cuFuncGetAttribute reports, so the shim sends the
+ * trace's registers and shared memory with the name), so one name may run
+ * for different durations, as one kernel does at different shapes. Streams are created on first use. A host gap is spent spinning on
+ * the clock (CPU time, as the job's thread spends it), counted from the
+ * previous op's issue (the driver call is part of a gap, as tandem-trace/1
+ * defines it), after a sync from its return.
  *
  * The ops run as one unit (a request or a step) again and again for S seconds
  * (default 3); after each unit the job is quiet for Q microseconds (default 0;
  * an inference job's requests need some quiet between them to be told apart).
+ * With --explicit each unit is bracketed by tandem_request_begin() /
+ * tandem_request_end() (when the shim exports them): a request that syncs
+ * more than once (an LLM's tokens) is one request only by the explicit API,
+ * as the request tandemd detects ends at its first sync.
  *
  * Output (stdout): READY pid=<pid> shim=<0|1> client_id=<id> at the start,
  * DONE units=<n> kernels=<n> at the end. Exit codes as every host (workload.h).
@@ -50,16 +59,21 @@ static void spin_until(uint64_t t)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: replay SCRIPT [--seconds S] [--quiet-us Q]\n");
+    fprintf(stderr, "usage: replay SCRIPT [--seconds S] [--quiet-us Q] [--explicit]\n");
     return WL_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
     double seconds = 3, quiet_us = 0;
+    int explicit_api = 0;
     if (argc < 2)
         return usage();
     for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--explicit") == 0) {
+            explicit_api = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             return usage();
         if (strcmp(argv[i], "--seconds") == 0)
@@ -92,10 +106,17 @@ int main(int argc, char **argv)
         if (sscanf(line, "kernel %511s %llu", name, &ns) == 2) {
             static char image[1024];
             CUmodule mod;
+            unsigned regs = 0, smem = 0;
+            const char *at;
             if (nk == MAX_KERNELS)
                 return usage();
-            snprintf(image, sizeof(image), "tandem-fake-module v1\nkernel %s %llu noop\n", name,
-                     ns);
+            if ((at = strstr(line, " regs=")) && sscanf(at, " regs=%u", &regs) != 1)
+                return usage();
+            if ((at = strstr(line, " smem=")) && sscanf(at, " smem=%u", &smem) != 1)
+                return usage();
+            snprintf(image, sizeof(image),
+                     "tandem-fake-module v1\nkernel %s %llu noop regs=%u smem=%u\n", name, ns,
+                     regs, smem);
             SH_CK(((PFN_cuModuleLoadData)d.fn[SLOT_cuModuleLoadData])(&mod, image));
             SH_CK(((PFN_cuModuleGetFunction)d.fn[SLOT_cuModuleGetFunction])(&funcs[nk], mod,
                                                                              name));
@@ -145,13 +166,21 @@ int main(int argc, char **argv)
     printf("READY pid=%d shim=%d client_id=%" PRIu64 "\n", (int)getpid(), wl_have_shim(),
            sh_client_id());
     fflush(stdout);
+    sh_void_fn req_begin = explicit_api ? (sh_void_fn)sh_sym("tandem_request_begin") : NULL;
+    sh_void_fn req_end = explicit_api ? (sh_void_fn)sh_sym("tandem_request_end") : NULL;
     uint64_t start = sh_now_ns(), end = start + (uint64_t)(seconds * 1e9);
     uint64_t units = 0, kernels = 0, t = sh_now_ns();
     while (sh_now_ns() < end) {
+        if (req_begin)
+            req_begin();
         for (size_t i = 0; i < nops; i++) {
             struct op *o = &ops[i];
             t += o->gap;
             spin_until(t);
+            /* A host gap counts from the previous op's issue (the driver
+             * call is part of it, as tandem-trace/1 defines it), after a
+             * sync from its return. */
+            uint64_t issued = sh_now_ns();
             switch (o->what) {
             case 'K':
                 SH_CK(launch(funcs[o->kernel], o->dims[0], o->dims[1], o->dims[2], o->dims[3],
@@ -163,10 +192,13 @@ int main(int argc, char **argv)
                 break;
             default:
                 SH_CK(sync());
+                issued = sh_now_ns();
                 break;
             }
-            t = sh_now_ns();
+            t = issued;
         }
+        if (req_end)
+            req_end();
         units++;
         if (quiet_us > 0)
             sh_sleep_until(sh_now_ns() + (uint64_t)(quiet_us * 1e3));

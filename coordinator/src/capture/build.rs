@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
 
@@ -30,8 +31,15 @@ pub struct Source {
 pub struct Missing(pub String);
 
 /// Builds the trace of `src` from `records` (its window since the look
-/// back, oldest first); `name` gives a function's name when the shim sent
-/// it.
+/// back, oldest first); `func` gives a function's name, and its attributes
+/// where the shim sent them, when it sent a name.
+///
+/// A kernel whose function's attributes are known gets `regs_per_thread`,
+/// `smem_per_block` (static plus the launch's dynamic) and `blocks_per_sm`
+/// 0, for the model to derive by the occupancy rules of the device it
+/// models (the trace format's rule); one whose attributes are not (an
+/// unnamed function, a graph launch, a shim that sent none) keeps
+/// `blocks_per_sm` 1 and only the launch's dynamic shared memory.
 ///
 /// # Errors
 /// [`Missing`] when the window holds no launch, no complete request or no
@@ -39,7 +47,7 @@ pub struct Missing(pub String);
 pub fn build(
     src: &Source,
     records: &[Record],
-    name: impl Fn(u64) -> Option<String>,
+    func: impl Fn(u64) -> Option<(String, Option<FuncAttrs>)>,
 ) -> Result<Trace, Missing> {
     let (id, secs) = (src.client, src.seconds);
     if !records.iter().any(|r| is_launch(r.kind)) {
@@ -61,7 +69,7 @@ pub fn build(
         )));
     };
     let fitted = fit(records);
-    let mut ops = ops_of(&records[unit.first..unit.end], &unit, &fitted, &name);
+    let mut ops = ops_of(&records[unit.first..unit.end], &unit, &fitted, &func);
     let mut notes = format!(
         "captured live by tandemd from client {id}'s ring: the median-duration {what} of {} whole {what}s in the last {secs} s ({:.3} ms)",
         units.len(),
@@ -109,7 +117,7 @@ fn ops_of(
     records: &[Record],
     unit: &Unit,
     fitted: &super::durations::Fitted,
-    name: &impl Fn(u64) -> Option<String>,
+    func: &impl Fn(u64) -> Option<(String, Option<FuncAttrs>)>,
 ) -> Ops {
     let mut streams: HashMap<u64, u32> = HashMap::new();
     let mut stream_of = |s: u64| {
@@ -133,20 +141,21 @@ fn ops_of(
                     Found::Unknown => 2,
                 }] += 1;
                 let graph = k == EventKind::GRAPH_LAUNCH;
-                let fname = if graph {
-                    format!("graph-{:016x}", r.func_id)
+                let (fname, attrs) = if graph {
+                    (format!("graph-{:016x}", r.func_id), None)
                 } else {
-                    name(r.func_id).unwrap_or_else(|| format!("fn-{:016x}", r.func_id))
+                    func(r.func_id).unwrap_or_else(|| (format!("fn-{:016x}", r.func_id), None))
                 };
+                let a = attrs.unwrap_or_default();
                 out.ops.push(Op::Kernel(Kernel {
                     name: fname,
                     grid: key.grid.map(|g| g.max(1)),
                     block: key.block.map(|b| u32::from(b.max(1))),
-                    blocks_per_sm: 1,
+                    blocks_per_sm: if attrs.is_some() { 0 } else { 1 },
                     duration_ns: ns.max(1),
                     sm_share: 1.0,
-                    regs_per_thread: 0,
-                    smem_per_block: r.shared_mem_bytes,
+                    regs_per_thread: a.regs_per_thread,
+                    smem_per_block: a.static_smem_bytes.saturating_add(r.shared_mem_bytes),
                     dram_bytes: 0,
                     graph: 0,
                     stream: stream_of(r.stream),

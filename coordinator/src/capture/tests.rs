@@ -283,8 +283,36 @@ fn an_inference_trace_is_one_request_ending_in_its_sync() {
         seconds: 10,
         idle_gap_ns: 2_000_000,
     };
-    let names = |f: u64| (f == 1).then(|| "conv".to_string());
+    // The launches of "conv" ask for 2 KB of dynamic shared memory; the
+    // shim sent its registers and static shared memory with its name.
+    for x in r.iter_mut().filter(|x| x.func_id == 1) {
+        x.shared_mem_bytes = 2048;
+    }
+    let attrs = tandem_proto::wire::FuncAttrs {
+        regs_per_thread: 96,
+        static_smem_bytes: 16_384,
+    };
+    let names = |f: u64| (f == 1).then(|| ("conv".to_string(), Some(attrs)));
     let t = build(&src, &r, names).unwrap();
+    let ks: Vec<_> = t.kernels().collect();
+    // Known resources: registers, static + dynamic shared memory, and the
+    // occupancy left to the model (0); unknown: 1 block per SM as before.
+    assert_eq!(
+        (
+            ks[0].regs_per_thread,
+            ks[0].smem_per_block,
+            ks[0].blocks_per_sm
+        ),
+        (96, 16_384 + 2048, 0)
+    );
+    assert_eq!(
+        (
+            ks[1].regs_per_thread,
+            ks[1].smem_per_block,
+            ks[1].blocks_per_sm
+        ),
+        (0, 0, 1)
+    );
     assert_eq!(t.kernels().count(), 2);
     assert!(matches!(t.ops[0], Op::CopyH2d { bytes: 4096, .. }));
     assert!(matches!(
@@ -303,4 +331,68 @@ fn an_inference_trace_is_one_request_ending_in_its_sync() {
         e.0,
         "client 3 has reported no complete request in the last 10 s"
     );
+}
+
+/// The fit's known weakness: a GPU-bound step's long and short kernels,
+/// with exact marks every seven launches, come out pulled towards their
+/// mean (30 rounds of the fit put 43% of the step's time on the wrong
+/// kernels here). Running the fit to convergence (up to 3,000 rounds)
+/// passes this test, but on the fake driver's round trips, whose marks are
+/// seen up to a poll interval late, it drove some kernels to 0 ns and put
+/// BERT b32's step sum 10% high, and the predictions moved both ways
+/// (docs/traces.md, "What the model is not told"): a regularised fit, or
+/// marks timed on the GPU, is what this needs.
+#[test]
+#[ignore = "the duration fit flattens a GPU-bound step's proportions (see the doc comment)"]
+fn a_gpu_bound_steps_long_and_short_kernels_keep_their_proportions() {
+    // A training step of 60 kernels of 12 functions whose durations span
+    // 50 us to 6.4 ms (as a transformer's GEMMs and element-wise kernels),
+    // launched far ahead of the GPU; a mark every 7 launches, done when the
+    // GPU got there; a sync at each step's end; 6 steps, the launches
+    // drifting so the marks fall at different kernels in each.
+    let dur = |f: u64| {
+        [6_400_000u64, 50_000, 2_000_000, 300_000, 4_800_000, 100_000][f as usize % 6] + f * 10_000
+    };
+    let mut r = Vec::new();
+    let (mut gpu, mut seq, mut t, mut n) = (0u64, 0u64, 0u64, 0u64);
+    for step in 0..6u64 {
+        let mut pending = Vec::new();
+        for i in 0..60u64 {
+            let f = 1 + i % 12;
+            t += 20_000 + 3_000 * ((i * 7 + step * 3) % 5);
+            r.push(launch(f, t));
+            n += 1;
+            gpu = gpu.max(t) + dur(f);
+            if n % 7 == 0 {
+                seq += 1;
+                r.push(mark(EventKind::MARK, seq, t));
+                pending.push((seq, gpu));
+            }
+        }
+        for (s, done) in pending {
+            r.push(mark(EventKind::MARK_DONE, s, done));
+        }
+        t = t.max(gpu);
+        r.push(rec(EventKind::SYNC_BEGIN, t));
+        r.push(rec(EventKind::SYNC_END, gpu));
+        t = gpu + 1_000;
+    }
+    r.sort_by_key(|x| x.ts_ns);
+    let fitted = fit(&r);
+    // Each kernel's error, weighted by its time.
+    let (mut miss, mut total) = (0u64, 0u64);
+    for f in 1..=12u64 {
+        let (ns, found) = fitted.duration(&Key::of(&launch(f, 0)));
+        assert_eq!(found, Found::Measured);
+        miss += ns.abs_diff(dur(f));
+        total += dur(f);
+        if dur(f) >= 1_000_000 {
+            assert!(
+                ns.abs_diff(dur(f)) * 50 < dur(f),
+                "f{f}: {ns} for {}",
+                dur(f)
+            );
+        }
+    }
+    assert!(miss * 50 < total, "{miss} ns missed of {total}");
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use tandem_proto::monotonic_ns;
 use tandem_proto::mps::MpsJoin;
 use tandem_proto::wire::{
-    ClientClass, Device, Hello, RejectReason, Welcome, HELLO_FLAG_MPS, WELCOME_FLAG_MPS,
+    ClientClass, Device, FuncAttrs, Hello, RejectReason, Welcome, HELLO_FLAG_MPS,
+    WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_MPS,
 };
 use tracing::{debug, info, warn};
 
@@ -91,7 +92,15 @@ impl Registry {
         };
         let trust_group = (dedup_flags != 0).then(|| cfg.dedup.group_of(&who));
         let follow_group = (follow_flags != 0).then(|| cfg.dedup.group_of(&who));
-        let flags = dedup_flags | follow_flags | mps_join.map_or(0, |_| WELCOME_FLAG_MPS);
+        // A capture writes a function's registers and shared memory into
+        // its trace: ask for them (the shim sends them only on this flag).
+        let attrs_flag = if cfg.trace.window > 0 {
+            WELCOME_FLAG_FUNC_ATTRS
+        } else {
+            0
+        };
+        let flags =
+            dedup_flags | follow_flags | mps_join.map_or(0, |_| WELCOME_FLAG_MPS) | attrs_flag;
         let welcome = Welcome {
             client_id: id,
             region_len: ring.layout.region_len() as u64,
@@ -222,11 +231,11 @@ impl Registry {
 
     /// A FuncName from client `id`. For a client whose class is being
     /// detected (`auto_class = "detect"`), a training kernel makes it training.
-    pub fn func_name(&mut self, id: u64, func_id: u64, name: &[u8]) {
+    pub fn func_name(&mut self, id: u64, func_id: u64, name: &[u8], attrs: Option<FuncAttrs>) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
-        if !c.stats.set_name(func_id, name) {
+        if !c.stats.set_name(func_id, name, attrs) {
             debug!(client = id, "kernel name table full; name ignored");
         }
         if !c.decision.detecting {

@@ -423,7 +423,9 @@ impl Daemon {
                         break;
                     }
                     Ok(Message::FuncName(f)) => {
-                        self.shared.registry().func_name(id, f.func_id, f.name);
+                        self.shared
+                            .registry()
+                            .func_name(id, f.func_id, f.name, f.attrs);
                     }
                     Ok(Message::Device(d)) => {
                         self.shared.registry().device(id, &d);

@@ -76,7 +76,7 @@ impl SharingMode {
     }
 
     /// One line for humans; `mps` names the pipe directory when MPS runs
-    /// (tandem over MPS is described by [`Mps::sharing`], which knows more).
+    /// (tandem over MPS is described by [`Mps::sharing`](super::Mps::sharing), which knows more).
     #[must_use]
     pub fn describe(self, mps: Option<&MpsInfo>) -> String {
         match self {

@@ -319,7 +319,14 @@ impl Peer {
     }
 
     pub fn func_name(&self, func_id: u64, name: &[u8]) {
-        send_msg(&self.sock, &Message::FuncName(FuncName { func_id, name }));
+        send_msg(
+            &self.sock,
+            &Message::FuncName(FuncName {
+                func_id,
+                name,
+                attrs: None,
+            }),
+        );
     }
 
     pub fn device(&self, uuid: [u8; 16], name: &[u8]) {

@@ -130,7 +130,9 @@ pub fn load_trace(
     if let Some(dir) = traces_dir {
         let path = dir.join(format!("{job}.json"));
         if let Ok(text) = std::fs::read_to_string(&path) {
-            return Trace::from_json(&text).map_err(|e| format!("{}: {e}", path.display()));
+            return Trace::from_json(&text)
+                .map(|t| crate::footprint::resolve_occupancy(t, &params.gpu.sm))
+                .map_err(|e| format!("{}: {e}", path.display()));
         }
     }
     device

@@ -213,7 +213,16 @@ pub fn predict(
     }
     let started = Instant::now();
     let m = matrix_cfg(s);
-    let inputs: Vec<&JobInput> = existing.iter().chain(std::iter::once(candidate)).collect();
+    // A live capture's kernels give blocks_per_sm 0: this device's occupancy.
+    let resolved: Vec<JobInput> = existing
+        .iter()
+        .chain(std::iter::once(candidate))
+        .map(|j| JobInput {
+            trace: crate::footprint::resolve_occupancy(j.trace.clone(), &m.params.gpu.sm),
+            ..j.clone()
+        })
+        .collect();
+    let inputs: Vec<&JobInput> = resolved.iter().collect();
     let mut specs = Vec::new();
     let mut half_load = Vec::new();
     for j in &inputs {

@@ -192,8 +192,8 @@ fn a_malformed_trace_is_refused_naming_the_field() {
         ),
         ("{\"format\": ".to_string(), "f.json: not JSON"),
         (
-            DOC.replace("\"blocks_per_sm\": 1", "\"blocks_per_sm\": 0"),
-            "blocks_per_sm and duration_ns must be >= 1",
+            DOC.replace("\"duration_ns\": 1000", "\"duration_ns\": 0"),
+            "duration_ns must be >= 1",
         ),
     ];
     for (doc, want) in cases {

@@ -20,7 +20,8 @@ use super::registration::{
     Hello, Reject, Welcome, HELLO_FIXED_LEN, MAX_CGROUP_LEN, MAX_EXE_LEN, WELCOME_LEN,
 };
 use super::reports::{
-    Device, FuncName, DEVICE_FIXED_LEN, FUNC_NAME_FIXED_LEN, MAX_DEVICE_NAME_LEN, MAX_FUNC_NAME_LEN,
+    Device, FuncName, DEVICE_FIXED_LEN, FUNC_ATTRS_LEN, FUNC_NAME_FIXED_LEN, MAX_DEVICE_NAME_LEN,
+    MAX_FUNC_NAME_LEN,
 };
 
 /// Largest valid message: size receive buffers with this.
@@ -28,7 +29,9 @@ pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + HELLO_FIXED_LEN + MAX_EXE_LEN + 
 
 // Every message fits in a MAX_MESSAGE_LEN receive buffer.
 const _: () = {
-    assert!(HEADER_LEN + FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN <= MAX_MESSAGE_LEN);
+    assert!(
+        HEADER_LEN + FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN + FUNC_ATTRS_LEN <= MAX_MESSAGE_LEN
+    );
     assert!(HEADER_LEN + DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + CONTROL_REPLY_FIXED_LEN + MAX_CONTROL_MESSAGE_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + DEDUP_LEN <= MAX_MESSAGE_LEN);

@@ -61,9 +61,13 @@ pub const WELCOME_FLAG_FOLLOW: u8 = 1 << 1;
 /// to [`HELLO_FLAG_MPS`]: a shim that did not send it decodes only a 32-byte
 /// Welcome.
 pub const WELCOME_FLAG_MPS: u8 = 1 << 2;
+/// Welcome flag: this coordinator decodes a FuncName that ends in the
+/// function's attributes ([`FuncAttrs`](super::FuncAttrs)); a shim appends
+/// them only where it is set (an older coordinator refuses the longer body).
+pub const WELCOME_FLAG_FUNC_ATTRS: u8 = 1 << 3;
 /// Every Welcome flag this build knows.
 pub(crate) const WELCOME_FLAGS: u8 =
-    WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW | WELCOME_FLAG_MPS;
+    WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW | WELCOME_FLAG_MPS | WELCOME_FLAG_FUNC_ATTRS;
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,6 +1,13 @@
 //! What a registered shim reports about itself: the names of its kernels
 //! (FuncName, once per function id) and the device it runs on (Device, once
 //! per connection).
+//!
+//! A FuncName may end in the function's attributes ([`FuncAttrs`], 8 bytes
+//! after the name): the shim appends them only for a coordinator whose
+//! Welcome set [`WELCOME_FLAG_FUNC_ATTRS`](super::WELCOME_FLAG_FUNC_ATTRS),
+//! which decodes both forms, so an older tandemd (whose decoder wants the
+//! name to end the body) never sees the tail, and an older shim's FuncName
+//! decodes with no attributes.
 
 use crate::bytes::{get_u16, get_u32, get_u64};
 use crate::error::Result;
@@ -13,6 +20,8 @@ pub const MAX_FUNC_NAME_LEN: usize = 1024;
 pub const MAX_DEVICE_NAME_LEN: usize = 256;
 /// Fixed part of a FuncName body.
 pub const FUNC_NAME_FIXED_LEN: usize = 10;
+/// Length of the attributes tail a FuncName may end in.
+pub const FUNC_ATTRS_LEN: usize = 8;
 /// Fixed part of a Device body.
 pub const DEVICE_FIXED_LEN: usize = 22;
 
@@ -24,6 +33,19 @@ pub struct FuncName<'a> {
     /// Name bytes (mangled, as the driver reports it), no NUL, at most
     /// [`MAX_FUNC_NAME_LEN`] (the shim truncates; `func_id` hashes the full name).
     pub name: &'a [u8],
+    /// The function's attributes, when the shim sent them.
+    pub attrs: Option<FuncAttrs>,
+}
+
+/// What the driver reports of a function (`cuFuncGetAttribute`): what one
+/// of its blocks holds of an SM besides its threads. 0: unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncAttrs {
+    /// `CU_FUNC_ATTRIBUTE_NUM_REGS`: registers per thread.
+    pub regs_per_thread: u32,
+    /// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`: static shared memory per
+    /// block, bytes (a launch adds its dynamic shared memory).
+    pub static_smem_bytes: u32,
 }
 
 /// Shim -> coordinator: the device the client runs on, sent once per connection.
@@ -43,14 +65,27 @@ impl<'a> FuncName<'a> {
         let func_id = get_u64(b, 0);
         let len = usize::from(get_u16(b, 8));
         bounded("kernel name", len, MAX_FUNC_NAME_LEN)?;
-        exact("FuncName", FUNC_NAME_FIXED_LEN + len, b.len())?;
-        let name = &b[FUNC_NAME_FIXED_LEN..];
+        let end = FUNC_NAME_FIXED_LEN + len;
+        let attrs = if b.len() == end + FUNC_ATTRS_LEN {
+            Some(FuncAttrs {
+                regs_per_thread: get_u32(b, end),
+                static_smem_bytes: get_u32(b, end + 4),
+            })
+        } else {
+            exact("FuncName", end, b.len())?;
+            None
+        };
+        let name = &b[FUNC_NAME_FIXED_LEN..end];
         no_nul("kernel name", name)?;
-        Ok(FuncName { func_id, name })
+        Ok(FuncName {
+            func_id,
+            name,
+            attrs,
+        })
     }
 
     pub(super) fn body_len(&self) -> usize {
-        FUNC_NAME_FIXED_LEN + self.name.len()
+        FUNC_NAME_FIXED_LEN + self.name.len() + self.attrs.map_or(0, |_| FUNC_ATTRS_LEN)
     }
 
     pub(super) fn validate(&self) -> Result<()> {
@@ -62,7 +97,12 @@ impl<'a> FuncName<'a> {
     pub(super) fn encode_body(&self, b: &mut [u8]) {
         b[0..8].copy_from_slice(&self.func_id.to_le_bytes());
         b[8..10].copy_from_slice(&(self.name.len() as u16).to_le_bytes());
-        b[FUNC_NAME_FIXED_LEN..].copy_from_slice(self.name);
+        let end = FUNC_NAME_FIXED_LEN + self.name.len();
+        b[FUNC_NAME_FIXED_LEN..end].copy_from_slice(self.name);
+        if let Some(a) = self.attrs {
+            b[end..end + 4].copy_from_slice(&a.regs_per_thread.to_le_bytes());
+            b[end + 4..end + 8].copy_from_slice(&a.static_smem_bytes.to_le_bytes());
+        }
     }
 }
 

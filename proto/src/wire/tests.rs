@@ -162,7 +162,7 @@ fn hello_no_share_flag_round_trips_and_unknown_bits_are_dropped_on_decode_refuse
     }
     // The same for the Welcome.
     let mut w = enc(&Message::Welcome(welcome()));
-    w[HEADER_LEN + 29] = WELCOME_FLAG_FOLLOW | 1 << 3;
+    w[HEADER_LEN + 29] = WELCOME_FLAG_FOLLOW | 1 << 7;
     assert_eq!(
         Message::decode(&w),
         Ok(Message::Welcome(Welcome {
@@ -172,7 +172,7 @@ fn hello_no_share_flag_round_trips_and_unknown_bits_are_dropped_on_decode_refuse
     );
     let mut out = [0u8; MAX_MESSAGE_LEN];
     assert!(Message::Welcome(Welcome {
-        flags: 1 << 3,
+        flags: 1 << 7,
         ..welcome()
     })
     .encode(&mut out)
@@ -472,6 +472,7 @@ fn func_name() -> FuncName<'static> {
     FuncName {
         func_id: crate::record::func_id(b"_Z6matmulPfS_S_i"),
         name: b"_Z6matmulPfS_S_i",
+        attrs: None,
     }
 }
 
@@ -501,10 +502,22 @@ fn new_messages_round_trip() {
         Message::FuncName(FuncName {
             func_id: u64::MAX,
             name: &long_name,
+            attrs: Some(FuncAttrs {
+                regs_per_thread: u32::MAX,
+                static_smem_bytes: 48 << 10,
+            }),
         }),
         Message::FuncName(FuncName {
             func_id: 0,
             name: b"",
+            attrs: None,
+        }),
+        Message::FuncName(FuncName {
+            attrs: Some(FuncAttrs {
+                regs_per_thread: 96,
+                static_smem_bytes: 0,
+            }),
+            ..func_name()
         }),
         Message::Device(device()),
         Message::Device(Device {
@@ -736,7 +749,8 @@ fn new_messages_reject_malformed_bodies() {
     assert!(matches!(
         Message::FuncName(FuncName {
             func_id: 1,
-            name: &long
+            name: &long,
+            attrs: None,
         })
         .encode(&mut out),
         Err(Error::FieldTooLong { .. })
@@ -868,4 +882,40 @@ fn seqpacket_with_fd() {
     // Peer closes: len 0.
     drop(a);
     assert_eq!(recv(b.as_fd(), &mut buf).unwrap().len, 0);
+}
+
+/// The attributes tail: 8 bytes after the name, decoded where present; a
+/// body with anything else after the name is refused (as before the tail).
+#[test]
+fn func_name_attributes_tail_is_optional_and_exact() {
+    let with = FuncName {
+        attrs: Some(FuncAttrs {
+            regs_per_thread: 0x0102_0304,
+            static_smem_bytes: 0x0506_0708,
+        }),
+        ..func_name()
+    };
+    let b = enc(&Message::FuncName(with));
+    let plain = enc(&Message::FuncName(func_name()));
+    assert_eq!(b.len(), plain.len() + FUNC_ATTRS_LEN);
+    assert_eq!(
+        b[HEADER_LEN..HEADER_LEN + 8],
+        plain[HEADER_LEN..HEADER_LEN + 8],
+        "same id"
+    );
+    let tail = &b[b.len() - FUNC_ATTRS_LEN..];
+    assert_eq!(get_u32(tail, 0), 0x0102_0304);
+    assert_eq!(get_u32(tail, 4), 0x0506_0708);
+    match Message::decode(&b) {
+        Ok(Message::FuncName(f)) => assert_eq!(f, with),
+        other => panic!("{other:?}"),
+    }
+    match Message::decode(&plain) {
+        Ok(Message::FuncName(f)) => assert_eq!(f.attrs, None),
+        other => panic!("{other:?}"),
+    }
+    // A tail of another length is no FuncName.
+    let mut body = b[HEADER_LEN..].to_vec();
+    body.pop();
+    assert!(Message::decode(&framed(TYPE_FUNC_NAME, PROTOCOL_VERSION, &body)).is_err());
 }

@@ -3,7 +3,11 @@
 //! A fixed-size, lock-free, open-addressing table maps `CUfunction` to its
 //! stable id (`tandem_proto::func_id` of the name the driver reports, or the
 //! handle with bit 63 set when it cannot name it). The first launch of a
-//! function asks the real `cuFuncGetName` and sends a FuncName; a later launch
+//! function asks the real `cuFuncGetName` and sends a FuncName, with the
+//! function's registers per thread and static shared memory
+//! (`cuFuncGetAttribute`) where the coordinator's Welcome said it decodes
+//! them (`WELCOME_FLAG_FUNC_ATTRS`: what a live trace's footprint is made
+//! of, docs/traces.md); a later launch
 //! is a few loads: the slot's key, id and the session generation its name was
 //! sent in. After a reconnect the generation differs, so each name is sent once
 //! more, to the new coordinator, on the function's next launch.
@@ -81,6 +85,34 @@ pub fn id(s: &Session, f: CUfunction) -> u64 {
 }
 
 type FuncGetName = unsafe extern "C" fn(*mut *const c_char, CUfunction) -> CuResult;
+type FuncGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, CUfunction) -> CuResult;
+
+/// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES` (cuda.h): static shared memory per block.
+const ATTR_SHARED_SIZE_BYTES: c_int = 1;
+/// `CU_FUNC_ATTRIBUTE_NUM_REGS` (cuda.h): registers per thread.
+const ATTR_NUM_REGS: c_int = 4;
+
+/// `key`'s registers per thread and static shared memory, as the driver
+/// reports them; `None` where it reports neither.
+fn attrs_of(key: usize) -> Option<wire::FuncAttrs> {
+    let p = driver::support(Support::FuncGetAttribute)?;
+    // SAFETY: the driver's cuFuncGetAttribute has this signature (cuda.h:
+    // `CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib,
+    // CUfunction hfunc)`, the attribute an enum the size of an int).
+    let get = unsafe { core::mem::transmute::<usize, FuncGetAttribute>(p) };
+    let one = |attr: c_int| -> Option<u32> {
+        let mut v: c_int = 0;
+        crate::counters::support_call(Support::FuncGetAttribute);
+        // SAFETY: `key` is a CUfunction the program just launched; `v` is ours.
+        let rc = unsafe { get(&mut v, attr, key as CUfunction) };
+        (rc == CuResult::SUCCESS).then(|| u32::try_from(v).unwrap_or(0))
+    };
+    let (regs, smem) = (one(ATTR_NUM_REGS), one(ATTR_SHARED_SIZE_BYTES));
+    (regs.is_some() || smem.is_some()).then(|| wire::FuncAttrs {
+        regs_per_thread: regs.unwrap_or(0),
+        static_smem_bytes: smem.unwrap_or(0),
+    })
+}
 
 /// The name the driver reports for `key`, borrowed from the driver (it lives as
 /// long as the function's module, which is loaded: the function was just launched).
@@ -105,11 +137,21 @@ fn id_of_name(name: &[u8]) -> u64 {
     tandem_proto::func_id(name).max(1)
 }
 
-/// Sends the FuncName of `id` on `s` (truncating the name to the wire limit).
-fn send_name(s: &Session, id: u64, name: &[u8]) {
+/// Sends the FuncName of `id` (the function `key`) on `s`, truncating the
+/// name to the wire limit; with its attributes where the coordinator
+/// decodes them.
+fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) {
     let name = &name[..name.len().min(MAX_FUNC_NAME_LEN)];
-    let mut buf = [0u8; wire::HEADER_LEN + wire::FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN];
-    let msg = Message::FuncName(wire::FuncName { func_id: id, name });
+    let mut buf = [0u8; wire::HEADER_LEN
+        + wire::FUNC_NAME_FIXED_LEN
+        + MAX_FUNC_NAME_LEN
+        + wire::FUNC_ATTRS_LEN];
+    let attrs = if s.func_attrs { attrs_of(key) } else { None };
+    let msg = Message::FuncName(wire::FuncName {
+        func_id: id,
+        name,
+        attrs,
+    });
     match msg.encode(&mut buf) {
         Ok(n) => {
             if !s.send(&buf[..n]) {
@@ -140,7 +182,7 @@ fn found_cold(s: &Session, slot: &Slot, key: usize) -> u64 {
         && id & FUNC_ID_UNNAMED == 0
     {
         if let Some(name) = name_of(key) {
-            send_name(s, id, name);
+            send_name(s, key, id, name);
         }
     }
     id
@@ -162,7 +204,7 @@ fn insert_cold(s: &Session, key: usize) -> u64 {
                 slot.sent.store(s.gen, Ordering::Relaxed);
                 slot.id.store(id, Ordering::Release);
                 if let Some(name) = name {
-                    send_name(s, id, name);
+                    send_name(s, key, id, name);
                 }
                 return id;
             }

@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 
 use tandem_e2e::coord::{client_env, spawn_host, tandem_sim, Tandemd, TestDir};
 
-/// A training step of twenty 400 us kernels on every SM (the replay
-/// host's line form), and an inference request of one 200 us kernel.
-const STEP: &str = "kernel gemm_step 400000\nK 0 132 1 1 256 1 1 0 0 20000\nK 0 132 1 1 256 1 1 0 0 20000\nK 0 132 1 1 256 1 1 0 0 20000\nK 0 132 1 1 256 1 1 0 0 20000\nS 1000\n";
+/// A training step of 400 us kernels on every SM (the replay host's line
+/// form; a GEMM tile's registers and shared memory, which the shim sends
+/// with its name, so one block fills an SM), and an inference request of
+/// one 200 us kernel.
+const STEP: &str = "kernel gemm_step 400000 regs=232 smem=49152\nK 0 132 1 1 256 1 1 0 0 20000\nK 0 132 1 1 256 1 1 0 0 20000\nK 0 132 1 1 256 1 1 0 0 20000\nK 0 132 1 1 256 1 1 0 0 20000\nS 1000\n";
 const REQUEST: &str = r#"{"format": "tandem-trace/1", "job": "server", "class": "inference", "source": "measured", "ops": [
   {"op": "kernel", "name": "infer", "grid": [16, 1, 1], "block": [256, 1, 1], "blocks_per_sm": 1, "duration_ns": 200000, "host_gap_ns": 30000},
   {"op": "sync", "host_gap_ns": 2000}]}"#;

@@ -78,6 +78,9 @@ driver_api! {
     ) => kernels::module_get_function(func, module, name);
     cuFuncGetName["cuFuncGetName", 12030, legacy, init](name: *mut *const c_char, func: Handle)
         => kernels::func_get_name(name, func);
+    cuFuncGetAttribute["cuFuncGetAttribute", 2020, legacy, init](
+        pi: *mut c_int, attrib: c_int, func: Handle,
+    ) => kernels::func_get_attribute(pi, attrib, func);
 
     // ---- launches -----------------------------------------------------------------------------
     cuLaunchKernel["cuLaunchKernel", 4000, legacy, init](

@@ -5,15 +5,17 @@
 //! Image (NUL-terminated text):
 //! ```text
 //! tandem-fake-module v1
-//! kernel <name> <duration_ns> <op>
+//! kernel <name> <duration_ns> <op> [regs=N] [smem=M]
 //! ```
+//! `regs` and `smem` (default 0) are what `cuFuncGetAttribute` reports as the kernel's registers
+//! per thread and static shared memory per block.
 //! ops: `noop`; `add_u32` (params `CUdeviceptr ptr, unsigned n, unsigned value`: `ptr[i] += value`,
 //! wrapping); `fill_u32` (same params: `ptr[i] = value`); `sum_u32` (params `CUdeviceptr out,
 //! CUdeviceptr in, unsigned n`: `out[0] = in[0] + ... + in[n-1]`, wrapping; `in` is only read).
 //! Blank lines and lines starting with `#` are ignored. A kernel's effects are applied at launch;
 //! its duration is simulated on the stream.
 
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use crate::execute::execute;
 use crate::kernel_args::{check_dims, decode_args};
@@ -45,6 +47,8 @@ pub unsafe fn module_load_data(out: *mut Handle, image: *const c_void) -> CuResu
                 name,
                 duration_ns: d.duration_ns,
                 op: d.op,
+                regs: d.regs,
+                smem: d.smem,
             },
         );
         funcs.push((d.name, f));
@@ -114,6 +118,32 @@ pub unsafe fn func_get_name(out: *mut *const c_char, f: Handle) -> CuResult<()> 
     // SAFETY: non-NULL, caller contract. The CString's heap buffer does not move while the
     // function exists.
     unsafe { write_out(out, func.name.as_ptr()) }
+}
+
+/// `cuFuncGetAttribute`: the image's `regs` and `smem` (attributes 4 and 1), 1024 threads per
+/// block (0), no constant or local memory (2, 3); any other attribute is refused.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write.
+pub unsafe fn func_get_attribute(out: *mut c_int, attrib: c_int, f: Handle) -> CuResult<()> {
+    if out.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let st = lock();
+    let func = st
+        .modules
+        .functions
+        .get(&key(f))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let v = match attrib {
+        0 => 1024,
+        1 => func.smem,
+        2 | 3 => 0,
+        4 => func.regs,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    // SAFETY: non-NULL, caller contract.
+    unsafe { write_out(out, c_int::try_from(v).unwrap_or(c_int::MAX)) }
 }
 
 /// `cuLaunchKernel` / `cuLaunchCooperativeKernel` (`extra` NULL) and their `_ptsz` forms.
@@ -358,8 +388,8 @@ mod tests {
                    kernel k_noop 1000 noop\n\
                    \n\
                    # a comment\n\
-                   kernel add 250000 add_u32\r\n\
-                   kernel fill 0 fill_u32\n\
+                   kernel add 250000 add_u32 regs=96 smem=4096\r\n\
+                   kernel fill 0 fill_u32 smem=512\n\
                    kernel sum 20000 sum_u32\n";
         let ks = parse_image(img).expect("valid image");
         assert_eq!(
@@ -368,22 +398,30 @@ mod tests {
                 KernelDef {
                     name: "k_noop".into(),
                     duration_ns: 1000,
-                    op: Op::Noop
+                    op: Op::Noop,
+                    regs: 0,
+                    smem: 0,
                 },
                 KernelDef {
                     name: "add".into(),
                     duration_ns: 250_000,
-                    op: Op::AddU32
+                    op: Op::AddU32,
+                    regs: 96,
+                    smem: 4096,
                 },
                 KernelDef {
                     name: "fill".into(),
                     duration_ns: 0,
-                    op: Op::FillU32
+                    op: Op::FillU32,
+                    regs: 0,
+                    smem: 512,
                 },
                 KernelDef {
                     name: "sum".into(),
                     duration_ns: 20_000,
-                    op: Op::SumU32
+                    op: Op::SumU32,
+                    regs: 0,
+                    smem: 0,
                 },
             ]
         );
@@ -400,6 +438,9 @@ mod tests {
             "kernel a -5 noop",
             "kernel a 1 mul_u32",
             "kernel a 1 noop extra",
+            "kernel a 1 noop regs=x",
+            "kernel a 1 noop regs=1 regs=2",
+            "kernel a 1 noop smem=-1",
             "kernal a 1 noop",
             "kernel a 1 noop\nkernel a 2 noop",
         ];

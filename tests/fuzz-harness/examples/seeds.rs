@@ -67,6 +67,7 @@ fn messages() -> Vec<(&'static str, Message<'static>)> {
             Message::FuncName(FuncName {
                 func_id: 0x1234_5678,
                 name: b"_Z6kernelPfS_i",
+                attrs: None,
             }),
         ),
         (

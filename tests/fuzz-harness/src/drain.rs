@@ -139,7 +139,11 @@ pub fn run(data: &[u8]) {
                 let Some(p) = &peers[k] else { continue };
                 let func_id = u.u64();
                 let name = u.bytes(64);
-                shared.registry().func_name(p.id, func_id, name);
+                let attrs = (u.u8() & 1 == 1).then(|| tandem_proto::wire::FuncAttrs {
+                    regs_per_thread: u32::from(u.u8()),
+                    static_smem_bytes: u32::from(u.u8()) << 8,
+                });
+                shared.registry().func_name(p.id, func_id, name, attrs);
             }
             5 => {
                 let Some(p) = &peers[k] else { continue };

@@ -1,6 +1,7 @@
 use super::*;
 use tandem_proto::wire::{
-    HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_FOLLOW, WELCOME_FLAG_SHARE_WEIGHTS,
+    HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_FOLLOW, WELCOME_FLAG_FUNC_ATTRS,
+    WELCOME_FLAG_SHARE_WEIGHTS,
 };
 
 fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
@@ -19,7 +20,31 @@ fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
     };
     let (w, _fd) = r.register(cfg, 0, who, &hello, None).unwrap();
     let c = &r.clients[&w.client_id];
-    (w.flags, c.trust_group.clone(), c.follow_group.clone())
+    // Capture is on by default: every Welcome asks for the attributes.
+    assert_ne!(w.flags & WELCOME_FLAG_FUNC_ATTRS, 0);
+    (
+        w.flags & !WELCOME_FLAG_FUNC_ATTRS,
+        c.trust_group.clone(),
+        c.follow_group.clone(),
+    )
+}
+
+#[test]
+fn function_attributes_are_asked_for_only_while_capture_is_on() {
+    // On (the default): `register` checks the flag.
+    let _ = register(&Config::default(), 0);
+    let mut off = Config::default();
+    off.trace.window = 0;
+    let mut r = Registry::default();
+    let hello = Hello {
+        pid: 42,
+        class: ClientClass::Training,
+        flags: 0,
+        exe: b"/x",
+        cgroup: b"/",
+    };
+    let (w, _fd) = r.register(&off, 0, Who::default(), &hello, None).unwrap();
+    assert_eq!(w.flags & WELCOME_FLAG_FUNC_ATTRS, 0);
 }
 
 fn offer() -> Offer {
@@ -68,7 +93,7 @@ fn mps_is_offered_by_class_only_to_shims_that_ask() {
     assert_eq!((m.priority, m.thread_percentage), (1, 25));
     assert_eq!(m.pipe_dir(), b"/run/tandem/mps");
     // Joining MPS: no weight sharing, no follow mode, the MPS flag only.
-    assert_eq!(w.flags, WELCOME_FLAG_MPS);
+    assert_eq!(w.flags & !WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_MPS);
     let c = &r.clients[&w.client_id];
     assert_eq!(
         (c.trust_group.as_deref(), c.follow_group.as_deref()),
@@ -98,7 +123,10 @@ fn mps_is_offered_by_class_only_to_shims_that_ask() {
         )
         .unwrap();
     assert_eq!(w.mps, None);
-    assert_eq!(w.flags, WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW);
+    assert_eq!(
+        w.flags & !WELCOME_FLAG_FUNC_ATTRS,
+        WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW
+    );
     // Not in force: nothing to tell.
     let (w, _fd) = r
         .register(&cfg, 0, who(7), &hello(ClientClass::Training, ask), None)

@@ -33,6 +33,10 @@ pub struct KernelDef {
     pub name: String,
     pub duration_ns: u64,
     pub op: Op,
+    /// `regs=N`: registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`); 0 when not given.
+    pub regs: u32,
+    /// `smem=M`: static shared memory per block, bytes; 0 when not given.
+    pub smem: u32,
 }
 
 /// Parses a module image. Pure; the error names the offending line.
@@ -49,12 +53,26 @@ pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
             continue;
         }
         let tokens: Vec<&str> = line.split_whitespace().collect();
-        let [kw, name, duration, op] = tokens[..] else {
+        let [kw, name, duration, op, ref attrs @ ..] = tokens[..] else {
             return Err(format!(
-                "line {}: expected `kernel <name> <duration_ns> <op>`",
+                "line {}: expected `kernel <name> <duration_ns> <op> [regs=N] [smem=M]`",
                 i + 1
             ));
         };
+        let (mut regs, mut smem) = (None, None);
+        for a in attrs {
+            let (slot, v) = match a.split_once('=') {
+                Some(("regs", v)) => (&mut regs, v),
+                Some(("smem", v)) => (&mut smem, v),
+                _ => return Err(format!("line {}: unknown attribute `{a}`", i + 1)),
+            };
+            let v = v
+                .parse::<u32>()
+                .map_err(|_| format!("line {}: bad attribute `{a}`", i + 1))?;
+            if slot.replace(v).is_some() {
+                return Err(format!("line {}: attribute `{a}` given twice", i + 1));
+            }
+        }
         if kw != "kernel" {
             return Err(format!("line {}: unknown directive `{kw}`", i + 1));
         }
@@ -69,6 +87,8 @@ pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
             name: name.to_owned(),
             duration_ns,
             op,
+            regs: regs.unwrap_or(0),
+            smem: smem.unwrap_or(0),
         });
     }
     Ok(kernels)
@@ -104,6 +124,9 @@ pub(crate) struct Function {
     pub(crate) name: CString,
     pub(crate) duration_ns: u64,
     pub(crate) op: Op,
+    /// Registers per thread and static shared memory (`cuFuncGetAttribute`).
+    pub(crate) regs: u32,
+    pub(crate) smem: u32,
 }
 
 pub struct Modules {

@@ -1,0 +1,282 @@
+//! Issue 25's last acceptance, measured: for every pair of the model's
+//! calibration matrix (both devices: `calibration::reduced_matrix`, the
+//! pairs of `calibration::targets()`), each job's synthetic trace is
+//! replayed through the shim on the fake driver (`replay` host), captured
+//! by tandemd (`tandemctl trace`), and the model's prediction (p99 ratio
+//! and training kept, per mode) from the captured traces is compared with
+//! the one from the sources.
+//!
+//! To say which missing datum causes which error, it also predicts from
+//! the captured traces with one of the source's fields copied in, kernel by
+//! kernel (the captured kernels are the source's, in order): `blocks_per_sm`,
+//! `regs_per_thread` + `smem_per_block`, `dram_bytes`, `duration_ns`, the
+//! kernels' `host_gap_ns`, durations and DRAM bytes together, and the
+//! first four together. `noise` is the source itself under seed 2 against seed 1:
+//! the floor below which a difference means nothing at these windows.
+//!
+//! Slow (about 8 minutes on 2 shared cores: two minutes of replays, then
+//! nine matrices), so ignored; run it with
+//!
+//! ```text
+//! cargo test -p tandem-e2e --test trace_roundtrip_predict -- --ignored --nocapture
+//! ```
+//!
+//! It writes the table (markdown) and the captured traces to
+//! `$TANDEM_ROUNDTRIP_OUT` (default `target/roundtrip-predict/`), and
+//! fails while a prediction from a captured trace is more than 5% from the
+//! source's: it does today (2026-11-26: up to 37% off on the A100 pairs,
+//! 917% on ResNet50 b4's; the table and what causes it are in
+//! docs/traces.md, "What was shown").
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tandem_e2e::coord::{Tandemd, TestDir};
+use tandem_gpusim::calibration::reduced_matrix;
+use tandem_gpusim::matrix::{run_matrix, Device, MatrixCfg, Row, MODES};
+use tandem_gpusim::trace::{JobClass, Kernel, Op, Trace};
+
+mod replay_trace;
+use replay_trace::{try_round_trip, with_inference_marks};
+
+/// What each variant copies from the source kernel into the captured one.
+type Field = fn(&mut Kernel, &Kernel);
+
+const VARIANTS: [(&str, Field); 8] = [
+    ("captured", |_, _| {}),
+    ("+blocks_per_sm", |c, s| c.blocks_per_sm = s.blocks_per_sm),
+    ("+regs+smem", |c, s| {
+        c.regs_per_thread = s.regs_per_thread;
+        c.smem_per_block = s.smem_per_block;
+    }),
+    ("+dram_bytes", |c, s| c.dram_bytes = s.dram_bytes),
+    ("+duration_ns", |c, s| c.duration_ns = s.duration_ns),
+    ("+host_gap_ns", |c, s| c.host_gap_ns = s.host_gap_ns),
+    ("+duration_ns+dram_bytes", |c, s| {
+        c.duration_ns = s.duration_ns;
+        c.dram_bytes = s.dram_bytes;
+    }),
+    ("+all four", |c, s| {
+        c.blocks_per_sm = s.blocks_per_sm;
+        c.regs_per_thread = s.regs_per_thread;
+        c.smem_per_block = s.smem_per_block;
+        c.dram_bytes = s.dram_bytes;
+        c.duration_ns = s.duration_ns;
+        c.sm_share = s.sm_share;
+    }),
+];
+
+fn out_dir() -> PathBuf {
+    std::env::var_os("TANDEM_ROUNDTRIP_OUT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/roundtrip-predict"),
+        PathBuf::from,
+    )
+}
+
+/// The matrix the comparison runs: the calibration pairs, every mode, one
+/// seed, windows short enough for a few minutes in all.
+fn matrix(device: Device) -> MatrixCfg {
+    let mut m = reduced_matrix(device, device.params());
+    m.modes = MODES[1..].iter().map(|s| (*s).to_string()).collect();
+    m.window_ns = 3_000_000_000;
+    m.min_requests = 200;
+    m.max_window_ns = 10_000_000_000;
+    m.warmup_ns = 500_000_000;
+    m
+}
+
+/// Replay length for one trace: five of its units, 4 to 20 s.
+fn replay_seconds(t: &Trace) -> f64 {
+    let unit = t.kernel_ns().max(t.host_ns()) as f64 / 1e9;
+    (5.0 * unit + 1.0).clamp(4.0, 20.0)
+}
+
+/// `captured` with `copy` applied from `source`, kernel by kernel; `None`
+/// when the kernels are not the source's in order.
+fn hybrid(source: &Trace, captured: &Trace, copy: Field) -> Option<Trace> {
+    let src: Vec<&Kernel> = source.kernels().collect();
+    if src.len() != captured.kernels().count() {
+        return None;
+    }
+    let mut out = captured.clone();
+    let mut i = 0;
+    for op in &mut out.ops {
+        if let Op::Kernel(k) = op {
+            if k.name != src[i].name {
+                return None;
+            }
+            copy(k, src[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn rel(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 => Some((b / a - 1.0) * 100.0),
+        _ => None,
+    }
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{x:+.1}%"))
+}
+
+#[test]
+#[ignore = "slow (minutes): run it by hand, see the module docs"]
+fn predictions_from_captured_traces_match_those_from_their_sources() {
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("mkdir the output folder");
+    let dir = TestDir::new("trace-roundtrip-predict");
+    // The largest window: a Llama-2 request is 30,000 launches.
+    let d = Tandemd::start_with_config(&dir, &with_inference_marks(1 << 20));
+    let mut report = String::new();
+    let mut worst: f64 = 0.0;
+    for device in Device::ALL {
+        let m = matrix(device);
+        let params = device.params();
+        let mut jobs: Vec<String> = Vec::new();
+        for (i, t) in &m.pairs {
+            for j in [i, t] {
+                if !jobs.contains(j) {
+                    jobs.push(j.clone());
+                }
+            }
+        }
+        // Replay and capture each job once.
+        let mut sources: BTreeMap<String, Trace> = BTreeMap::new();
+        let mut captured: BTreeMap<String, Result<Trace, String>> = BTreeMap::new();
+        let _ = writeln!(report, "\n## {}\n", device.name());
+        let _ = writeln!(
+            report,
+            "| job | kernels source / captured | kernel ms source / captured | capture |\n| --- | --- | --- | --- |"
+        );
+        for job in &jobs {
+            let source = device.synthetic(&params, job).expect("a synthetic job");
+            let class = match source.class {
+                JobClass::Inference => "inference",
+                JobClass::Training => "training",
+            };
+            let secs = replay_seconds(&source);
+            // A request that syncs more than once (Llama-2's tokens) is one
+            // request only by the explicit API (the detected one ends at
+            // its first sync).
+            let syncs = source
+                .ops
+                .iter()
+                .filter(|o| matches!(o, Op::Sync { .. }))
+                .count();
+            let explicit = source.class == JobClass::Inference && syncs > 1;
+            let got = try_round_trip(
+                &dir,
+                &d,
+                &source,
+                class,
+                "5000",
+                &format!("{secs:.1}"),
+                Duration::from_secs_f64(secs - 0.7),
+                explicit,
+            )
+            .map(|mut c| {
+                c.job = source.job.clone();
+                c
+            });
+            let row = match &got {
+                Ok(c) => format!(
+                    "| {job} | {} / {} | {:.3} / {:.3} | ok |",
+                    source.kernels().count(),
+                    c.kernels().count(),
+                    source.kernel_ns() as f64 / 1e6,
+                    c.kernel_ns() as f64 / 1e6
+                ),
+                Err(e) => format!(
+                    "| {job} | {} / - | {:.3} / - | not captured: {} |",
+                    source.kernels().count(),
+                    source.kernel_ns() as f64 / 1e6,
+                    e.lines().next().unwrap_or("")
+                ),
+            };
+            eprintln!("{row}");
+            let _ = writeln!(report, "{row}");
+            sources.insert(job.clone(), source);
+            captured.insert(job.clone(), got);
+        }
+        // One traces folder per variant; a job not captured (or whose
+        // kernels do not line up) keeps its source trace there.
+        let base = out.join(device.name());
+        let mut variants: Vec<(String, Option<PathBuf>, u64)> =
+            vec![("noise (seed 2)".into(), None, 2)];
+        for (name, copy) in VARIANTS {
+            let vdir = base.join(name.trim_start_matches('+').replace(' ', "_"));
+            std::fs::create_dir_all(&vdir).expect("mkdir");
+            for (job, c) in &captured {
+                let path = vdir.join(format!("{job}.json"));
+                let _ = std::fs::remove_file(&path);
+                if let Ok(c) = c {
+                    if let Some(t) = hybrid(&sources[job], c, copy) {
+                        std::fs::write(&path, t.to_json()).expect("write a trace");
+                    }
+                }
+            }
+            variants.push((name.to_string(), Some(vdir), 1));
+        }
+        let from_source = run_matrix(&m, None).expect("the matrix from the sources");
+        let _ = writeln!(
+            report,
+            "\nPrediction from each variant against the source's (p99 ratio / training kept; relative difference):\n"
+        );
+        let mut header = "| pair | mode | source |".to_string();
+        let mut rule = "| --- | --- | --- |".to_string();
+        let mut cols: Vec<Vec<Row>> = Vec::new();
+        for (name, vdir, seed) in &variants {
+            let mut mv = m.clone();
+            mv.seeds = vec![*seed];
+            let rows = run_matrix(&mv, vdir.as_deref()).expect("the matrix from a variant");
+            let _ = write!(header, " {name} |");
+            rule.push_str(" --- |");
+            cols.push(rows);
+        }
+        let _ = writeln!(report, "{header}\n{rule}");
+        for (r, a) in from_source.iter().enumerate() {
+            if a.mode == "alone" {
+                continue;
+            }
+            let mut line = format!(
+                "| {} + {} | {} | {} / {} |",
+                a.inference,
+                a.training,
+                a.mode,
+                a.p99_ratio.map_or("-".into(), |x| format!("{x:.3}")),
+                a.train_fraction.map_or("-".into(), |x| format!("{x:.3}")),
+            );
+            for (v, rows) in cols.iter().enumerate() {
+                let b = &rows[r];
+                assert_eq!(
+                    (&a.inference, &a.training, &a.mode),
+                    (&b.inference, &b.training, &b.mode)
+                );
+                let (dp, dt) = (
+                    rel(a.p99_ratio, b.p99_ratio),
+                    rel(a.train_fraction, b.train_fraction),
+                );
+                let _ = write!(line, " {} / {} |", pct(dp), pct(dt));
+                if variants[v].0 == "captured" {
+                    worst = worst
+                        .max(dp.unwrap_or(0.0).abs())
+                        .max(dt.unwrap_or(0.0).abs());
+                }
+            }
+            let _ = writeln!(report, "{line}");
+        }
+    }
+    eprintln!("{report}");
+    std::fs::write(out.join("report.md"), &report).expect("write the report");
+    assert!(
+        worst <= 5.0,
+        "a prediction from a captured trace is {worst:.1}% from the source's (table: {})",
+        out.join("report.md").display()
+    );
+}
