@@ -235,8 +235,9 @@ uint64_t tandem_kernels_launched(void);
  * over every registration (a reconnect continues the count).
  */
 uint64_t tandem_records_pushed(void);
-/* Records this process dropped since it started (or forked): ring full, or ring busy
- * past the bounded spin. A push never blocks the job.
+/* Records this process dropped since it started (or forked): ring full, or another thread
+ * of this process inside its own push for longer than the bounded wait (about 5 ms).
+ * A push never waits on the coordinator.
  */
 uint64_t tandem_records_dropped(void);
 /* The coordinator's id for this process; 0 while it is not registered (no coordinator,
@@ -245,11 +246,13 @@ uint64_t tandem_records_dropped(void);
 uint64_t tandem_client_id(void);
 /* An inference request begins now (optional: without these calls the coordinator infers
  * request boundaries from launch gaps and syncs). Reports one REQUEST_BEGIN record while
- * registered; does nothing otherwise. Never blocks.
+ * registered; does nothing otherwise. Never waits on the coordinator (at most about
+ * 5 ms for another thread of this process that is inside its own push).
  */
 void tandem_request_begin(void);
 /* The current inference request ended (its result is ready). Reports one REQUEST_END
- * record while registered; does nothing otherwise. Never blocks.
+ * record while registered; does nothing otherwise. Never waits on the coordinator (at most about
+ * 5 ms for another thread of this process that is inside its own push).
  */
 void tandem_request_end(void);
 /* Weight dedup (TANDEM_SHARE_WEIGHTS=on): bytes of this process's device memory that map

@@ -13,7 +13,10 @@
 //! needs a coordinator (fail-open): without one the hook fast path is a relaxed
 //! load, a relaxed add, one load of the session word and the forwarded call.
 //! With one ([`client`]), launches also load the gate and every reported call
-//! writes one ring record: still no syscall, lock, allocation or getenv.
+//! writes one ring record: still no syscall, allocation or getenv, and one
+//! CAS of the ring's try-lock (a push that finds another thread of the
+//! process inside its own push spins, yields and naps, at most about 5 ms,
+//! then drops the record: `proto::ring::SyncProducer`).
 //!
 //! The modules stand in layers, each importing only from its own and the ones
 //! below (`scripts/import_layers.txt` declares them, and

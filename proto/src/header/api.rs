@@ -29,8 +29,9 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
     ),
     (
         "uint64_t tandem_records_dropped(void);",
-        "Records this process dropped since it started (or forked): ring full, or ring busy\n\
-         past the bounded spin. A push never blocks the job.",
+        "Records this process dropped since it started (or forked): ring full, or another thread\n\
+         of this process inside its own push for longer than the bounded wait (about 5 ms).\n\
+         A push never waits on the coordinator.",
     ),
     (
         "uint64_t tandem_client_id(void);",
@@ -41,12 +42,14 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
         "void tandem_request_begin(void);",
         "An inference request begins now (optional: without these calls the coordinator infers\n\
          request boundaries from launch gaps and syncs). Reports one REQUEST_BEGIN record while\n\
-         registered; does nothing otherwise. Never blocks.",
+         registered; does nothing otherwise. Never waits on the coordinator (at most about\n\
+         5 ms for another thread of this process that is inside its own push).",
     ),
     (
         "void tandem_request_end(void);",
         "The current inference request ended (its result is ready). Reports one REQUEST_END\n\
-         record while registered; does nothing otherwise. Never blocks.",
+         record while registered; does nothing otherwise. Never waits on the coordinator (at most about\n\
+         5 ms for another thread of this process that is inside its own push).",
     ),
     (
         "uint64_t tandem_dedup_shared_bytes(void);",
