@@ -24,8 +24,8 @@
 //! It writes the table (markdown) and the captured traces to
 //! `$TANDEM_ROUNDTRIP_OUT` (default `target/roundtrip-predict/`), and
 //! fails while a prediction from a captured trace is more than 5% from the
-//! source's: it does today (2026-11-26: up to 37% off on the A100 pairs,
-//! 917% on ResNet50 b4's; the table and what causes it are in
+//! source's: it does today (2026-11-26, with GPU-timed marks: up to 39%
+//! off on the A100 pairs, 55% on ResNet50 b32's; the table and what causes it are in
 //! docs/traces.md, "What was shown").
 
 use std::collections::BTreeMap;
