@@ -147,9 +147,12 @@ fn timed(records: &[Record]) -> Vec<(u64, u64)> {
 /// a kernel's duration apart from the idle time before it was seen; the
 /// timed launches (every mark interval by default: the launch after one
 /// that found the interval over) measure each kernel on the GPU. Every
-/// timed MARK_DONE follows its MARK right after a launch, and says 100 us
-/// within 5% (the fake driver's GPU time; the events bracket only the
-/// launch call, whose host time is the only error).
+/// timed MARK_DONE follows its MARK right after a launch and says at least
+/// the kernel's 100 us. The error is one-sided: on an idle stream the start
+/// event completes when recorded, so a timing also holds the launch call's
+/// host time (2-11% of this kernel seen on a loaded 2-core machine, more
+/// under the leak checker). So each timing lies within [-1%, +50%] and the
+/// least-biased one within 5%.
 #[test]
 fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
     const N: u32 = 20;
@@ -163,6 +166,13 @@ fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
         timed.len()
     );
     eprintln!("timed (mark, ns): {timed:?}");
+    let least = timed.iter().map(|&(_, ns)| ns).min().expect("timed marks");
+    let err = least as f64 / SHORT_NS as f64 - 1.0;
+    assert!(
+        err.abs() <= 0.05,
+        "the least-biased timing of the 100 us kernel is {least} ns ({:+.1}%)",
+        err * 100.0
+    );
     for &(seq, ns) in &timed {
         let at = records
             .iter()
@@ -171,7 +181,7 @@ fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
         assert_eq!(records[at - 1].kind, EventKind::LAUNCH.raw(), "mark {seq}");
         let err = ns as f64 / SHORT_NS as f64 - 1.0;
         assert!(
-            err.abs() <= 0.05,
+            (-0.01..=0.5).contains(&err),
             "mark {seq} timed its 100 us kernel at {ns} ns ({:+.1}%)",
             err * 100.0
         );
