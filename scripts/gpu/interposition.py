@@ -87,7 +87,20 @@ def shim_kernels():
 
 def shim_totals():
     """Process-wide shim counters, read after all CUDA work: what a coordinator
-    must have seen of this process."""
+    must have seen of this process. The shim's watcher thread may still push
+    the last completion marks' MARK_DONE records after the work is done
+    (it polls every 200 us), so the records are read once they stop moving
+    (bounded: 1 s)."""
+    pushed, deadline = shim_u64("tandem_records_pushed"), time.monotonic() + 1.0
+    while pushed is not None and time.monotonic() < deadline:
+        time.sleep(0.005)
+        again = shim_u64("tandem_records_pushed")
+        if again == pushed:
+            time.sleep(0.005)
+            if shim_u64("tandem_records_pushed") == pushed:
+                break
+            again = shim_u64("tandem_records_pushed")
+        pushed = again
     return {
         "pid": os.getpid(),
         "shim_kernels_total": shim_u64("tandem_kernels_launched"),
