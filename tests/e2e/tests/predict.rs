@@ -13,7 +13,10 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tandem_e2e::coord::{client_env, spawn_host, tandem_sim, Tandemd, TestDir};
+use tandem_e2e::coord::{tandem_sim, Tandemd, TestDir};
+
+mod replay_trace;
+use replay_trace::start_replay;
 
 /// A training step of 400 us kernels on every SM (the replay host's line
 /// form; a GEMM tile's registers and shared memory, which the shim sends
@@ -55,16 +58,7 @@ fn predict_answers_from_the_live_trace_of_the_gpus_job() {
     // No job yet: no GPU either.
     let (code, body) = ask(&stats, "POST", "/predict?gpu=0", REQUEST);
     assert_eq!(code, 404, "{body}");
-    let file = dir.path().join("step.replay");
-    std::fs::write(&file, STEP).expect("write the replay script");
-    let env = client_env(d.socket()).var("TANDEM_CLASS", "training");
-    let mut host = spawn_host(
-        "replay",
-        &[file.to_str().expect("UTF-8"), "--seconds", "30"],
-        &env,
-    );
-    let ready = host.wait_line("READY", Duration::from_secs(30));
-    let id = tandem_e2e::coord::kv_u64(&ready, "client_id");
+    let (host, id) = start_replay(&dir, &d, "step", STEP, "training", &["--seconds", "30"]);
     // Until its capture holds whole steps, 409 naming the client.
     let start = Instant::now();
     let (code, body) = loop {

@@ -10,13 +10,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tandem_e2e::coord::{client_env, output_of_failing, spawn_host, tandemctl, Tandemd, TestDir};
+use tandem_e2e::coord::{output_of_failing, tandemctl, Tandemd, TestDir};
 use tandem_gpusim::params::Params;
 use tandem_gpusim::synthetic;
 use tandem_gpusim::trace::{Op, Trace};
 
 mod replay_trace;
-use replay_trace::{round_trip, with_inference_marks};
+use replay_trace::{round_trip, start_replay, with_inference_marks};
 
 fn check(source: &Trace, captured: &Trace) {
     let (src_n, cap_n) = (source.kernels().count(), captured.kernels().count());
@@ -162,22 +162,14 @@ fn trace_errors_name_the_unknown_id_and_what_is_missing() {
     let out = output_of_failing(&mut tandemctl(d.socket(), &["trace", "77"]), "trace 77");
     assert!(out.contains("no live client with id 77"), "{out}");
     // A client that launched nothing yet: 409 with what is missing.
-    let file = dir.path().join("idle.replay");
-    std::fs::write(&file, "kernel k 1000\nS 0\n").expect("write");
-    let env = client_env(d.socket()).var("TANDEM_CLASS", "inference");
-    let mut host = spawn_host(
-        "replay",
-        &[
-            file.to_str().expect("UTF-8"),
-            "--seconds",
-            "3",
-            "--quiet-us",
-            "1000",
-        ],
-        &env,
+    let (mut host, id) = start_replay(
+        &dir,
+        &d,
+        "idle",
+        "kernel k 1000\nS 0\n",
+        "inference",
+        &["--seconds", "3", "--quiet-us", "1000"],
     );
-    let ready = host.wait_line("READY", Duration::from_secs(30));
-    let id = tandem_e2e::coord::kv_u64(&ready, "client_id");
     let r = d
         .get(&format!("/trace?id={id}&seconds=5"))
         .expect("GET /trace");
@@ -200,31 +192,19 @@ fn trace_errors_name_the_unknown_id_and_what_is_missing() {
 fn a_functions_registers_and_shared_memory_reach_the_captured_trace() {
     let dir = TestDir::new("trace-attrs");
     let d = Tandemd::start(&dir);
-    let file = dir.path().join("attrs.replay");
     // A step of four 300 us GEMMs (2 KB of dynamic shared memory each) and
     // a 50 us kernel with no attributes given (the fake reports 0).
-    std::fs::write(
-        &file,
+    let (mut host, id) = start_replay(
+        &dir,
+        &d,
+        "attrs",
         "kernel gemm_attrs 300000 regs=96 smem=16384\nkernel plain_attrs 50000\n\
          K 0 132 1 1 256 1 1 2048 0 20000\nK 0 132 1 1 256 1 1 2048 0 20000\n\
          K 0 132 1 1 256 1 1 2048 0 20000\nK 0 132 1 1 256 1 1 2048 0 20000\n\
          K 1 64 1 1 128 1 1 0 0 10000\nS 1000\n",
-    )
-    .expect("write the replay script");
-    let env = client_env(d.socket()).var("TANDEM_CLASS", "training");
-    let mut host = spawn_host(
-        "replay",
-        &[
-            file.to_str().expect("UTF-8"),
-            "--seconds",
-            "3",
-            "--quiet-us",
-            "0",
-        ],
-        &env,
+        "training",
+        &["--seconds", "3", "--quiet-us", "0"],
     );
-    let ready = host.wait_line("READY", Duration::from_secs(30));
-    let id = tandem_e2e::coord::kv_u64(&ready, "client_id");
     std::thread::sleep(Duration::from_secs(2));
     let r = d
         .get(&format!("/trace?id={id}&seconds=10"))

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tandem_e2e::coord::{client_env, spawn_host, tandemctl, Tandemd, TestDir};
+use tandem_e2e::coord::{client_env, kv_u64, spawn_host, tandemctl, Proc, Tandemd, TestDir};
 use tandem_gpusim::trace::{Op, Trace};
 
 /// The trace in the replay host's line form (tests/hosts/replay.c).
@@ -65,6 +65,30 @@ pub fn script(t: &Trace) -> String {
     defs + &ops
 }
 
+/// Writes `script` (the replay host's line form) to `dir/<name>.replay`
+/// and starts the `replay` host on it as a client of `d` of class `class`,
+/// with `args` after the file. Returns the host once it has registered,
+/// and its client id.
+pub fn start_replay(
+    dir: &TestDir,
+    d: &Tandemd,
+    name: &str,
+    script: &str,
+    class: &str,
+    args: &[&str],
+) -> (Proc, u64) {
+    let file = dir.path().join(format!("{name}.replay"));
+    std::fs::write(&file, script).expect("write the replay script");
+    let env = client_env(d.socket()).var("TANDEM_CLASS", class);
+    let mut all = vec![file.to_str().expect("UTF-8 path")];
+    all.extend_from_slice(args);
+    let mut host = spawn_host("replay", &all, &env);
+    let ready = host.wait_line("READY", Duration::from_secs(30));
+    let id = kv_u64(&ready, "client_id");
+    assert!(id > 0, "the replay registered: {ready}");
+    (host, id)
+}
+
 /// Replays `source` as `class` for `seconds` (each unit bracketed by the
 /// explicit request API if `explicit`), captures it with `tandemctl trace`
 /// after `capture_after`, and returns the captured trace, or what
@@ -87,23 +111,11 @@ pub fn try_round_trip(
     let _turn = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let file = dir.path().join(format!("{}.replay", source.job));
-    std::fs::write(&file, script(source)).expect("write the replay script");
-    let env = client_env(d.socket()).var("TANDEM_CLASS", class);
-    let mut args = vec![
-        file.to_str().expect("UTF-8 path"),
-        "--seconds",
-        seconds,
-        "--quiet-us",
-        quiet_us,
-    ];
+    let mut args = vec!["--seconds", seconds, "--quiet-us", quiet_us];
     if explicit {
         args.push("--explicit");
     }
-    let mut host = spawn_host("replay", &args, &env);
-    let ready = host.wait_line("READY", Duration::from_secs(30));
-    let id = tandem_e2e::coord::kv_u64(&ready, "client_id");
-    assert!(id > 0, "the replay registered: {ready}");
+    let (mut host, id) = start_replay(dir, d, &source.job, &script(source), class, &args);
     std::thread::sleep(capture_after);
     let out = dir.path().join(format!("{}.captured.json", source.job));
     let _ = std::fs::remove_file(&out);
