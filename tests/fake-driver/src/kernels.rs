@@ -109,11 +109,7 @@ pub unsafe fn func_get_name(out: *mut *const c_char, f: Handle) -> CuResult<()> 
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let st = lock();
-    let func = st
-        .modules
-        .functions
-        .get(&key(f))
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let func = st.modules.func(f)?;
     debug_assert!(st.modules.modules.contains_key(&func.module));
     // SAFETY: non-NULL, caller contract. The CString's heap buffer does not move while the
     // function exists.
@@ -130,11 +126,7 @@ pub unsafe fn func_get_attribute(out: *mut c_int, attrib: c_int, f: Handle) -> C
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let st = lock();
-    let func = st
-        .modules
-        .functions
-        .get(&key(f))
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let func = st.modules.func(f)?;
     let v = match attrib {
         0 => 1024,
         1 => func.smem,

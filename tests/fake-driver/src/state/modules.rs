@@ -143,12 +143,14 @@ impl Modules {
         }
     }
 
+    /// A live function, by its handle.
+    pub fn func(&self, f: Handle) -> CuResult<&Function> {
+        self.functions.get(&key(f)).ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+
     /// The op and duration of a live function.
     pub fn function(&self, f: Handle) -> CuResult<(Op, u64)> {
-        self.functions
-            .get(&key(f))
-            .map(|f| (f.op, f.duration_ns))
-            .ok_or(CUDA_ERROR_INVALID_HANDLE)
+        self.func(f).map(|f| (f.op, f.duration_ns))
     }
 }
 
