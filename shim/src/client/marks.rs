@@ -111,6 +111,23 @@ static POOL: [Slot; SLOTS] = [const {
         end: AtomicUsize::new(0),
     }
 }; SLOTS];
+/// The slot a mark's sequence number (a token) lives in.
+#[inline]
+fn slot_of(seq: u64) -> &'static Slot {
+    &POOL[(seq % SLOTS as u64) as usize]
+}
+
+/// The next sequence number and its slot, taken (FREE to BUSY), or `None`
+/// when that slot still holds an earlier mark.
+fn claim() -> Option<(u64, &'static Slot)> {
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let slot = slot_of(seq);
+    slot.state
+        .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+        .ok()
+        .map(|_| (seq, slot))
+}
+
 /// The next kernel launch (whichever thread makes it) is to be timed: set
 /// when a mark interval is over and timing is due, taken by the launch that
 /// clears it.
@@ -185,9 +202,7 @@ pub fn before_launch(
 #[inline(always)]
 pub fn abandon(token: u64) {
     if token != 0 && token != UNTIMED {
-        POOL[(token % SLOTS as u64) as usize]
-            .state
-            .store(FREE, Ordering::Release);
+        slot_of(token).state.store(FREE, Ordering::Release);
     }
 }
 
@@ -208,15 +223,9 @@ fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool)
     if capturing {
         return UNTIMED;
     }
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let slot = &POOL[(seq % SLOTS as u64) as usize];
-    if slot
-        .state
-        .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
+    let Some((seq, slot)) = claim() else {
         return UNTIMED;
-    }
+    };
     let recorded = timing_events(slot)
         .is_some_and(|(start, _)| calls::event_record(start, stream, per_thread).is_ok());
     if !recorded {
@@ -297,7 +306,7 @@ fn finish_timed(s: &Session, per_thread: bool, stream: CUstream, now: u64, token
         place(s, per_thread, stream, now);
         return;
     }
-    let slot = &POOL[(token % SLOTS as u64) as usize];
+    let slot = &slot_of(token);
     let end = slot.end.load(Ordering::Relaxed) as CUevent;
     if calls::event_record(end, stream, per_thread).is_err() {
         slot.state.store(FREE, Ordering::Release);
@@ -337,15 +346,9 @@ pub fn poll_here(s: &Session) {
 #[cold]
 #[inline(never)]
 fn place(s: &Session, per_thread: bool, stream: CUstream, now: u64) {
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let slot = &POOL[(seq % SLOTS as u64) as usize];
-    if slot
-        .state
-        .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
+    let Some((seq, slot)) = claim() else {
         return;
-    }
+    };
     let Some(event) = slot_event(slot) else {
         slot.state.store(FREE, Ordering::Release);
         return;
