@@ -151,13 +151,7 @@ def analyse_spins(a, b):
             later = [t for t in ins if t >= out]
             if later and later[0] - out < 50_000_000:
                 switches.append(later[0] - out)
-    def summary(xs):
-        if not xs:
-            return None
-        xs = sorted(xs)
-        return {"n": len(xs), "median_ns": statistics.median(xs), "p10_ns": xs[len(xs) // 10],
-                "p90_ns": xs[(len(xs) * 9) // 10]}
-    return {"timeslice": summary(slices), "switch": summary(switches)}
+    return {"timeslice": _summary(slices), "switch": _summary(switches)}
 
 
 def _summary(xs):
