@@ -64,7 +64,9 @@
 //! shortest period `p` of its launch sequence (each launch as its function
 //! and grid) such that the sequence repeats with period `p` over the last
 //! `max(2p, n/2)` of the window's `n` launches (the steps are taken from as
-//! far back as it repeats); the step starts after the
+//! far back as it repeats; the search is linear in `n`, so a step is found
+//! once the window holds two of it: `[trace] window` bounds the longest
+//! step); the step starts after the
 //! period's last sync (a `loss.item()`), else at the launch after the
 //! period's longest host gap; of the whole steps in the window, the one of
 //! median duration.

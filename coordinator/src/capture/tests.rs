@@ -55,6 +55,82 @@ fn the_step_is_the_shortest_period_of_the_recent_launches() {
     assert_eq!(step_period(&[1, 2, 3, 1, 2, 3]), Some(3));
 }
 
+/// The definition `step_period` implements, checked element by element
+/// (quadratic): the reference for the linear search.
+fn step_period_by_definition(seq: &[u8]) -> Option<usize> {
+    let n = seq.len();
+    (1..=n / 2).find(|&p| {
+        let span = (2 * p).max(n / 2);
+        (n - span..n - p).all(|i| seq[i] == seq[i + p])
+    })
+}
+
+#[test]
+fn the_linear_step_search_agrees_with_its_definition() {
+    // Small alphabets make many near-periods; lengths 0..200.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m) as u8
+    };
+    let mut periodic = 0;
+    for case in 0..3000 {
+        let n = case % 200;
+        let alphabet = 1 + case as u64 % 3;
+        let seq: Vec<u8> = if case % 2 == 0 {
+            (0..n).map(|_| next(alphabet)).collect()
+        } else {
+            // A random step repeated, after a random warm-up, cut anywhere.
+            let step: Vec<u8> = (0..1 + next(20)).map(|_| next(alphabet + 1)).collect();
+            let warm = next(10) as usize;
+            (0..n)
+                .map(|i| {
+                    if i < warm {
+                        9
+                    } else {
+                        step[(i - warm) % step.len()]
+                    }
+                })
+                .collect()
+        };
+        let want = step_period_by_definition(&seq);
+        periodic += usize::from(want.is_some_and(|p| p > 1));
+        assert_eq!(step_period(&seq), want, "{seq:?}");
+    }
+    assert!(periodic > 500, "too few cases with a period: {periodic}");
+}
+
+#[test]
+fn a_step_longer_than_the_old_search_limit_is_found() {
+    // 32,518 launches a step (A100 ResNet50 b128's synthetic step), two and
+    // a half of them, each step ending with a sync: the search once saw
+    // only the last 16,384 launches, and answered "no repeating sequence".
+    const STEP: u64 = 32_518;
+    let mut records = Vec::new();
+    let mut t = 1_000;
+    for i in 0..2 * STEP + 10_000 {
+        let j = i % STEP;
+        records.push(launch(j % 700 + u64::from(j == 5) * 1000, t));
+        t += 1_000;
+        if j == STEP - 1 {
+            records.push(rec(EventKind::SYNC_BEGIN, t));
+            records.push(rec(EventKind::SYNC_END, t + 500));
+            t += 1_000;
+        }
+    }
+    let units = steps(&records).unwrap();
+    assert!(!units.is_empty());
+    for u in &units {
+        let n = records[u.first..u.end]
+            .iter()
+            .filter(|r| is_launch(r.kind))
+            .count();
+        assert_eq!(n as u64, STEP, "{u:?}");
+    }
+}
+
 /// `steps` of training: step = 3 kernels, then a sync (loss.item()).
 fn training(steps: u64, durations: &[u64]) -> Vec<Record> {
     let mut out = Vec::new();

@@ -91,19 +91,47 @@ pub fn requests(records: &[Record], idle_gap_ns: u64) -> Vec<Unit> {
 
 /// The shortest period `p` of `seq` such that it repeats with period `p`
 /// over its last `max(2p, n/2)` elements; `None` when no `p <= n/2` does.
+///
+/// Linear in `n`: with `z` the Z-function of `seq` reversed (`z[p]`: how
+/// many elements, from the last one backwards, equal those `p` before
+/// them), period `p` holds over the last `span` elements exactly when
+/// `z[p] >= span - p`.
 #[must_use]
 pub fn step_period<T: PartialEq>(seq: &[T]) -> Option<usize> {
     let n = seq.len();
-    (1..=n / 2).find(|&p| {
-        let span = (2 * p).max(n / 2);
-        let s = n - span;
-        seq[n - 1 - p] == seq[n - 1] && (s..n - p).all(|i| seq[i] == seq[i + p])
-    })
+    let z = z_function(&seq.iter().rev().collect::<Vec<_>>());
+    (1..=n / 2).find(|&p| z[p] >= (2 * p).max(n / 2) - p)
 }
 
-/// Launches a step search looks at, at most (the search is quadratic in
-/// the worst case).
-pub const MAX_STEP_LAUNCHES: usize = 16_384;
+/// The Z-function of `s`: `z[i]` is the length of the longest common
+/// prefix of `s` and `s[i..]` (`z[0]`: `s.len()`). Linear (Gusfield's
+/// box: each comparison past the box's right end moves it).
+fn z_function<T: PartialEq>(s: &[T]) -> Vec<usize> {
+    let n = s.len();
+    let mut z = vec![0; n];
+    if n == 0 {
+        return z;
+    }
+    z[0] = n;
+    // [l, r): the rightmost match box found, s[l..r] == s[..r - l].
+    let (mut l, mut r) = (0, 0);
+    for i in 1..n {
+        let mut k = if i < r { z[i - l].min(r - i) } else { 0 };
+        while i + k < n && s[k] == s[i + k] {
+            k += 1;
+        }
+        z[i] = k;
+        if i + k > r {
+            (l, r) = (i, i + k);
+        }
+    }
+    z
+}
+
+/// Launches a step search looks at, at most: as many as the largest window
+/// holds (the search is linear). A step is found once the window holds two
+/// of it, so `[trace] window` bounds the longest step found.
+pub const MAX_STEP_LAUNCHES: usize = super::MAX_WINDOW as usize;
 
 /// The whole steps in `records` (see the [module docs](super)), or why none
 /// was found.
@@ -129,7 +157,11 @@ pub fn steps(records: &[Record]) -> Result<Vec<Unit>, String> {
         .collect();
     let n = launches.len();
     let p = step_period(&keys).ok_or_else(|| {
-        format!("its {n} launches show no repeating sequence (no training step found)")
+        format!(
+            "its {n} launches show no repeating sequence (no training step found; a step of \
+             more than {} launches needs a larger `[trace] window`)",
+            n / 2
+        )
     })?;
     // The repeating stretch, extended back as far as it repeats.
     let mut s = n - (2 * p).max(n / 2);
