@@ -15,7 +15,7 @@
 //! one of a static that nothing writes then (whether to time this launch).
 //! While on: one more Relaxed load per launch, and per mark one
 //! `cuEventRecord`, one record push and a few atomics (the event is created
-//! once per slot), one more `cuEventRecord` when it is timed.
+//! once per slot); when it is timed, a few driver calls more (below).
 //!
 //! Bounded: at most [`SLOTS`] marks are outstanding; a mark that would reuse
 //! a slot still in flight is skipped (the GPU is that far behind; the marks in
@@ -42,13 +42,35 @@
 //! watcher then reports, with the MARK_DONE, that launch's GPU time
 //! (`cuEventElapsedTime`; [`FLAG_TIMED`], `bytes`): the duration of one
 //! kernel even when the GPU idles between launches, which the marks'
-//! completion times alone cannot tell apart. Cost: no more marks than
-//! before, one more `cuEventRecord` (and a `cuStreamIsCapturing` while a
-//! capture is under way) per timed mark, and one Relaxed load of a static
-//! on every kernel launch ([`before_launch`]). Events are
-//! still a fixed pool: each slot has its two timing events, created on
-//! first use. Another thread's launch on the same stream between the two
-//! events is timed with it (rare; the sample is then long).
+//! completion times alone cannot tell apart.
+//!
+//! The two events bracket the launch call too. On an idle stream (a
+//! launch-bound job's usual state) the start event completes as it is
+//! recorded, but the kernel starts only when the launch call reaches the
+//! driver, so the elapsed time also holds the host time between the two
+//! submissions (the launch path, the driver call): tens of percent of a
+//! 10 us kernel. So the start event's record is preceded by a
+//! `cuStreamQuery` of the stream and followed by a clock read (t0), and
+//! after the launch (t1: the launch record's timestamp, read right after
+//! the launch returned) a `cuEventQuery` of the start event settles how
+//! much to take off ([`lead_ns`]): not complete, the kernel queued right
+//! behind it (nothing); complete on a stream that was idle, t1 - t0;
+//! complete on one that was busy, the stream drained between the query and
+//! the launch at a time unknown here, and that mark is reported untimed (a
+//! plain MARK_DONE), never with a biased figure. The watcher subtracts the
+//! lead, saturating; a result of 0 is reported as 1 ns. What is left is the
+//! difference between the tails of the two calls (the record's after its
+//! event completed, the launch's after its kernel started).
+//!
+//! Cost: no more marks than before; per timed mark (at most one per mark
+//! interval) one more `cuEventRecord`, one `cuStreamQuery`, one
+//! `cuEventQuery` and one clock read (and a `cuStreamIsCapturing` while a
+//! capture is under way: on a capturing stream nothing is timed, so none of
+//! these calls reaches it); on every kernel launch one Relaxed load of a
+//! static ([`before_launch`]). Events are still a fixed pool: each slot has
+//! its two timing events, created on first use, and the lead's three words.
+//! Another thread's launch on the same stream between the two events is
+//! timed with it (rare; the sample is then long).
 //!
 //! One context per process is assumed (the common case): events are created
 //! in the context current at the first mark, and a mark on another
@@ -90,12 +112,23 @@ struct Slot {
     charged: AtomicU64,
     /// The session (`Session::gen`) whose counter `charged` is.
     gen: AtomicU32,
-    /// Whether the mark timed its launch: then `end` is the mark's event
+    /// Whether the mark bracketed its launch: then `end` is the mark's event
     /// and `start` the one recorded before the launch.
     timed: AtomicU32,
     /// The slot's timing events (created on first use), or 0.
     start: AtomicUsize,
     end: AtomicUsize,
+    /// A bracketed launch's stream was idle when asked just before `start`
+    /// was recorded (set by [`begin_timed`]).
+    idle: AtomicU32,
+    /// The host clock (monotonic ns) right after `start`'s record returned
+    /// (set by [`begin_timed`]).
+    t0: AtomicU64,
+    /// What the watcher subtracts from a bracketed launch's elapsed time (the
+    /// host time between `start` completing and the launch reaching the
+    /// driver), or [`UNKNOWN_LEAD`]: report the mark untimed (set by
+    /// [`finish_timed`]).
+    lead: AtomicU64,
 }
 
 static POOL: [Slot; SLOTS] = [const {
@@ -109,6 +142,9 @@ static POOL: [Slot; SLOTS] = [const {
         timed: AtomicU32::new(0),
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
+        idle: AtomicU32::new(0),
+        t0: AtomicU64::new(0),
+        lead: AtomicU64::new(0),
     }
 }; SLOTS];
 /// The slot a mark's sequence number (a token) lives in.
@@ -139,6 +175,9 @@ static TIMING_EVERY: AtomicU64 = AtomicU64::new(u64::MAX);
 /// A token from [`before_launch`]: the launch is not timed, but the mark of
 /// the interval that asked for the timing is still to be placed after it.
 const UNTIMED: u64 = u64::MAX;
+/// A slot's `lead` when the start event's completion time is unknown: the
+/// mark is reported untimed.
+const UNKNOWN_LEAD: u64 = u64::MAX;
 /// The stream of the latest launch (`CUstream` value) and whether it was a
 /// per-thread-default-stream form: where an on-demand mark goes.
 static LAST_STREAM: AtomicU64 = AtomicU64::new(0);
@@ -226,13 +265,48 @@ fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool)
     let Some((seq, slot)) = claim() else {
         return UNTIMED;
     };
-    let recorded = timing_events(slot)
-        .is_some_and(|(start, _)| calls::event_record(start, stream, per_thread).is_ok());
-    if !recorded {
+    let Some((start, _)) = timing_events(slot) else {
+        slot.state.store(FREE, Ordering::Release);
+        return UNTIMED;
+    };
+    // Idle: `start` completes as it is recorded, before the launch reaches
+    // the driver (a failed query counts as busy: `finish_timed` then asks
+    // the event). Legal: the stream is not being captured (above), and it is
+    // the one the program launches on next.
+    let idle = calls::stream_query(stream, per_thread).unwrap_or(false);
+    if calls::event_record(start, stream, per_thread).is_err() {
         slot.state.store(FREE, Ordering::Release);
         return UNTIMED;
     }
+    slot.t0.store(monotonic_ns(), Ordering::Relaxed);
+    slot.idle.store(u32::from(idle), Ordering::Relaxed);
     seq
+}
+
+/// The host time to take off a bracketed launch's elapsed time (its start
+/// event's completion to the kernel's start), or `None` when it is unknown.
+/// `idle`: the stream was idle just before the start event was recorded, at
+/// `t0` (right after the record returned); `t1`: right after the launch
+/// returned; `start_done`: whether the start event had completed then
+/// (asked after the launch).
+fn lead_ns(idle: bool, t0: u64, t1: u64, start_done: Option<bool>) -> Option<u64> {
+    match start_done {
+        // Not complete after the launch: the kernel queued right behind it.
+        Some(false) => Some(0),
+        // Complete, on a stream that was idle: it completed when recorded,
+        // and the kernel started when the launch reached the driver.
+        Some(true) if idle => Some(t1.saturating_sub(t0)),
+        // Complete, on a stream that was busy: it drained between the query
+        // and the launch, at a time not known here (or the query failed).
+        _ => None,
+    }
+}
+
+/// A bracketed launch's GPU time: the events' `elapsed` ns less the `lead`
+/// before the kernel started, saturating; 0 is reported as 1 ns (a timed
+/// MARK_DONE always carries a duration).
+fn kernel_ns(elapsed: u64, lead: u64) -> u64 {
+    elapsed.saturating_sub(lead).max(1)
 }
 
 /// After a kernel launch that reached the GPU (`now`: its record's
@@ -308,10 +382,22 @@ fn finish_timed(s: &Session, per_thread: bool, stream: CUstream, now: u64, token
     }
     let slot = &slot_of(token);
     let end = slot.end.load(Ordering::Relaxed) as CUevent;
+    // At once: an end event recorded after a short kernel finished would
+    // complete at its record instead.
     if calls::event_record(end, stream, per_thread).is_err() {
         slot.state.store(FREE, Ordering::Release);
         return;
     }
+    // `now` was read right after the launch returned.
+    let start = slot.start.load(Ordering::Relaxed) as CUevent;
+    let lead = lead_ns(
+        slot.idle.load(Ordering::Relaxed) != 0,
+        slot.t0.load(Ordering::Relaxed),
+        now,
+        calls::event_query(start).ok(),
+    );
+    slot.lead
+        .store(lead.unwrap_or(UNKNOWN_LEAD), Ordering::Relaxed);
     arm(s, slot, token, stream, now, true);
 }
 
@@ -538,10 +624,12 @@ fn poll_armed(s: &Session) {
                     s.control()
                         .complete_through(slot.charged.load(Ordering::Relaxed));
                 }
-                let elapsed = timed
+                let lead = slot.lead.load(Ordering::Relaxed);
+                let elapsed = (timed && lead != UNKNOWN_LEAD)
                     .then(|| {
                         let start = slot.start.load(Ordering::Relaxed) as CUevent;
                         calls::event_elapsed_ns(start, event)
+                            .map(|ns| kernel_ns(ns, lead))
                             .map_err(|e| crate::log!(Debug, "untimed mark {seq}: {e}"))
                             .ok()
                     })
@@ -573,5 +661,31 @@ pub(super) fn after_fork_in_child() {
         // SAFETY: the child's copy of the parent's eventfd; nothing in the
         // child uses it (its own watcher makes a new one).
         unsafe { libc::close(fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lead_is_the_host_time_only_where_the_start_event_completed_on_an_idle_stream() {
+        // Not complete after the launch: the kernel queued right behind it.
+        assert_eq!(lead_ns(true, 1_000, 3_500, Some(false)), Some(0));
+        assert_eq!(lead_ns(false, 1_000, 3_500, Some(false)), Some(0));
+        // Complete on an idle stream: it completed at its record.
+        assert_eq!(lead_ns(true, 1_000, 3_500, Some(true)), Some(2_500));
+        assert_eq!(lead_ns(true, 3_500, 1_000, Some(true)), Some(0));
+        // Complete on a busy stream (drained meanwhile), or not known: none.
+        assert_eq!(lead_ns(false, 1_000, 3_500, Some(true)), None);
+        assert_eq!(lead_ns(true, 1_000, 3_500, None), None);
+    }
+
+    #[test]
+    fn a_timing_loses_its_lead_saturating_at_one_ns() {
+        assert_eq!(kernel_ns(12_000, 2_500), 9_500);
+        assert_eq!(kernel_ns(12_000, 0), 12_000);
+        assert_eq!(kernel_ns(2_000, 2_500), 1);
+        assert_eq!(kernel_ns(2_500, 2_500), 1);
     }
 }
