@@ -183,7 +183,7 @@ fn launch_bound_request() -> Trace {
 /// the capture takes each kernel's timings over the fit. Each captured
 /// kernel's duration is its source's within 5% (the shim takes the launch
 /// call's host time, about a microsecond on the fake driver, off each
-/// timing: they came back within 0.1%).
+/// timing: they came back within 0.2%).
 #[test]
 fn a_launch_bound_requests_kernels_are_each_measured_on_the_gpu() {
     let dir = TestDir::new("trace-launch-bound");
