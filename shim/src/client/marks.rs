@@ -34,7 +34,7 @@
 //! usual while no mark is outstanding: the first mark after an idle spell
 //! wakes it through an eventfd (one `write`, only on that transition).
 //!
-//! **Timed launches.** Every [`timing_every`]-th mark interval
+//! **Timed launches.** Every `timing_every`-th mark interval
 //! (`TANDEM_MARK_TIMING`, default 1: every one; 0: none) the mark is not
 //! placed after the launch that found the interval over but after the next
 //! kernel launch, which is bracketed: a timing event recorded on its stream
@@ -42,25 +42,10 @@
 //! watcher then reports, with the MARK_DONE, that launch's GPU time
 //! (`cuEventElapsedTime`; [`FLAG_TIMED`], `bytes`): the duration of one
 //! kernel even when the GPU idles between launches, which the marks'
-//! completion times alone cannot tell apart.
-//!
-//! The two events bracket the launch call too. On an idle stream (a
-//! launch-bound job's usual state) the start event completes as it is
-//! recorded, but the kernel starts only when the launch call reaches the
-//! driver, so the elapsed time also holds the host time between the two
-//! submissions (the launch path, the driver call): tens of percent of a
-//! 10 us kernel. So the start event's record is preceded by a
-//! `cuStreamQuery` of the stream and followed by a clock read (t0), and
-//! after the launch (t1: the launch record's timestamp, read right after
-//! the launch returned) a `cuEventQuery` of the start event settles how
-//! much to take off ([`lead_ns`]): not complete, the kernel queued right
-//! behind it (nothing); complete on a stream that was idle, t1 - t0;
-//! complete on one that was busy, the stream drained between the query and
-//! the launch at a time unknown here, and that mark is reported untimed (a
-//! plain MARK_DONE), never with a biased figure. The watcher subtracts the
-//! lead, saturating; a result of 0 is reported as 1 ns. What is left is the
-//! difference between the tails of the two calls (the record's after its
-//! event completed, the launch's after its kernel started).
+//! completion times alone cannot tell apart. The start event may complete
+//! before the kernel starts (on an idle stream, by the launch call's host
+//! time): [`timing`](super::timing) says what is taken off, and when a
+//! mark is reported untimed instead.
 //!
 //! Cost: no more marks than before; per timed mark (at most one per mark
 //! interval) one more `cuEventRecord`, one `cuStreamQuery`, one
@@ -85,6 +70,7 @@ use tandem_proto::{monotonic_ns, EventKind, Record};
 use tandem_proto::record::FLAG_TIMED;
 
 use super::session::Session;
+use super::timing::{kernel_ns, lead_ns, timing_due, UNKNOWN_LEAD};
 use super::Client;
 use crate::calls;
 use crate::table::Hook;
@@ -168,16 +154,9 @@ fn claim() -> Option<(u64, &'static Slot)> {
 /// when a mark interval is over and timing is due, taken by the launch that
 /// clears it.
 static TIME_NEXT: AtomicU32 = AtomicU32::new(0);
-/// Mark intervals over so far (counts which are timed).
-static INTERVALS: AtomicU64 = AtomicU64::new(0);
-/// `TANDEM_MARK_TIMING` once read (`u64::MAX`: not yet).
-static TIMING_EVERY: AtomicU64 = AtomicU64::new(u64::MAX);
 /// A token from [`before_launch`]: the launch is not timed, but the mark of
 /// the interval that asked for the timing is still to be placed after it.
 const UNTIMED: u64 = u64::MAX;
-/// A slot's `lead` when the start event's completion time is unknown: the
-/// mark is reported untimed.
-const UNKNOWN_LEAD: u64 = u64::MAX;
 /// The stream of the latest launch (`CUstream` value) and whether it was a
 /// per-thread-default-stream form: where an on-demand mark goes.
 static LAST_STREAM: AtomicU64 = AtomicU64::new(0);
@@ -198,22 +177,6 @@ static CTX: AtomicUsize = AtomicUsize::new(0);
 /// is placed while none was outstanding, so an idle process's watcher needs
 /// no periodic wake-ups and the first mark after an idle spell is seen at once.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
-
-/// Every how many mark intervals one launch is timed (`TANDEM_MARK_TIMING`,
-/// 0 to 1,000,000, default 1; 0: never). Read from the environment once,
-/// by [`read_env`] (when the watcher starts), never on a launch.
-pub fn timing_every() -> u64 {
-    match TIMING_EVERY.load(Ordering::Relaxed) {
-        u64::MAX => 1,
-        n => n,
-    }
-}
-
-/// Reads `TANDEM_MARK_TIMING` (cold: before the watcher starts).
-pub(super) fn read_env() {
-    let n = super::config::env_u64(c"TANDEM_MARK_TIMING", 1, 0, 1_000_000);
-    TIMING_EVERY.store(n, Ordering::Relaxed);
-}
 
 /// Before a kernel launch by a registered process: 0 (the usual case: one
 /// Relaxed load), or a token for [`after_launch`] / [`abandon`] when this
@@ -283,32 +246,6 @@ fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool)
     seq
 }
 
-/// The host time to take off a bracketed launch's elapsed time (its start
-/// event's completion to the kernel's start), or `None` when it is unknown.
-/// `idle`: the stream was idle just before the start event was recorded, at
-/// `t0` (right after the record returned); `t1`: right after the launch
-/// returned; `start_done`: whether the start event had completed then
-/// (asked after the launch).
-fn lead_ns(idle: bool, t0: u64, t1: u64, start_done: Option<bool>) -> Option<u64> {
-    match start_done {
-        // Not complete after the launch: the kernel queued right behind it.
-        Some(false) => Some(0),
-        // Complete, on a stream that was idle: it completed when recorded,
-        // and the kernel started when the launch reached the driver.
-        Some(true) if idle => Some(t1.saturating_sub(t0)),
-        // Complete, on a stream that was busy: it drained between the query
-        // and the launch, at a time not known here (or the query failed).
-        _ => None,
-    }
-}
-
-/// A bracketed launch's GPU time: the events' `elapsed` ns less the `lead`
-/// before the kernel started, saturating; 0 is reported as 1 ns (a timed
-/// MARK_DONE always carries a duration).
-fn kernel_ns(elapsed: u64, lead: u64) -> u64 {
-    elapsed.saturating_sub(lead).max(1)
-}
-
 /// After a kernel launch that reached the GPU (`now`: its record's
 /// timestamp; `token`: [`before_launch`]'s).
 #[inline(always)]
@@ -360,16 +297,6 @@ fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool)
         return;
     }
     place(s, per_thread, stream, now);
-}
-
-/// Whether this mark interval's mark times a launch (cold: once per interval).
-#[cold]
-fn timing_due() -> bool {
-    let every = timing_every();
-    every != 0
-        && INTERVALS
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(every)
 }
 
 /// After the timed launch: records the mark's (end) event and arms the slot.
@@ -661,31 +588,5 @@ pub(super) fn after_fork_in_child() {
         // SAFETY: the child's copy of the parent's eventfd; nothing in the
         // child uses it (its own watcher makes a new one).
         unsafe { libc::close(fd) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lead_is_the_host_time_only_where_the_start_event_completed_on_an_idle_stream() {
-        // Not complete after the launch: the kernel queued right behind it.
-        assert_eq!(lead_ns(true, 1_000, 3_500, Some(false)), Some(0));
-        assert_eq!(lead_ns(false, 1_000, 3_500, Some(false)), Some(0));
-        // Complete on an idle stream: it completed at its record.
-        assert_eq!(lead_ns(true, 1_000, 3_500, Some(true)), Some(2_500));
-        assert_eq!(lead_ns(true, 3_500, 1_000, Some(true)), Some(0));
-        // Complete on a busy stream (drained meanwhile), or not known: none.
-        assert_eq!(lead_ns(false, 1_000, 3_500, Some(true)), None);
-        assert_eq!(lead_ns(true, 1_000, 3_500, None), None);
-    }
-
-    #[test]
-    fn a_timing_loses_its_lead_saturating_at_one_ns() {
-        assert_eq!(kernel_ns(12_000, 2_500), 9_500);
-        assert_eq!(kernel_ns(12_000, 0), 12_000);
-        assert_eq!(kernel_ns(2_000, 2_500), 1);
-        assert_eq!(kernel_ns(2_500, 2_500), 1);
     }
 }
