@@ -78,7 +78,8 @@ impl EventKind {
     /// the shim saw the event complete; it polls, so the GPU got there a
     /// little earlier). With [`FLAG_TIMED`], `bytes` is the GPU time in ns
     /// of the one launch just before the mark (a sampled launch the shim
-    /// bracketed with events); else 0.
+    /// bracketed with events, less the host time between its start event's
+    /// completion and its kernel's start where the shim knows it); else 0.
     pub const MARK_DONE: EventKind = EventKind(12);
 
     /// Every known kind, in raw-value order.

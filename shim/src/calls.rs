@@ -160,6 +160,26 @@ pub fn event_record(event: CUevent, stream: CUstream, per_thread: bool) -> Resul
     check("cuEventRecord", unsafe { f(event, stream) })
 }
 
+/// Whether all the work queued on `stream` so far has completed: `Ok(true)`
+/// idle, `Ok(false)` busy (`CUDA_ERROR_NOT_READY`); `per_thread` as for
+/// [`event_record`].
+pub fn stream_query(stream: CUstream, per_thread: bool) -> Result<bool> {
+    let f = if per_thread {
+        hooked!(cuStreamQuery_ptsz, fn(CUstream))?
+    } else {
+        hooked!(cuStreamQuery, fn(CUstream))?
+    };
+    // SAFETY: `stream` is the one the program is launching on.
+    match unsafe { f(stream) } {
+        CuResult::SUCCESS => Ok(true),
+        CuResult::NOT_READY => Ok(false),
+        rc => Err(DriverError {
+            call: "cuStreamQuery",
+            rc,
+        }),
+    }
+}
+
 /// Whether the work before `event`'s last record has completed: `Ok(true)`
 /// done, `Ok(false)` not yet (`CUDA_ERROR_NOT_READY`).
 pub fn event_query(event: CUevent) -> Result<bool> {

@@ -142,17 +142,25 @@ fn timed(records: &[Record]) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The median of `v` (not empty).
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
 /// A launch-bound job: 100 us kernels launched 1 ms apart (the GPU idle
 /// between them), marks every 200 us. A mark's completion time cannot tell
 /// a kernel's duration apart from the idle time before it was seen; the
 /// timed launches (every mark interval by default: the launch after one
 /// that found the interval over) measure each kernel on the GPU. Every
-/// timed MARK_DONE follows its MARK right after a launch and says at least
-/// the kernel's 100 us. The error is one-sided: on an idle stream the start
-/// event completes when recorded, so a timing also holds the launch call's
-/// host time (2-11% of this kernel seen on a loaded 2-core machine, more
-/// under the leak checker). So each timing lies within [-1%, +50%] and the
-/// least-biased one within 5%.
+/// timed MARK_DONE follows its MARK right after a launch. On an idle stream
+/// the start event completes when recorded, before the launch call reaches
+/// the driver; the shim takes the host time between the two off (without
+/// that, each timing here was 0.9-2.0% long on a quiet 2-core machine, up
+/// to 11% on a loaded one). What is left is the difference between the two
+/// calls' tails, a few hundred ns (-0.5% to +0.2% seen, under the leak
+/// checker too): each timing within 5% (room for a preemption in a tail),
+/// their median within 0.75%.
 #[test]
 fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
     const N: u32 = 20;
@@ -166,11 +174,11 @@ fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
         timed.len()
     );
     eprintln!("timed (mark, ns): {timed:?}");
-    let least = timed.iter().map(|&(_, ns)| ns).min().expect("timed marks");
-    let err = least as f64 / SHORT_NS as f64 - 1.0;
+    let mid = median(timed.iter().map(|&(_, ns)| ns).collect());
+    let err = mid as f64 / SHORT_NS as f64 - 1.0;
     assert!(
-        err.abs() <= 0.05,
-        "the least-biased timing of the 100 us kernel is {least} ns ({:+.1}%)",
+        err.abs() <= 0.0075,
+        "the median timing of the 100 us kernel is {mid} ns ({:+.2}%): {timed:?}",
         err * 100.0
     );
     for &(seq, ns) in &timed {
@@ -181,7 +189,7 @@ fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
         assert_eq!(records[at - 1].kind, EventKind::LAUNCH.raw(), "mark {seq}");
         let err = ns as f64 / SHORT_NS as f64 - 1.0;
         assert!(
-            (-0.01..=0.5).contains(&err),
+            err.abs() <= 0.05,
             "mark {seq} timed its 100 us kernel at {ns} ns ({:+.1}%)",
             err * 100.0
         );
@@ -191,6 +199,46 @@ fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
         .iter()
         .filter(|r| r.kind == EventKind::MARK_DONE.raw() && r.flags & FLAG_TIMED == 0)
         .all(|r| r.bytes == 0));
+}
+
+/// A timed launch on a busy stream: each 100 us kernel is launched right
+/// after a 2 ms one (the mark interval found over by the 2 ms launch, so
+/// the 100 us one is timed). Its start event completes when the 2 ms
+/// kernel does, and the 100 us kernel starts right then: nothing is taken
+/// off, and each timing is the kernel's own 100 us (exact on the fake
+/// driver; the host time between the two submissions, which an idle
+/// stream's timing loses, would make it a microsecond or more short here).
+/// One pair may find the 2 ms kernel done (the host preempted that long
+/// between the two launches; seen once on a loaded 2-core machine): that
+/// timing is an idle stream's, within 5%.
+#[test]
+fn a_timed_launch_queued_behind_another_kernel_is_its_own_duration() {
+    const N: u32 = 10;
+    let records = paced_host_records("behind-slow", 200_000, N, 2500, &[]);
+    let n = |k: EventKind| records.iter().filter(|r| r.kind == k.raw()).count();
+    assert_eq!(n(EventKind::LAUNCH), 2 * N as usize);
+    let timed = timed(&records);
+    eprintln!("timed (mark, ns): {timed:?}");
+    assert!(
+        timed.len() >= N as usize / 2,
+        "{} timed marks for {N} pairs: {records:?}",
+        timed.len()
+    );
+    for &(seq, ns) in &timed {
+        assert!(
+            ns.abs_diff(SHORT_NS) <= SHORT_NS / 20,
+            "mark {seq} timed the 100 us kernel at {ns} ns"
+        );
+    }
+    // cuEventElapsedTime's float milliseconds: within 100 ns.
+    let inexact: Vec<_> = timed
+        .iter()
+        .filter(|&&(_, ns)| ns.abs_diff(SHORT_NS) > 100)
+        .collect();
+    assert!(
+        inexact.len() <= 1,
+        "the 100 us kernel queued behind a 2 ms one was timed inexactly: {inexact:?}"
+    );
 }
 
 /// `TANDEM_MARK_TIMING=0`: marks as before, none timed.

@@ -149,10 +149,11 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 /// The kernels the shim timed on the GPU (a MARK_DONE with [`FLAG_TIMED`]:
 /// `bytes` is the GPU time of the launch on the MARK's stream just before
 /// it; another thread's launch may come between them in the ring): per key,
-/// the median of their times and how many. The median, because a timing
-/// can only err long (the events bracket the launch call, and a launching
-/// thread preempted between the first event and the launch makes one
-/// timing as long as the preemption), and one such must not move the
+/// the median of their times and how many. The median, because one timing
+/// can be far off (the shim takes the launch call's host time off a timing
+/// on an idle stream, but a launching thread preempted in the start
+/// event's record or the launch after their work was queued makes one
+/// timing long or short by the preemption), and one such must not move the
 /// kernel's time.
 fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
     let mut all: HashMap<Key, Vec<u64>> = HashMap::new();

@@ -15,7 +15,7 @@
 //! one of a static that nothing writes then (whether to time this launch).
 //! While on: one more Relaxed load per launch, and per mark one
 //! `cuEventRecord`, one record push and a few atomics (the event is created
-//! once per slot), one more `cuEventRecord` when it is timed.
+//! once per slot); when it is timed, a few driver calls more (below).
 //!
 //! Bounded: at most [`SLOTS`] marks are outstanding; a mark that would reuse
 //! a slot still in flight is skipped (the GPU is that far behind; the marks in
@@ -34,7 +34,7 @@
 //! usual while no mark is outstanding: the first mark after an idle spell
 //! wakes it through an eventfd (one `write`, only on that transition).
 //!
-//! **Timed launches.** Every [`timing_every`]-th mark interval
+//! **Timed launches.** Every `timing_every`-th mark interval
 //! (`TANDEM_MARK_TIMING`, default 1: every one; 0: none) the mark is not
 //! placed after the launch that found the interval over but after the next
 //! kernel launch, which is bracketed: a timing event recorded on its stream
@@ -42,13 +42,20 @@
 //! watcher then reports, with the MARK_DONE, that launch's GPU time
 //! (`cuEventElapsedTime`; [`FLAG_TIMED`], `bytes`): the duration of one
 //! kernel even when the GPU idles between launches, which the marks'
-//! completion times alone cannot tell apart. Cost: no more marks than
-//! before, one more `cuEventRecord` (and a `cuStreamIsCapturing` while a
-//! capture is under way) per timed mark, and one Relaxed load of a static
-//! on every kernel launch ([`before_launch`]). Events are
-//! still a fixed pool: each slot has its two timing events, created on
-//! first use. Another thread's launch on the same stream between the two
-//! events is timed with it (rare; the sample is then long).
+//! completion times alone cannot tell apart. The start event may complete
+//! before the kernel starts (on an idle stream, by the launch call's host
+//! time): [`timing`](super::timing) says what is taken off, and when a
+//! mark is reported untimed instead.
+//!
+//! Cost: no more marks than before; per timed mark (at most one per mark
+//! interval) one more `cuEventRecord`, one `cuStreamQuery`, one
+//! `cuEventQuery` and one clock read (and a `cuStreamIsCapturing` while a
+//! capture is under way: on a capturing stream nothing is timed, so none of
+//! these calls reaches it); on every kernel launch one Relaxed load of a
+//! static ([`before_launch`]). Events are still a fixed pool: each slot has
+//! its two timing events, created on first use, and the lead's three words.
+//! Another thread's launch on the same stream between the two events is
+//! timed with it (rare; the sample is then long).
 //!
 //! One context per process is assumed (the common case): events are created
 //! in the context current at the first mark, and a mark on another
@@ -63,6 +70,7 @@ use tandem_proto::{monotonic_ns, EventKind, Record};
 use tandem_proto::record::FLAG_TIMED;
 
 use super::session::Session;
+use super::timing::{kernel_ns, lead_ns, timing_due, UNKNOWN_LEAD};
 use super::Client;
 use crate::calls;
 use crate::table::Hook;
@@ -90,12 +98,23 @@ struct Slot {
     charged: AtomicU64,
     /// The session (`Session::gen`) whose counter `charged` is.
     gen: AtomicU32,
-    /// Whether the mark timed its launch: then `end` is the mark's event
+    /// Whether the mark bracketed its launch: then `end` is the mark's event
     /// and `start` the one recorded before the launch.
     timed: AtomicU32,
     /// The slot's timing events (created on first use), or 0.
     start: AtomicUsize,
     end: AtomicUsize,
+    /// A bracketed launch's stream was idle when asked just before `start`
+    /// was recorded (set by [`begin_timed`]).
+    idle: AtomicU32,
+    /// The host clock (monotonic ns) right after `start`'s record returned
+    /// (set by [`begin_timed`]).
+    t0: AtomicU64,
+    /// What the watcher subtracts from a bracketed launch's elapsed time (the
+    /// host time between `start` completing and the launch reaching the
+    /// driver), or [`UNKNOWN_LEAD`]: report the mark untimed (set by
+    /// [`finish_timed`]).
+    lead: AtomicU64,
 }
 
 static POOL: [Slot; SLOTS] = [const {
@@ -109,6 +128,9 @@ static POOL: [Slot; SLOTS] = [const {
         timed: AtomicU32::new(0),
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
+        idle: AtomicU32::new(0),
+        t0: AtomicU64::new(0),
+        lead: AtomicU64::new(0),
     }
 }; SLOTS];
 /// The slot a mark's sequence number (a token) lives in.
@@ -132,10 +154,6 @@ fn claim() -> Option<(u64, &'static Slot)> {
 /// when a mark interval is over and timing is due, taken by the launch that
 /// clears it.
 static TIME_NEXT: AtomicU32 = AtomicU32::new(0);
-/// Mark intervals over so far (counts which are timed).
-static INTERVALS: AtomicU64 = AtomicU64::new(0);
-/// `TANDEM_MARK_TIMING` once read (`u64::MAX`: not yet).
-static TIMING_EVERY: AtomicU64 = AtomicU64::new(u64::MAX);
 /// A token from [`before_launch`]: the launch is not timed, but the mark of
 /// the interval that asked for the timing is still to be placed after it.
 const UNTIMED: u64 = u64::MAX;
@@ -159,22 +177,6 @@ static CTX: AtomicUsize = AtomicUsize::new(0);
 /// is placed while none was outstanding, so an idle process's watcher needs
 /// no periodic wake-ups and the first mark after an idle spell is seen at once.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
-
-/// Every how many mark intervals one launch is timed (`TANDEM_MARK_TIMING`,
-/// 0 to 1,000,000, default 1; 0: never). Read from the environment once,
-/// by [`read_env`] (when the watcher starts), never on a launch.
-pub fn timing_every() -> u64 {
-    match TIMING_EVERY.load(Ordering::Relaxed) {
-        u64::MAX => 1,
-        n => n,
-    }
-}
-
-/// Reads `TANDEM_MARK_TIMING` (cold: before the watcher starts).
-pub(super) fn read_env() {
-    let n = super::config::env_u64(c"TANDEM_MARK_TIMING", 1, 0, 1_000_000);
-    TIMING_EVERY.store(n, Ordering::Relaxed);
-}
 
 /// Before a kernel launch by a registered process: 0 (the usual case: one
 /// Relaxed load), or a token for [`after_launch`] / [`abandon`] when this
@@ -226,12 +228,21 @@ fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool)
     let Some((seq, slot)) = claim() else {
         return UNTIMED;
     };
-    let recorded = timing_events(slot)
-        .is_some_and(|(start, _)| calls::event_record(start, stream, per_thread).is_ok());
-    if !recorded {
+    let Some((start, _)) = timing_events(slot) else {
+        slot.state.store(FREE, Ordering::Release);
+        return UNTIMED;
+    };
+    // Idle: `start` completes as it is recorded, before the launch reaches
+    // the driver (a failed query counts as busy: `finish_timed` then asks
+    // the event). Legal: the stream is not being captured (above), and it is
+    // the one the program launches on next.
+    let idle = calls::stream_query(stream, per_thread).unwrap_or(false);
+    if calls::event_record(start, stream, per_thread).is_err() {
         slot.state.store(FREE, Ordering::Release);
         return UNTIMED;
     }
+    slot.t0.store(monotonic_ns(), Ordering::Relaxed);
+    slot.idle.store(u32::from(idle), Ordering::Relaxed);
     seq
 }
 
@@ -288,16 +299,6 @@ fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool)
     place(s, per_thread, stream, now);
 }
 
-/// Whether this mark interval's mark times a launch (cold: once per interval).
-#[cold]
-fn timing_due() -> bool {
-    let every = timing_every();
-    every != 0
-        && INTERVALS
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(every)
-}
-
 /// After the timed launch: records the mark's (end) event and arms the slot.
 #[cold]
 #[inline(never)]
@@ -308,10 +309,22 @@ fn finish_timed(s: &Session, per_thread: bool, stream: CUstream, now: u64, token
     }
     let slot = &slot_of(token);
     let end = slot.end.load(Ordering::Relaxed) as CUevent;
+    // At once: an end event recorded after a short kernel finished would
+    // complete at its record instead.
     if calls::event_record(end, stream, per_thread).is_err() {
         slot.state.store(FREE, Ordering::Release);
         return;
     }
+    // `now` was read right after the launch returned.
+    let start = slot.start.load(Ordering::Relaxed) as CUevent;
+    let lead = lead_ns(
+        slot.idle.load(Ordering::Relaxed) != 0,
+        slot.t0.load(Ordering::Relaxed),
+        now,
+        calls::event_query(start).ok(),
+    );
+    slot.lead
+        .store(lead.unwrap_or(UNKNOWN_LEAD), Ordering::Relaxed);
     arm(s, slot, token, stream, now, true);
 }
 
@@ -538,10 +551,12 @@ fn poll_armed(s: &Session) {
                     s.control()
                         .complete_through(slot.charged.load(Ordering::Relaxed));
                 }
-                let elapsed = timed
+                let lead = slot.lead.load(Ordering::Relaxed);
+                let elapsed = (timed && lead != UNKNOWN_LEAD)
                     .then(|| {
                         let start = slot.start.load(Ordering::Relaxed) as CUevent;
                         calls::event_elapsed_ns(start, event)
+                            .map(|ns| kernel_ns(ns, lead))
                             .map_err(|e| crate::log!(Debug, "untimed mark {seq}: {e}"))
                             .ok()
                     })

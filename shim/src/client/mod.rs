@@ -44,6 +44,7 @@ pub(crate) mod marks;
 pub(crate) mod mps;
 mod published;
 pub(crate) mod session;
+mod timing;
 mod watcher;
 
 use core::sync::atomic::Ordering;
@@ -101,7 +102,7 @@ fn first_call() -> Client {
         }
         o
     });
-    marks::read_env();
+    timing::read_env();
     match outcome {
         connect::Outcome::Welcome(s, _) => {
             let ok = publish(s);

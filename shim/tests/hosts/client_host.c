@@ -15,6 +15,12 @@
  *                              N launches of a 2 ms kernel, GAP_US apart, with
  *                              no sync at all; then sleeps until the GPU must be
  *                              done (plus 100 ms) and prints STATE.
+ *   client_host paced-short N GAP_US
+ *                              the same with a 100 us kernel.
+ *   client_host behind-slow N GAP_US
+ *                              N times a 2 ms kernel then at once a 100 us one
+ *                              (queued behind it), GAP_US apart, no sync; then
+ *                              as paced.
  *   client_host fork N         N launches, fork; the child makes N launches and
  *                              prints its STATE; the parent waits, makes N more
  *                              launches and prints its STATE.
@@ -231,6 +237,21 @@ static int paced(int n, int gap_us, CUfunction *f)
     return 0;
 }
 
+/* The 100 us kernel launched while the 2 ms one before it still runs. */
+static int behind_slow(int n, int gap_us)
+{
+    setup();
+    for (int i = 0; i < n; i++) {
+        CK(cuLaunchKernel(g_slow, 1, 1, 1, 32, 1, 1, 0, g_stream, g_params, NULL));
+        CK(cuLaunchKernel(g_short, 1, 1, 1, 32, 1, 1, 0, g_stream, g_params, NULL));
+        g_launches += 2;
+        usleep(gap_us);
+    }
+    usleep(n * 2100 + 100000);
+    state("main");
+    return 0;
+}
+
 static int forked(int n)
 {
     setup();
@@ -270,9 +291,11 @@ int main(int argc, char **argv)
     /* The 100 us kernel, the GPU idle between launches when the gap is longer. */
     if (argc >= 4 && strcmp(argv[1], "paced-short") == 0)
         return paced(atoi(argv[2]), atoi(argv[3]), &g_short);
+    if (argc >= 4 && strcmp(argv[1], "behind-slow") == 0)
+        return behind_slow(atoi(argv[2]), atoi(argv[3]));
     if (argc >= 3 && strcmp(argv[1], "fork") == 0)
         return forked(atoi(argv[2]));
     fprintf(stderr, "usage: client_host basic N | loop SECONDS [IDCHANGES] | paced N GAP_US | "
-                    "paced-short N GAP_US | fork N\n");
+                    "paced-short N GAP_US | behind-slow N GAP_US | fork N\n");
     return 2;
 }

@@ -18,7 +18,8 @@ use tandem_gpusim::trace::{Op, Trace};
 mod replay_trace;
 use replay_trace::{round_trip, start_replay, with_inference_marks};
 
-fn check(source: &Trace, captured: &Trace) {
+/// Prints `captured`'s kernel count and time against `source`'s.
+fn report(source: &Trace, captured: &Trace) {
     let (src_n, cap_n) = (source.kernels().count(), captured.kernels().count());
     let (src_ns, cap_ns) = (source.kernel_ns() as f64, captured.kernel_ns() as f64);
     eprintln!(
@@ -29,6 +30,12 @@ fn check(source: &Trace, captured: &Trace) {
         (cap_ns / src_ns - 1.0) * 100.0,
         captured.notes
     );
+}
+
+fn check(source: &Trace, captured: &Trace) {
+    report(source, captured);
+    let (src_n, cap_n) = (source.kernels().count(), captured.kernels().count());
+    let (src_ns, cap_ns) = (source.kernel_ns() as f64, captured.kernel_ns() as f64);
     assert_eq!(cap_n, src_n, "kernels per {:?}", source.class);
     assert_eq!(captured.class, source.class);
     assert!(
@@ -83,6 +90,60 @@ fn a_replayed_inference_request_is_captured_with_its_kernels_and_kernel_time() {
     check(&source, &captured);
 }
 
+/// ResNet50 inference on the H100 at batch 4 and 32 (gpusim's synthetic
+/// requests: 175 kernels, 1.66 and 4.34 ms of them, an H2D copy first):
+/// launch-bound requests whose kernels the capture measures by timed
+/// launches one at a time. A measurement, not a check (issue 25's 5% on
+/// the request's kernel time is not met by these yet): it prints each
+/// request's kernel sum against its source, how many kernels came back
+/// within 5% of theirs, and the kernels that carry most of the difference.
+#[test]
+#[ignore = "measurement: prints the captured kernel sums of ResNet50 b4 and b32 (about 20 s)"]
+fn launch_bound_resnet50_requests_kernel_time_as_captured() {
+    let dir = TestDir::new("trace-resnet");
+    let d = Tandemd::start_with_config(&dir, &with_inference_marks(32_768));
+    let device = tandem_gpusim::matrix::Device::H100;
+    for job in ["resnet50_b4", "resnet50_b32"] {
+        let source = device
+            .synthetic(&device.params(), job)
+            .expect("a synthetic job");
+        let captured = round_trip(
+            &dir,
+            &d,
+            &source,
+            "inference",
+            "5000",
+            "4",
+            Duration::from_secs(3),
+        );
+        report(&source, &captured);
+        let src: Vec<_> = source.kernels().collect();
+        let cap: Vec<_> = captured.kernels().collect();
+        assert_eq!(cap.len(), src.len(), "kernels per request");
+        let within = src
+            .iter()
+            .zip(&cap)
+            .filter(|(s, c)| (c.duration_ns as f64 / s.duration_ns as f64 - 1.0).abs() <= 0.05)
+            .count();
+        let mut excess: Vec<(i64, usize, &str, u64, u64)> = src
+            .iter()
+            .zip(&cap)
+            .enumerate()
+            .map(|(i, (s, c))| {
+                let d = c.duration_ns as i64 - s.duration_ns as i64;
+                (d, i, s.name.as_str(), s.duration_ns, c.duration_ns)
+            })
+            .collect();
+        excess.sort_unstable_by_key(|e| std::cmp::Reverse(e.0.abs()));
+        eprintln!(
+            "{job}: {within} of {} kernels within 5% of the source's; largest differences \
+             (ns, kernel, name, source ns, captured ns): {:?}",
+            src.len(),
+            &excess[..5]
+        );
+    }
+}
+
 /// A launch-bound request: BERT's first kernels, each given its own
 /// duration (200 to 500 us) and 1.1 ms of host time before it, then a sync.
 /// The GPU idles between the kernels, so completion marks alone would make
@@ -120,8 +181,9 @@ fn launch_bound_request() -> Trace {
 /// The short kernels of a launch-bound job are measured one by one: the
 /// shim times one launch per mark interval on the GPU (timed marks), and
 /// the capture takes each kernel's timings over the fit. Each captured
-/// kernel's duration is its source's within 5% (the timings include the
-/// launch call's host time, about a microsecond on the fake driver).
+/// kernel's duration is its source's within 5% (the shim takes the launch
+/// call's host time, about a microsecond on the fake driver, off each
+/// timing: they came back within 0.2%).
 #[test]
 fn a_launch_bound_requests_kernels_are_each_measured_on_the_gpu() {
     let dir = TestDir::new("trace-launch-bound");
