@@ -508,6 +508,7 @@ fn synchronizing(
             s.control().complete_through(charged);
         }
         emit::sync(s, hook, EventKind::SYNC_END, flags, stream);
+        crate::client::marks::after_sync(s);
     }
     rc
 }

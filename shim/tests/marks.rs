@@ -254,3 +254,51 @@ fn no_timed_marks_when_timing_is_off() {
     assert!(records.iter().any(|r| r.kind == EventKind::MARK_DONE.raw()));
     assert_eq!(timed(&records), []);
 }
+
+/// Every position of a request gets timed, its first kernel too. The
+/// launch that finds a mark interval over is never the one timed (the
+/// timing goes to the launch after it), and after an idle spell that launch
+/// is always a request's first: so a sync that finds the interval over
+/// times the next launch itself, and intervals end on a grid of the clock,
+/// not one interval after the last mark (which put them at the same
+/// positions of every request). Before both: position 1 only.
+#[test]
+fn the_first_kernel_after_a_sync_is_timed() {
+    const N: u32 = 30;
+    let path = socket_path("marks");
+    let coord = Coordinator::start(&path, Mode::Welcome);
+    coord.set_mark_every_ns(1_000_000);
+    run_client_host(&path, &["requests", &N.to_string()], &[]).assert_ok();
+    let clients = coord.kill();
+    let records = &clients[0].records;
+    let timed_seqs: Vec<u64> = timed(records).iter().map(|&(seq, _)| seq).collect();
+    // Each timed mark's launch, as its position in its request (0: first).
+    let mut positions = Vec::new();
+    let mut in_request = 0;
+    for r in records {
+        match EventKind::from_raw(r.kind) {
+            Some(EventKind::LAUNCH) => in_request += 1,
+            Some(EventKind::SYNC_END) => in_request = 0,
+            Some(EventKind::MARK) if timed_seqs.contains(&r.func_id) => {
+                positions.push(in_request - 1);
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        positions.contains(&0),
+        "no request's first kernel was timed; timed positions: {positions:?}"
+    );
+    let mut distinct = positions.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(
+        distinct.len() >= 3,
+        "timed positions {positions:?}: the same few of every request"
+    );
+    for seq in &timed_seqs {
+        let ns = timed(records).iter().find(|t| t.0 == *seq).unwrap().1;
+        let err = ns as f64 / SHORT_NS as f64 - 1.0;
+        assert!(err.abs() <= 0.05, "mark {seq}: {ns} ns");
+    }
+}

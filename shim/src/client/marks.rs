@@ -47,7 +47,19 @@
 //! time): [`timing`](super::timing) says what is taken off, and when a
 //! mark is reported untimed instead.
 //!
-//! Cost: no more marks than before; per timed mark (at most one per mark
+//! Which launches are timed: intervals end on a grid of the clock (the next
+//! multiple of `mark_every_ns`), not one interval after the last mark, so
+//! the launches that find them over fall at a phase that varies from one
+//! request (or step) to the next; and a synchronising call that returns
+//! with the interval over times the next launch itself ([`after_sync`]),
+//! since after an idle spell the launch that finds the interval over is a
+//! request's first, whose timing would otherwise always go to its second.
+//! Before both, a replayed request had the same few kernels timed every
+//! time, and its other kernels' durations came from the fit.
+//!
+//! Cost: no more marks than before (a mark interval ends at most once per
+//! `mark_every_ns`, plus at most one early end after an idle spell, the
+//! grid's); per timed mark (at most one per mark
 //! interval) one more `cuEventRecord`, one `cuStreamQuery`, one
 //! `cuEventQuery` and one clock read (and a `cuStreamIsCapturing` while a
 //! capture is under way: on a capturing stream nothing is timed, so none of
@@ -275,20 +287,7 @@ fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool)
     let per_thread = hook.info().per_thread;
     LAST_STREAM.store(stream as u64, Ordering::Relaxed);
     LAST_PER_THREAD.store(u32::from(per_thread), Ordering::Relaxed);
-    let next = NEXT_NS.load(Ordering::Relaxed);
-    if now < next {
-        return;
-    }
-    // One thread per interval places the mark.
-    if NEXT_NS
-        .compare_exchange(
-            next,
-            now.saturating_add(every),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        )
-        .is_err()
-    {
+    if interval_over(now, every).is_none() {
         return;
     }
     if timeable && timing_due() {
@@ -297,6 +296,63 @@ fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool)
         return;
     }
     place(s, per_thread, stream, now);
+}
+
+/// Whether the mark interval is over at `now`, taken by this thread (one
+/// thread per interval places the mark): the end it had. The next one ends
+/// at the next multiple of `every` after `now`, a grid of the clock rather
+/// than `now + every`: a job's launches after an idle spell (a request's, a
+/// step's) then meet the intervals' ends at a phase that varies from one
+/// request to the next, so the launches timed after them are not the same
+/// few positions of every request.
+#[inline]
+fn interval_over(now: u64, every: u64) -> Option<u64> {
+    let next = NEXT_NS.load(Ordering::Relaxed);
+    if now < next {
+        return None;
+    }
+    NEXT_NS
+        .compare_exchange(
+            next,
+            next_grid(now, every),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .ok()
+}
+
+/// The first multiple of `every` (> 0) after `now`.
+fn next_grid(now: u64, every: u64) -> u64 {
+    (now - now % every).saturating_add(every)
+}
+
+/// After a synchronising call returned (cold: a sync waits anyway). If the
+/// mark interval is over and timing is due, the next kernel launch is timed
+/// and carries the interval's mark: the first launch after a sync (a
+/// request's or a step's first kernel, after the GPU went idle) is the one
+/// that finds an interval over, and the timing otherwise goes to the launch
+/// after it, so no timing ever reached it.
+#[cold]
+pub fn after_sync(s: &Session) {
+    let every = s.control().mark_every_ns();
+    if every == 0 || super::timing::timing_every() == 0 {
+        return;
+    }
+    let now = monotonic_ns();
+    let Some(next) = interval_over(now, every) else {
+        return;
+    };
+    if timing_due() {
+        TIME_NEXT.store(1, Ordering::Relaxed);
+    } else {
+        // Not this interval: the next launch finds it over as before.
+        let _ = NEXT_NS.compare_exchange(
+            next_grid(now, every),
+            next,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
 }
 
 /// After the timed launch: records the mark's (end) event and arms the slot.

@@ -21,6 +21,8 @@
  *                              N times a 2 ms kernel then at once a 100 us one
  *                              (queued behind it), GAP_US apart, no sync; then
  *                              as paced.
+ *   client_host requests N     N requests: four 100 us kernels 50 us apart, a
+ *                              stream sync, 1.5 ms idle; then as paced.
  *   client_host fork N         N launches, fork; the child makes N launches and
  *                              prints its STATE; the parent waits, makes N more
  *                              launches and prints its STATE.
@@ -252,6 +254,24 @@ static int behind_slow(int n, int gap_us)
     return 0;
 }
 
+/* Requests: a burst of short kernels ending in a sync, then the GPU idle. */
+static int requests(int n)
+{
+    setup();
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 4; k++) {
+            CK(cuLaunchKernel(g_short, 1, 1, 1, 32, 1, 1, 0, g_stream, g_params, NULL));
+            g_launches++;
+            usleep(50);
+        }
+        CK(cuStreamSynchronize(g_stream));
+        usleep(1500);
+    }
+    usleep(100000);
+    state("main");
+    return 0;
+}
+
 static int forked(int n)
 {
     setup();
@@ -293,9 +313,11 @@ int main(int argc, char **argv)
         return paced(atoi(argv[2]), atoi(argv[3]), &g_short);
     if (argc >= 4 && strcmp(argv[1], "behind-slow") == 0)
         return behind_slow(atoi(argv[2]), atoi(argv[3]));
+    if (argc >= 3 && strcmp(argv[1], "requests") == 0)
+        return requests(atoi(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "fork") == 0)
         return forked(atoi(argv[2]));
     fprintf(stderr, "usage: client_host basic N | loop SECONDS [IDCHANGES] | paced N GAP_US | "
-                    "paced-short N GAP_US | behind-slow N GAP_US | fork N\n");
+                    "paced-short N GAP_US | behind-slow N GAP_US | requests N | fork N\n");
     return 2;
 }
