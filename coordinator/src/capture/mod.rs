@@ -84,6 +84,8 @@ pub use unit::{median_unit, requests, step_period, steps, Unit};
 
 /// Most records one client's window may hold (`[trace] window`).
 pub const MAX_WINDOW: u32 = 1 << 20;
+// The step search looks at every launch the largest window can hold.
+const _: () = assert!(unit::MAX_STEP_LAUNCHES == MAX_WINDOW as usize);
 /// Longest look back a trace may ask for, seconds.
 pub const MAX_SECONDS: u64 = 600;
 /// The look back when a request names none, seconds.

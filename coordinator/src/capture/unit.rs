@@ -129,9 +129,10 @@ fn z_function<T: PartialEq>(s: &[T]) -> Vec<usize> {
 }
 
 /// Launches a step search looks at, at most: as many as the largest window
-/// holds (the search is linear). A step is found once the window holds two
-/// of it, so `[trace] window` bounds the longest step found.
-pub const MAX_STEP_LAUNCHES: usize = super::MAX_WINDOW as usize;
+/// holds (`MAX_WINDOW`, checked where both are known; the search is
+/// linear). A step is found once the window holds two of it, so
+/// `[trace] window` bounds the longest step found.
+pub const MAX_STEP_LAUNCHES: usize = 1 << 20;
 
 /// The whole steps in `records` (see the [module docs](super)), or why none
 /// was found.
