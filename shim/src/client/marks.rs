@@ -47,15 +47,8 @@
 //! time): [`timing`](super::timing) says what is taken off, and when a
 //! mark is reported untimed instead.
 //!
-//! Which launches are timed: intervals end on a grid of the clock (the next
-//! multiple of `mark_every_ns`), not one interval after the last mark, so
-//! the launches that find them over fall at a phase that varies from one
-//! request (or step) to the next; and a synchronising call that returns
-//! with the interval over times the next launch itself ([`after_sync`]),
-//! since after an idle spell the launch that finds the interval over is a
-//! request's first, whose timing would otherwise always go to its second.
-//! Before both, a replayed request had the same few kernels timed every
-//! time, and its other kernels' durations came from the fit.
+//! Which launches are timed, and when an interval ends: see
+//! [`interval`](super::interval).
 //!
 //! Cost: no more marks than before (a mark interval ends at most once per
 //! `mark_every_ns`, plus at most one early end after an idle spell, the
@@ -81,6 +74,7 @@ use tandem_proto::{monotonic_ns, EventKind, Record};
 
 use tandem_proto::record::FLAG_TIMED;
 
+use super::interval::{self, interval_over, NEXT_NS, TIME_NEXT};
 use super::session::Session;
 use super::timing::{kernel_ns, lead_ns, timing_due, UNKNOWN_LEAD};
 use super::Client;
@@ -162,10 +156,6 @@ fn claim() -> Option<(u64, &'static Slot)> {
         .map(|_| (seq, slot))
 }
 
-/// The next kernel launch (whichever thread makes it) is to be timed: set
-/// when a mark interval is over and timing is due, taken by the launch that
-/// clears it.
-static TIME_NEXT: AtomicU32 = AtomicU32::new(0);
 /// A token from [`before_launch`]: the launch is not timed, but the mark of
 /// the interval that asked for the timing is still to be placed after it.
 const UNTIMED: u64 = u64::MAX;
@@ -177,8 +167,6 @@ static LAST_PER_THREAD: AtomicU32 = AtomicU32::new(0);
 /// waiting at the local bound): one poller at a time.
 static POLLING: AtomicU32 = AtomicU32::new(0);
 
-/// Earliest time (monotonic ns) of the next mark.
-static NEXT_NS: AtomicU64 = AtomicU64::new(0);
 /// Last sequence number handed out (marks are numbered from 1 per process).
 static SEQ: AtomicU64 = AtomicU64::new(0);
 /// Slots ARMED now.
@@ -298,61 +286,11 @@ fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool)
     place(s, per_thread, stream, now);
 }
 
-/// Whether the mark interval is over at `now`, taken by this thread (one
-/// thread per interval places the mark): the end it had. The next one ends
-/// at the next multiple of `every` after `now`, a grid of the clock rather
-/// than `now + every`: a job's launches after an idle spell (a request's, a
-/// step's) then meet the intervals' ends at a phase that varies from one
-/// request to the next, so the launches timed after them are not the same
-/// few positions of every request.
-#[inline]
-fn interval_over(now: u64, every: u64) -> Option<u64> {
-    let next = NEXT_NS.load(Ordering::Relaxed);
-    if now < next {
-        return None;
-    }
-    NEXT_NS
-        .compare_exchange(
-            next,
-            next_grid(now, every),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        )
-        .ok()
-}
-
-/// The first multiple of `every` (> 0) after `now`.
-fn next_grid(now: u64, every: u64) -> u64 {
-    (now - now % every).saturating_add(every)
-}
-
-/// After a synchronising call returned (cold: a sync waits anyway). If the
-/// mark interval is over and timing is due, the next kernel launch is timed
-/// and carries the interval's mark: the first launch after a sync (a
-/// request's or a step's first kernel, after the GPU went idle) is the one
-/// that finds an interval over, and the timing otherwise goes to the launch
-/// after it, so no timing ever reached it.
+/// After a synchronising call returned (cold: a sync waits anyway): see
+/// [`interval::sync_returned`].
 #[cold]
 pub fn after_sync(s: &Session) {
-    let every = s.control().mark_every_ns();
-    if every == 0 || super::timing::timing_every() == 0 {
-        return;
-    }
-    let now = monotonic_ns();
-    let Some(next) = interval_over(now, every) else {
-        return;
-    };
-    if timing_due() {
-        TIME_NEXT.store(1, Ordering::Relaxed);
-    } else {
-        // Not this interval: the next launch finds it over as before.
-        let _ = NEXT_NS.compare_exchange(
-            next_grid(now, every),
-            next,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
+    interval::sync_returned(s.control().mark_every_ns());
 }
 
 /// After the timed launch: records the mark's (end) event and arms the slot.

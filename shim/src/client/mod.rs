@@ -39,6 +39,7 @@ mod connect;
 pub mod features;
 mod funcs;
 mod gate;
+mod interval;
 mod local;
 pub(crate) mod marks;
 pub(crate) mod mps;

@@ -1,0 +1,89 @@
+//! The mark interval (`super::marks`): when one ends, and which launch the
+//! interval's timing goes to.
+//!
+//! An interval ends at the next multiple of `mark_every_ns` after the
+//! launch that found the last one over (a grid of the clock), not one
+//! interval after it: a job's launches after an idle spell (a request's, a
+//! step's) then meet the intervals' ends at a phase that varies from one
+//! request to the next, so the launches timed after them are not the same
+//! few positions of every request. And a synchronising call that returns
+//! with the interval over times the next launch itself
+//! ([`sync_returned`]): after an idle spell the launch that finds an
+//! interval over is a request's first, whose timing would otherwise always
+//! go to its second.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use tandem_proto::monotonic_ns;
+
+use super::timing::{timing_due, timing_every};
+
+/// The next kernel launch (whichever thread makes it) is to be timed: set
+/// when a mark interval is over and timing is due, taken by the launch that
+/// clears it.
+pub(super) static TIME_NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Earliest time (monotonic ns) of the next mark.
+pub(super) static NEXT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the mark interval is over at `now`, taken by this thread (one
+/// thread per interval places the mark): the end it had. The next one ends
+/// at [`next_grid`].
+#[inline]
+pub(super) fn interval_over(now: u64, every: u64) -> Option<u64> {
+    let next = NEXT_NS.load(Ordering::Relaxed);
+    if now < next {
+        return None;
+    }
+    NEXT_NS
+        .compare_exchange(
+            next,
+            next_grid(now, every),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .ok()
+}
+
+/// The first multiple of `every` (> 0) after `now`.
+fn next_grid(now: u64, every: u64) -> u64 {
+    (now - now % every).saturating_add(every)
+}
+
+/// After a synchronising call returned, with marks every `every` ns (0:
+/// off). If the mark interval is over and timing is due, the next kernel
+/// launch is timed and carries the interval's mark.
+#[cold]
+pub(super) fn sync_returned(every: u64) {
+    if every == 0 || timing_every() == 0 {
+        return;
+    }
+    let now = monotonic_ns();
+    let Some(next) = interval_over(now, every) else {
+        return;
+    };
+    if timing_due() {
+        TIME_NEXT.store(1, Ordering::Relaxed);
+    } else {
+        // Not this interval: the next launch finds it over as before.
+        let _ = NEXT_NS.compare_exchange(
+            next_grid(now, every),
+            next,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_end_on_the_clock_grid_not_one_interval_after_the_mark() {
+        assert_eq!(next_grid(1_000_000, 1_000_000), 2_000_000);
+        assert_eq!(next_grid(1_999_999, 1_000_000), 2_000_000);
+        assert_eq!(next_grid(2_300_000, 1_000_000), 3_000_000);
+        assert_eq!(next_grid(u64::MAX - 1, 1_000_000), u64::MAX);
+    }
+}
