@@ -121,6 +121,7 @@ fn args(add: &Path) -> Args {
         kept_target: None,
         json: true,
         why: true,
+        steepness: true,
     }
 }
 
@@ -160,6 +161,18 @@ fn tandemctl_predict_runs_the_model_on_the_live_traces() {
     assert!(!why.is_empty(), "{mps}");
     assert_eq!(why[0]["by_job"], "client 1 (trainer)");
     assert!(why[0]["kernel"].as_str().unwrap().starts_with("step_"));
+    // --steepness: the candidate's p99 ratio with its kernels 2% longer,
+    // the trainer none.
+    let jobs = mps["jobs"].as_array().unwrap();
+    assert!(
+        jobs[1]["predicted_p99_ratio_if_kernels_2pct_longer"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
+    assert!(jobs[0]
+        .get("predicted_p99_ratio_if_kernels_2pct_longer")
+        .is_none());
 
     // A newer trace format, refused by the model with its version named.
     std::fs::write(&cand, INFERENCE.replace("tandem-trace/1", "tandem-trace/2")).unwrap();

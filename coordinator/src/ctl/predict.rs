@@ -50,6 +50,10 @@ pub struct Args {
     /// Name the kernels that carry the predicted delay (top five per mode)
     #[arg(long)]
     pub why: bool,
+    /// Predict again with the inference jobs' kernels 2% longer, and say
+    /// how far that moves each p99 (twice the time)
+    #[arg(long)]
+    pub steepness: bool,
 }
 
 /// Live traces over tandemd's stats socket (`GET /trace`).
@@ -138,6 +142,7 @@ pub fn predict(socket: &Path, a: &Args, sim: &Path) -> Result<String, String> {
         device: device_of(&gpu.name).into(),
         json: a.json,
         why: a.why,
+        steepness: a.steepness,
         p99_target: a.p99_target,
         kept_target: a.kept_target,
         threads: None,
@@ -304,6 +309,7 @@ mod tests {
             kept_target: None,
             json: false,
             why: false,
+            steepness: false,
         }
     }
 
@@ -314,6 +320,7 @@ mod tests {
         let mut a = args("0", "3");
         a.json = true;
         a.why = true;
+        a.steepness = true;
         let out = predict(&d.socket(), &a, &sim).unwrap();
         let argline = out.lines().next().unwrap();
         // The A100 is predicted as one; each job's label, class and SLO.
@@ -333,7 +340,7 @@ mod tests {
         );
         assert!(
             argline.contains(
-                "candidate.json --class inference --label client 3 (other) --rate 30 --json --why"
+                "candidate.json --class inference --label client 3 (other) --rate 30 --json --why --steepness"
             ),
             "{out}"
         );

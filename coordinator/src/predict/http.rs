@@ -2,7 +2,7 @@
 //! Slurm plugin's question, answered with `tandem-sim predict --json`.
 //!
 //! ```text
-//! GET  /predict?gpu=N&trace=PATH[&class=C][&rate=R][&seconds=S][&why=1][&p99_target=X][&kept_target=X]
+//! GET  /predict?gpu=N&trace=PATH[&class=C][&rate=R][&seconds=S][&why=1][&steepness=1][&p99_target=X][&kept_target=X]
 //! POST /predict?gpu=N[&...]        (body: the candidate's tandem-trace/1 document)
 //! ```
 //!
@@ -98,10 +98,10 @@ fn query(target: &str) -> Result<Vec<(String, String)>, String> {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             let v = decode(v).ok_or_else(|| format!("query parameter {k}: bad percent-encoding"))?;
             match k {
-                "gpu" | "trace" | "class" | "rate" | "seconds" | "why" | "p99_target"
-                | "kept_target" => Ok((k.to_string(), v)),
+                "gpu" | "trace" | "class" | "rate" | "seconds" | "why" | "steepness"
+                | "p99_target" | "kept_target" => Ok((k.to_string(), v)),
                 other => Err(format!(
-                    "unknown query parameter {other:?}: gpu, trace, class, rate, seconds, why, p99_target, kept_target"
+                    "unknown query parameter {other:?}: gpu, trace, class, rate, seconds, why, steepness, p99_target, kept_target"
                 )),
             }
         })
@@ -379,6 +379,7 @@ pub fn answer(
         device: device_of(&g.name).into(),
         json: true,
         why: get("why").is_some_and(|v| v != "0" && v != "false"),
+        steepness: get("steepness").is_some_and(|v| v != "0" && v != "false"),
         p99_target: p99,
         kept_target: kept,
         threads: None,
@@ -488,7 +489,7 @@ mod tests {
         );
         let (code, _, ctype, body) = ask(
             "POST",
-            "/predict?gpu=0&why=1&rate=40&class=inference",
+            "/predict?gpu=0&why=1&steepness=1&rate=40&class=inference",
             "{\"job\": \"posted\"}",
             None,
             true,
@@ -504,7 +505,7 @@ mod tests {
         );
         assert!(
             args.contains(
-                "candidate.json --class inference --label candidate --rate 40 --json --why"
+                "candidate.json --class inference --label candidate --rate 40 --json --why --steepness"
             ),
             "{args}"
         );

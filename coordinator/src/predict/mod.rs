@@ -234,6 +234,8 @@ pub struct SimOpts {
     pub json: bool,
     /// `--why`.
     pub why: bool,
+    /// `--steepness`.
+    pub steepness: bool,
     /// `--p99-target`.
     pub p99_target: Option<f64>,
     /// `--kept-target`.
@@ -319,6 +321,9 @@ pub fn run_sim(
     }
     if opts.why {
         args.push("--why".into());
+    }
+    if opts.steepness {
+        args.push("--steepness".into());
     }
     if let Some(x) = opts.p99_target {
         args.extend(["--p99-target".into(), x.to_string()]);

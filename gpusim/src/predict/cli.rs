@@ -4,7 +4,7 @@
 //! tandem-sim predict [--device h100|a100] [--p99-target X] [--kept-target X]
 //!     --job FILE [JOB FLAGS]...     # each job on the GPU (at least one)
 //!     --add FILE [JOB FLAGS]        # the candidate
-//!     [--json] [--why] [--seeds N] [--window-s S] [--threads N] [--modes M,..]
+//!     [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]
 //! JOB FLAGS (apply to the --job or --add before them):
 //!     --class inference|training    # must agree with the trace's class
 //!     --rate R                      # inference: requests/s (default: half load)
@@ -20,7 +20,7 @@ use super::{human, load, predict, JobInput, Settings, Slo, DEFAULT_SLO, MODES};
 use crate::matrix::Device;
 
 /// The usage line.
-pub const USAGE: &str = "tandem-sim predict [--device h100|a100] [--p99-target X] [--kept-target X] --job FILE [--class C] [--rate R] [--slo-p99 X] [--slo-p99-ms MS] [--slo-kept X] [--label NAME]... --add FILE [same job flags] [--json] [--why] [--seeds N] [--window-s S] [--threads N] [--modes M,..]";
+pub const USAGE: &str = "tandem-sim predict [--device h100|a100] [--p99-target X] [--kept-target X] --job FILE [--class C] [--rate R] [--slo-p99 X] [--slo-p99-ms MS] [--slo-kept X] [--label NAME]... --add FILE [same job flags] [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]";
 
 struct Pending {
     path: String,
@@ -64,7 +64,7 @@ pub fn run(args: &[String]) -> Result<String, String> {
     let (mut p99_default, mut kept_default) = (DEFAULT_SLO.p99_ratio, DEFAULT_SLO.kept);
     let mut jobs: Vec<Pending> = Vec::new();
     let mut candidate: Option<Pending> = None;
-    let (mut json, mut why) = (false, false);
+    let (mut json, mut why, mut steepness) = (false, false, false);
     let (mut seeds, mut window_s, mut threads, mut modes) = (None, None, None, None);
     // Which job the per-job flags apply to: the last --job or --add.
     let mut last_is_add = false;
@@ -76,6 +76,7 @@ pub fn run(args: &[String]) -> Result<String, String> {
         match a {
             "--json" => json = true,
             "--why" => why = true,
+            "--steepness" => steepness = true,
             "--device" => {
                 device = match v.map(String::as_str) {
                     Some("h100") => Device::H100,
@@ -230,6 +231,7 @@ pub fn run(args: &[String]) -> Result<String, String> {
         }
     }
     s.why = why;
+    s.steepness = steepness;
     let p = predict(&existing, &cand, &s).map_err(|e| e.0)?;
     Ok(if json {
         serde_json::to_string_pretty(&p).expect("a prediction serialises") + "\n"

@@ -107,7 +107,16 @@ pub struct Settings {
     pub modes: Vec<String>,
     /// Attribute the waits (`--why`).
     pub why: bool,
+    /// Predict once more with every inference job's kernels
+    /// [`STEEPNESS_SCALE`] times as long (`--steepness`): how far an error of
+    /// that size in a trace's kernel times (a capture's, say) moves the
+    /// answer. Twice the run time.
+    pub steepness: bool,
 }
+
+/// The kernel-time scale of the `--steepness` run: 2%, about what a live
+/// capture's kernel sums err by on the fake driver (docs/traces.md).
+pub const STEEPNESS_SCALE: f64 = 1.02;
 
 /// The modes a prediction runs, and whether each needs MPS.
 pub const MODES: [(&str, bool); 6] = [
@@ -152,6 +161,7 @@ impl Settings {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
             modes: MODES.iter().map(|(m, _)| (*m).to_string()).collect(),
             why: false,
+            steepness: false,
         }
     }
 }
@@ -200,6 +210,10 @@ pub struct JobMode {
     pub predicted_p99_ratio: Option<f64>,
     /// Inference: the worst seed's.
     pub predicted_p99_ratio_worst: Option<f64>,
+    /// Inference, with `--steepness`: the p99 ratio (median over seeds) had
+    /// every inference job's kernels run [`STEEPNESS_SCALE`] times as long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_p99_ratio_if_kernels_2pct_longer: Option<f64>,
     /// Inference: predicted p99, ms (median over seeds).
     pub predicted_p99_ms: Option<f64>,
     /// Inference: the worst seed's, ms.

@@ -5,6 +5,10 @@ use std::fmt::Write as _;
 
 use super::Prediction;
 
+/// A `--steepness` change of the p99 ratio, in percent, from which the
+/// answer is called steep (the kernel times changed by 2%).
+const STEEP_PCT: f64 = 5.0;
+
 fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
     x.map_or_else(|| "-".to_string(), f)
 }
@@ -97,6 +101,25 @@ pub fn human(p: &Prediction) -> String {
                     .as_deref()
                     .map_or_else(|| "meets".to_string(), |m| format!("misses: {m}")),
             );
+        }
+        for j in &m.jobs {
+            if let (Some(a), Some(b)) = (
+                j.predicted_p99_ratio,
+                j.predicted_p99_ratio_if_kernels_2pct_longer,
+            ) {
+                let d = (b / a - 1.0) * 100.0;
+                let _ = writeln!(
+                    o,
+                    "{:15}    {}: p99 {b:.2}x if its kernels ran 2% longer ({d:+.0}%){}",
+                    "",
+                    j.label,
+                    if d.abs() >= STEEP_PCT {
+                        ": steep, a small error in the traces' kernel times moves this answer"
+                    } else {
+                        ""
+                    }
+                );
+            }
         }
         let _ = writeln!(
             o,

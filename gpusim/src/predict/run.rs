@@ -9,7 +9,7 @@ use tandem_sched::Class;
 use super::why;
 use super::{
     verdict, JobInput, JobMode, JobOut, ModeOut, PredictError, Prediction, Settings, MODES,
-    NOT_COUNTED,
+    NOT_COUNTED, STEEPNESS_SCALE,
 };
 use crate::gpu::{Attribution, Sharing};
 use crate::job::{percentile, JobSpec, Outcome};
@@ -184,11 +184,47 @@ fn min_max(xs: &[f64]) -> (Option<f64>, Option<f64>) {
 }
 
 /// Predicts what `existing` (the jobs on the GPU) and `candidate` see
-/// together, in each mode of `s`.
+/// together, in each mode of `s`; with `s.steepness`, once more with every
+/// inference job's kernels [`STEEPNESS_SCALE`] times as long (the same
+/// seeds, so the same arrivals), each inference job's p99 ratio from that
+/// run set beside its own.
 ///
 /// # Errors
 /// No job on the GPU, an unknown mode, a bad rate or SLO: one line.
 pub fn predict(
+    existing: &[JobInput],
+    candidate: &JobInput,
+    s: &Settings,
+) -> Result<Prediction, PredictError> {
+    let mut p = predict_once(existing, candidate, s)?;
+    if !s.steepness {
+        return Ok(p);
+    }
+    let longer = |j: &JobInput| {
+        let mut j = j.clone();
+        if j.trace.class == JobClass::Inference {
+            for op in &mut j.trace.ops {
+                if let Op::Kernel(k) = op {
+                    k.duration_ns = (k.duration_ns as f64 * STEEPNESS_SCALE).round() as u64;
+                }
+            }
+        }
+        j
+    };
+    let existing_longer: Vec<JobInput> = existing.iter().map(longer).collect();
+    let mut s_longer = s.clone();
+    s_longer.why = false;
+    let q = predict_once(&existing_longer, &longer(candidate), &s_longer)?;
+    for (pm, qm) in p.modes.iter_mut().zip(&q.modes) {
+        for (pj, qj) in pm.jobs.iter_mut().zip(&qm.jobs) {
+            pj.predicted_p99_ratio_if_kernels_2pct_longer = qj.predicted_p99_ratio;
+        }
+    }
+    p.wall_s += q.wall_s;
+    Ok(p)
+}
+
+fn predict_once(
     existing: &[JobInput],
     candidate: &JobInput,
     s: &Settings,
@@ -370,6 +406,7 @@ pub fn predict(
                 label: input.label.clone(),
                 predicted_p99_ratio: None,
                 predicted_p99_ratio_worst: None,
+                predicted_p99_ratio_if_kernels_2pct_longer: None,
                 predicted_p99_ms: None,
                 predicted_p99_ms_worst: None,
                 unfinished_requests: 0,

@@ -311,3 +311,69 @@ fn a_job_is_paired_with_its_own_alone_run() {
         );
     }
 }
+
+/// `--steepness`: each inference job's p99 ratio is predicted again with
+/// its kernels 2% longer and set beside its own; it equals a prediction made
+/// from kernels scaled by hand, and the training job gets none. Without
+/// the flag, no such figure (and the JSON has no such key).
+#[test]
+fn steepness_predicts_again_with_the_inference_kernels_two_percent_longer() {
+    let mut ops: Vec<Op> = (0..20)
+        .map(|i| kernel(&format!("train_{i}"), 132, 400_000, 10_000))
+        .collect();
+    ops.push(Op::Sync {
+        host_gap_ns: 10_000,
+    });
+    let train = trace("train", JobClass::Training, ops);
+    let mut s = quick(&["mps", "plain"]);
+    let plain = predict(
+        &[job("trainer", train.clone(), None)],
+        &job("server", small_inference(), Some(100.0)),
+        &s,
+    )
+    .unwrap();
+    let json = serde_json::to_string(&plain).unwrap();
+    assert!(!json.contains("if_kernels_2pct_longer"), "{json}");
+    s.steepness = true;
+    let p = predict(
+        &[job("trainer", train.clone(), None)],
+        &job("server", small_inference(), Some(100.0)),
+        &s,
+    )
+    .unwrap();
+    // By hand: the same prediction from the inference trace scaled by 1.02.
+    let mut longer = small_inference();
+    for op in &mut longer.ops {
+        if let Op::Kernel(k) = op {
+            k.duration_ns = (k.duration_ns as f64 * STEEPNESS_SCALE).round() as u64;
+        }
+    }
+    s.steepness = false;
+    let by_hand = predict(
+        &[job("trainer", train, None)],
+        &job("server", longer, Some(100.0)),
+        &s,
+    )
+    .unwrap();
+    for ((m, h), base) in p.modes.iter().zip(&by_hand.modes).zip(&plain.modes) {
+        let find = |m: &ModeOut, l: &str| m.jobs.iter().find(|j| j.label == l).cloned().unwrap();
+        let server = find(m, "server");
+        assert_eq!(
+            server.predicted_p99_ratio_if_kernels_2pct_longer,
+            find(h, "server").predicted_p99_ratio,
+            "{}",
+            m.mode
+        );
+        // The prediction itself is the one without the flag.
+        assert_eq!(
+            server.predicted_p99_ratio,
+            find(base, "server").predicted_p99_ratio
+        );
+        assert_eq!(
+            find(m, "trainer").predicted_p99_ratio_if_kernels_2pct_longer,
+            None
+        );
+    }
+    let text = human(&p);
+    assert!(text.contains("if its kernels ran 2% longer"), "{text}");
+}
