@@ -159,7 +159,7 @@ fn median(mut v: Vec<u64>) -> u64 {
 /// that, each timing here was 0.9-2.0% long on a quiet 2-core machine, up
 /// to 11% on a loaded one). What is left is the difference between the two
 /// calls' tails, a few hundred ns (-0.5% to +0.2% seen, under the leak
-/// checker too): each timing within 5% (room for a preemption in a tail),
+/// checker too): all but one timing within 5% (room for a preemption),
 /// their median within 0.75%.
 #[test]
 fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
@@ -181,19 +181,21 @@ fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {
         "the median timing of the 100 us kernel is {mid} ns ({:+.2}%): {timed:?}",
         err * 100.0
     );
-    for &(seq, ns) in &timed {
+    for &(seq, _) in &timed {
         let at = records
             .iter()
             .position(|r| r.kind == EventKind::MARK.raw() && r.func_id == seq)
             .expect("the timed mark's MARK");
         assert_eq!(records[at - 1].kind, EventKind::LAUNCH.raw(), "mark {seq}");
-        let err = ns as f64 / SHORT_NS as f64 - 1.0;
-        assert!(
-            err.abs() <= 0.05,
-            "mark {seq} timed its 100 us kernel at {ns} ns ({:+.1}%)",
-            err * 100.0
-        );
     }
+    // One timing may be off by more than 5%: a host preemption between the
+    // launch and its end event lengthens it (seen at +17% on a loaded 2-core
+    // CI machine, in the test below).
+    let off: Vec<_> = timed
+        .iter()
+        .filter(|&&(_, ns)| ns.abs_diff(SHORT_NS) > SHORT_NS / 20)
+        .collect();
+    assert!(off.len() <= 1, "timings off by over 5%: {off:?}");
     // Untimed completions carry no duration.
     assert!(records
         .iter()
@@ -296,9 +298,22 @@ fn the_first_kernel_after_a_sync_is_timed() {
         distinct.len() >= 3,
         "timed positions {positions:?}: the same few of every request"
     );
-    for seq in &timed_seqs {
-        let ns = timed(records).iter().find(|t| t.0 == *seq).unwrap().1;
-        let err = ns as f64 / SHORT_NS as f64 - 1.0;
-        assert!(err.abs() <= 0.05, "mark {seq}: {ns} ns");
-    }
+    // The timings themselves: their median within 5%, and at most one in
+    // ten off by more (a host preemption between the launch and its end
+    // event lengthens one, seen at +17% on a loaded 2-core CI machine).
+    let all = timed(records);
+    let mid = median(all.iter().map(|&(_, ns)| ns).collect());
+    assert!(
+        mid.abs_diff(SHORT_NS) <= SHORT_NS / 20,
+        "median timing {mid} ns: {all:?}"
+    );
+    let off: Vec<_> = all
+        .iter()
+        .filter(|&&(_, ns)| ns.abs_diff(SHORT_NS) > SHORT_NS / 20)
+        .collect();
+    eprintln!("{} timings, {} off by over 5%", all.len(), off.len());
+    assert!(
+        off.len() <= 1.max(all.len() / 10),
+        "timings off by over 5%: {off:?} of {all:?}"
+    );
 }
