@@ -376,14 +376,23 @@ impl Daemon {
         let mut buf = std::mem::take(&mut self.buf);
         let mut gone: Option<String> = None;
         let mut bad: Option<String> = None;
+        // A peer that closed with our messages unread in its receive queue
+        // resets the connection, and `recvmsg` on a SOCK_SEQPACKET socket
+        // reports that (once) ahead of the messages still queued: those are
+        // read before the peer is taken as gone (its Device message, sent
+        // right before it exited, was lost so).
+        let mut reset: Option<String> = None;
         for _ in 0..MAX_MESSAGES_PER_WAKE {
             let Some(c) = self.conns.get(&token) else {
                 break;
             };
             match wire::recv(c.fd.as_fd(), &mut buf) {
+                Err(e) if e.errno() == Some(libc::ECONNRESET) && reset.is_none() => {
+                    reset = Some(format!("socket error: {e}"));
+                }
                 Err(e) if e.errno() == Some(libc::EAGAIN) => {
-                    if hangup {
-                        gone = Some("socket hung up".into());
+                    if hangup || reset.is_some() {
+                        gone = reset.take().or_else(|| Some("socket hung up".into()));
                     }
                     break;
                 }
@@ -396,7 +405,7 @@ impl Daemon {
                     break;
                 }
                 Ok(g) if g.len == 0 => {
-                    gone = Some("hung up".into());
+                    gone = reset.take().or_else(|| Some("hung up".into()));
                     break;
                 }
                 Ok(g) => match Message::decode(&buf[..g.len]) {

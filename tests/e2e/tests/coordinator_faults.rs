@@ -426,3 +426,51 @@ fn raw_control_from_an_unprivileged_peer_is_not_permitted() {
     assert_eq!(status, 0, "RELOAD as root answered {status} {msg:?}");
     d.stats();
 }
+
+/// A peer that exits with tandemd's messages unread (a job whose last
+/// launch came right after it registered): closing a `SOCK_SEQPACKET`
+/// socket with data in its receive queue resets the connection, and the
+/// reset is what tandemd's next `recvmsg` reports, ahead of the messages the
+/// peer sent before it closed. Those are read all the same: here the Device
+/// message sent right before the close still gives the departed client its
+/// GPU (before: "socket error: ... Connection reset by peer", the Device
+/// never read, `tandemctl run`'s row showed GPU `-`; 2 runs in 25 of the
+/// README demo on a loaded 2-core machine).
+#[test]
+fn messages_sent_before_a_reset_are_read() {
+    let dir = TestDir::new("reset");
+    let mut d = Tandemd::start(&dir);
+    let clients = |key: &str| d.stats()[key].as_array().map_or(0, Vec::len);
+    let peer = Peer::connect(d.socket()).expect("connect");
+    peer.send(&hello_bytes()).expect("send Hello");
+    // Registered, its Welcome left unread in its receive queue.
+    poll(SETTLE, "the peer registered", || {
+        if clients("clients") == 1 {
+            Ok(())
+        } else {
+            Err(d.stats().to_string())
+        }
+    });
+    let device = Message::Device(tandem_proto::wire::Device {
+        ordinal: 0,
+        uuid: *b"GPU-reset-test-0",
+        name: b"Reset GPU",
+    });
+    let mut buf = vec![0u8; device.encoded_len()];
+    let n = device.encode(&mut buf).expect("encode Device");
+    peer.send(&buf[..n]).expect("send Device");
+    drop(peer);
+    let gpu = poll(SETTLE, "the peer departed", || {
+        let s = d.stats();
+        match s["departed"].as_array().and_then(|a| a.first()) {
+            Some(c) => Ok(c["gpu"].clone()),
+            None => Err(s.to_string()),
+        }
+    });
+    assert!(
+        gpu.as_str().is_some_and(|g| !g.is_empty()),
+        "the departed client has no GPU: its Device message was not read\n{}",
+        d.log()
+    );
+    assert!(d.try_wait().is_none(), "tandemd exited\n{}", d.log());
+}
