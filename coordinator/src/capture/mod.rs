@@ -66,10 +66,11 @@
 //! `max(2p, n/2)` of the window's `n` launches (the steps are taken from as
 //! far back as it repeats; the search is linear in `n`, so a step is found
 //! once the window holds two of it: `[trace] window` bounds the longest
-//! step); the step starts after the
-//! period's last sync (a `loss.item()`), else at the launch after the
-//! period's longest host gap; of the whole steps in the window, the one of
-//! median duration.
+//! step); the step starts at the launch after the period's sync that the
+//! longest host time follows (a `loss.item()`, then the next batch: a
+//! step's own syncs come right before more launches), else at the launch
+//! after the period's longest host gap; of the whole steps in the window,
+//! the one of median duration.
 
 use serde::{Deserialize, Serialize};
 use tandem_proto::{EventKind, Record};

@@ -170,6 +170,44 @@ fn a_training_step_starts_after_its_sync_and_the_median_one_is_taken() {
     assert_eq!(m.duration_ns(), d[(d.len() - 1) / 2]);
 }
 
+/// A step with a sync inside it (a grad scaler's `found_inf.item()`) and
+/// one at its end (`loss.item()`), the host busy 2 ms after the last one
+/// (the next batch) and 5 us after the other; the window ends with the
+/// last step's sync, before any launch of the next. Each step starts at its
+/// first kernel: the boundary is the sync followed by the longest host
+/// time, not the period's last sync (which made each step begin with the
+/// one before's final kernel, as Whisper's did).
+#[test]
+fn a_step_starts_after_the_sync_its_longest_host_time_follows() {
+    let mut records = Vec::new();
+    let mut t = 1_000_000;
+    let sync = |records: &mut Vec<Record>, t: &mut u64, host_after: u64| {
+        records.push(rec(EventKind::SYNC_BEGIN, *t));
+        *t += 50_000;
+        records.push(rec(EventKind::SYNC_END, *t));
+        *t += host_after;
+    };
+    for _ in 0..6 {
+        for f in [10, 11, 12] {
+            records.push(launch(f, t));
+            t += 1_000;
+        }
+        sync(&mut records, &mut t, 5_000);
+        records.push(launch(13, t));
+        t += 1_000;
+        sync(&mut records, &mut t, 2_000_000);
+    }
+    let units = steps(&records).unwrap();
+    assert!(units.len() >= 4, "{units:?}");
+    for u in &units {
+        assert_eq!(
+            records[u.first].func_id, 10,
+            "a step starts at its first kernel: {u:?}"
+        );
+        assert_eq!(records[u.end - 1].kind, EventKind::SYNC_END.raw());
+    }
+}
+
 #[test]
 fn requests_are_the_explicit_ones_else_from_quiet_to_sync_and_the_median_wins() {
     let gap = 2_000_000;

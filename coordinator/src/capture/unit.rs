@@ -170,25 +170,36 @@ pub fn steps(records: &[Record]) -> Result<Vec<Unit>, String> {
         s -= 1;
     }
     // The boundary before launch j: after the last SYNC_END between launch
-    // j-1 and launch j, else at launch j.
-    let boundary = |j: usize| -> (usize, bool) {
+    // j-1 and launch j (and the host time from that sync's return to launch
+    // j), else at launch j.
+    let boundary = |j: usize| -> (usize, Option<u64>) {
         let lo = launches[j - 1] + 1;
         let hi = launches[j];
         match (lo..hi)
             .rev()
             .find(|&i| kind(&records[i]) == Some(EventKind::SYNC_END))
         {
-            Some(i) => (i + 1, true),
-            None => (hi, false),
+            Some(i) => (
+                i + 1,
+                Some(records[hi].ts_ns.saturating_sub(records[i].ts_ns)),
+            ),
+            None => (hi, None),
         }
     };
-    // The phase: in the last period, the launch after its last sync, else
-    // the one after its longest gap.
+    // The phase: in the last period, the launch after a sync that the
+    // longest host time follows (a step's own syncs, a grad scaler's
+    // `found_inf.item()`, come right before more launches; the step's end,
+    // `loss.item()`, before the next step's data), else the launch after
+    // the period's longest gap. (Taking the period's last sync instead cut
+    // Whisper's steps one launch early whenever the window ended before the
+    // next step's first launch: the step then began with the last one's
+    // final kernel.)
     let last = (n - p).max(1)..n;
     let phase = last
         .clone()
-        .rev()
-        .find(|&j| boundary(j).1)
+        .filter_map(|j| Some((j, boundary(j).1?)))
+        .max_by_key(|&(_, after_sync)| after_sync)
+        .map(|(j, _)| j)
         .or_else(|| {
             last.max_by_key(|&j| {
                 records[launches[j]]
