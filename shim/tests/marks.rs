@@ -317,3 +317,41 @@ fn the_first_kernel_after_a_sync_is_timed() {
         "timings off by over 5%: {off:?} of {all:?}"
     );
 }
+
+/// A burst far ahead of the GPU: 2 ms kernels launched every 50 us (about
+/// 110 us with usleep's slack; the GPU falls behind from the first), marks
+/// every 1 ms. Once a timed launch finds its start event queued behind
+/// earlier work, the intervals end on a grid 8 times finer, so more
+/// launches than one per millisecond of host time are timed (every other
+/// one here: the launch that finds an interval over is not the one timed),
+/// each at its kernel's own 2 ms (it starts when the kernel before it ends:
+/// nothing to take off). Before the finer grid: 7 of the 50, one per
+/// millisecond; after, 24.
+#[test]
+fn a_burst_ahead_of_the_gpu_is_timed_at_many_launches() {
+    const N: u32 = 50;
+    let records = paced_host_records("paced", 1_000_000, N, 50, &[]);
+    let launches: Vec<u64> = records
+        .iter()
+        .filter(|r| r.kind == EventKind::LAUNCH.raw())
+        .map(|r| r.ts_ns)
+        .collect();
+    assert_eq!(launches.len(), N as usize);
+    let burst_ms = (launches[launches.len() - 1] - launches[0]) as f64 / 1e6;
+    let timed = timed(&records);
+    eprintln!(
+        "{} timed marks in a burst of {burst_ms:.1} ms: {timed:?}",
+        timed.len()
+    );
+    assert!(
+        timed.len() as f64 >= 2.0 * burst_ms,
+        "{} timed marks in a burst of {burst_ms:.1} ms of host time: at most one per ms",
+        timed.len()
+    );
+    for &(seq, ns) in &timed {
+        assert!(
+            ns.abs_diff(2_000_000) <= 20_000,
+            "mark {seq} timed a 2 ms kernel at {ns} ns"
+        );
+    }
+}

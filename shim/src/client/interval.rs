@@ -45,6 +45,59 @@ pub(super) fn interval_over(now: u64, every: u64) -> Option<u64> {
         .ok()
 }
 
+/// While the GPU is behind the host, intervals are this many times
+/// shorter ([`gpu_behind`]).
+pub(super) const BEHIND_SPLIT: u64 = 8;
+
+/// How long (in intervals of the job's own length) from the first timed
+/// launch that found the GPU behind the finer grid lasts, until the GPU is
+/// seen to have caught up ([`gpu_caught_up`]): at most
+/// `BEHIND_SPLIT * BEHIND_INTERVALS` extra timings per backlog.
+pub(super) const BEHIND_INTERVALS: u64 = 32;
+
+/// Marks in flight beyond which the interval keeps its own length: half
+/// the slots stay for the job's own marks.
+pub(super) const BEHIND_MAX_OUTSTANDING: u32 = (super::marks::SLOTS / 2) as u32;
+
+/// When the current backlog was first seen (monotonic ns; 0: none).
+static BEHIND_SINCE: AtomicU64 = AtomicU64::new(0);
+
+/// A timed launch found its start event not yet complete after it was
+/// launched at `now` (`outstanding`: marks in flight): the GPU is behind
+/// the host (the kernel queued behind earlier work), so more timings cost
+/// host time that the GPU's backlog hides, and each is exact (nothing to
+/// take off). For the first [`BEHIND_INTERVALS`] intervals of the backlog
+/// the interval ends on a grid [`BEHIND_SPLIT`] times finer: a job that
+/// launches a step's or a request's kernels in one burst far ahead of the
+/// GPU gets the burst timed at many launches, not at one per `every` of
+/// host time (a Whisper step's 1,948 launches come in about 15 ms: about
+/// 30 timings at the scheduler's 500 us, not all of its kernels in 5
+/// steps). A job whose backlog never drains goes back to its own interval
+/// after that.
+pub(super) fn gpu_behind(now: u64, every: u64, outstanding: u32) {
+    if every == 0 || outstanding >= BEHIND_MAX_OUTSTANDING {
+        return;
+    }
+    let since = match BEHIND_SINCE.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => now,
+        Err(t) => t,
+    };
+    if now.saturating_sub(since) >= BEHIND_INTERVALS.saturating_mul(every) {
+        return;
+    }
+    let fine = (every / BEHIND_SPLIT).max(1);
+    NEXT_NS.fetch_min(next_grid(now, fine), Ordering::Relaxed);
+}
+
+/// The GPU caught up with the host (a timed launch found its stream idle,
+/// or a synchronising call returned): the next backlog gets its finer grid
+/// again.
+pub(super) fn gpu_caught_up() {
+    if BEHIND_SINCE.load(Ordering::Relaxed) != 0 {
+        BEHIND_SINCE.store(0, Ordering::Relaxed);
+    }
+}
+
 /// The first multiple of `every` (> 0) after `now`.
 fn next_grid(now: u64, every: u64) -> u64 {
     (now - now % every).saturating_add(every)
@@ -58,6 +111,7 @@ pub(super) fn sync_returned(every: u64) {
     if every == 0 || timing_every() == 0 {
         return;
     }
+    gpu_caught_up();
     let now = monotonic_ns();
     let Some(next) = interval_over(now, every) else {
         return;

@@ -50,11 +50,14 @@
 //! Which launches are timed, and when an interval ends: see
 //! [`interval`](super::interval).
 //!
-//! Cost: no more marks than before (a mark interval ends at most once per
-//! `mark_every_ns`, plus at most one early end after an idle spell, the
-//! grid's); per timed mark (at most one per mark
-//! interval) one more `cuEventRecord`, one `cuStreamQuery`, one
-//! `cuEventQuery` and one clock read (and a `cuStreamIsCapturing` while a
+//! Cost: a mark interval ends at most once per `mark_every_ns`, plus at
+//! most one early end after an idle spell (the grid's), except while the
+//! GPU is behind the host: then, for the first 32 intervals of each
+//! backlog and while under half the slots are in flight, at most 8 times
+//! per `mark_every_ns` ([`interval`](super::interval)'s `gpu_behind`:
+//! host time the backlog hides, at most 256 timings more per backlog); per
+//! timed mark (at most one per mark interval) one more `cuEventRecord`,
+//! one `cuStreamQuery`, one `cuEventQuery` and one clock read (and a `cuStreamIsCapturing` while a
 //! capture is under way: on a capturing stream nothing is timed, so none of
 //! these calls reaches it); on every kernel launch one Relaxed load of a
 //! static ([`before_launch`]). Events are still a fixed pool: each slot has
@@ -82,8 +85,11 @@ use crate::calls;
 use crate::table::Hook;
 use crate::types::{CUcontext, CUevent, CUstream};
 
-/// Marks in flight at most.
-pub const SLOTS: usize = 32;
+/// Marks in flight at most. A GPU-bound burst can have this many timed
+/// marks outstanding (`interval::gpu_behind`); the watcher asks only the
+/// oldest incomplete one of each created stream ([`poll_armed`]), so more
+/// slots cost no more queries per poll.
+pub const SLOTS: usize = 512;
 /// How often the watcher queries outstanding marks.
 pub const POLL_EVERY: Duration = Duration::from_micros(200);
 
@@ -311,11 +317,21 @@ fn finish_timed(s: &Session, per_thread: bool, stream: CUstream, now: u64, token
     }
     // `now` was read right after the launch returned.
     let start = slot.start.load(Ordering::Relaxed) as CUevent;
+    let start_done = calls::event_query(start).ok();
+    if start_done == Some(true) {
+        interval::gpu_caught_up();
+    } else if start_done == Some(false) {
+        interval::gpu_behind(
+            now,
+            s.control().mark_every_ns(),
+            OUTSTANDING.load(Ordering::Relaxed),
+        );
+    }
     let lead = lead_ns(
         slot.idle.load(Ordering::Relaxed) != 0,
         slot.t0.load(Ordering::Relaxed),
         now,
-        calls::event_query(start).ok(),
+        start_done,
     );
     slot.lead
         .store(lead.unwrap_or(UNKNOWN_LEAD), Ordering::Relaxed);
@@ -528,8 +544,20 @@ fn poll_armed(s: &Session) {
         }
     }
     armed[..n].sort_unstable();
+    // A created stream's marks complete in its order: past its oldest one
+    // not yet complete, the rest of that stream's are not asked about. (The
+    // default streams' handles, 0, CU_STREAM_LEGACY and
+    // CU_STREAM_PER_THREAD, may each name several streams: every one of
+    // their marks is asked.)
+    let mut waiting = [0u64; 8];
+    let mut n_waiting = 0;
     for &(seq, i) in &armed[..n] {
         let slot = &POOL[i];
+        let stream = slot.stream.load(Ordering::Relaxed);
+        let ordered = stream > 2;
+        if ordered && waiting[..n_waiting].contains(&stream) {
+            continue;
+        }
         let timed = slot.timed.load(Ordering::Relaxed) != 0;
         let event = if timed {
             slot.end.load(Ordering::Relaxed)
@@ -537,10 +565,15 @@ fn poll_armed(s: &Session) {
             slot.event.load(Ordering::Relaxed)
         } as CUevent;
         match calls::event_query(event) {
-            Ok(false) => continue,
+            Ok(false) => {
+                if ordered && n_waiting < waiting.len() {
+                    waiting[n_waiting] = stream;
+                    n_waiting += 1;
+                }
+                continue;
+            }
             Ok(true) => {
                 let now = monotonic_ns();
-                let stream = slot.stream.load(Ordering::Relaxed);
                 if slot.gen.load(Ordering::Relaxed) == s.gen {
                     s.control()
                         .complete_through(slot.charged.load(Ordering::Relaxed));
