@@ -57,7 +57,7 @@ pub(super) const BEHIND_INTERVALS: u64 = 32;
 
 /// Marks in flight beyond which the interval keeps its own length: half
 /// the slots stay for the job's own marks.
-pub(super) const BEHIND_MAX_OUTSTANDING: u32 = (super::marks::SLOTS / 2) as u32;
+pub(super) const BEHIND_MAX_OUTSTANDING: u32 = (super::slots::SLOTS / 2) as u32;
 
 /// When the current backlog was first seen (monotonic ns; 0: none).
 static BEHIND_SINCE: AtomicU64 = AtomicU64::new(0);

@@ -79,88 +79,15 @@ use tandem_proto::record::FLAG_TIMED;
 
 use super::interval::{self, interval_over, NEXT_NS, TIME_NEXT};
 use super::session::Session;
+use super::slots::{claim, slot_of, Slot, ARMED, FREE, POOL, SLOTS};
 use super::timing::{kernel_ns, lead_ns, timing_due, UNKNOWN_LEAD};
 use super::Client;
 use crate::calls;
 use crate::table::Hook;
 use crate::types::{CUcontext, CUevent, CUstream};
 
-/// Marks in flight at most. A GPU-bound burst can have this many timed
-/// marks outstanding (`interval::gpu_behind`); the watcher asks only the
-/// oldest incomplete one of each created stream ([`poll_armed`]), so more
-/// slots cost no more queries per poll.
-pub const SLOTS: usize = 512;
 /// How often the watcher queries outstanding marks.
 pub const POLL_EVERY: Duration = Duration::from_micros(200);
-
-const FREE: u32 = 0;
-/// A launching thread is placing a mark in it.
-const BUSY: u32 = 1;
-/// Recorded and reported: the watcher queries it.
-const ARMED: u32 = 2;
-
-struct Slot {
-    state: AtomicU32,
-    /// The slot's event (created on first use), or 0.
-    event: AtomicUsize,
-    seq: AtomicU64,
-    stream: AtomicU64,
-    /// The control block's `charged_ns` when the mark was placed: what its
-    /// completion says is done (the local in-flight bound, `super::local`).
-    charged: AtomicU64,
-    /// The session (`Session::gen`) whose counter `charged` is.
-    gen: AtomicU32,
-    /// Whether the mark bracketed its launch: then `end` is the mark's event
-    /// and `start` the one recorded before the launch.
-    timed: AtomicU32,
-    /// The slot's timing events (created on first use), or 0.
-    start: AtomicUsize,
-    end: AtomicUsize,
-    /// A bracketed launch's stream was idle when asked just before `start`
-    /// was recorded (set by [`begin_timed`]).
-    idle: AtomicU32,
-    /// The host clock (monotonic ns) right after `start`'s record returned
-    /// (set by [`begin_timed`]).
-    t0: AtomicU64,
-    /// What the watcher subtracts from a bracketed launch's elapsed time (the
-    /// host time between `start` completing and the launch reaching the
-    /// driver), or [`UNKNOWN_LEAD`]: report the mark untimed (set by
-    /// [`finish_timed`]).
-    lead: AtomicU64,
-}
-
-static POOL: [Slot; SLOTS] = [const {
-    Slot {
-        state: AtomicU32::new(FREE),
-        event: AtomicUsize::new(0),
-        seq: AtomicU64::new(0),
-        stream: AtomicU64::new(0),
-        charged: AtomicU64::new(0),
-        gen: AtomicU32::new(0),
-        timed: AtomicU32::new(0),
-        start: AtomicUsize::new(0),
-        end: AtomicUsize::new(0),
-        idle: AtomicU32::new(0),
-        t0: AtomicU64::new(0),
-        lead: AtomicU64::new(0),
-    }
-}; SLOTS];
-/// The slot a mark's sequence number (a token) lives in.
-#[inline]
-fn slot_of(seq: u64) -> &'static Slot {
-    &POOL[(seq % SLOTS as u64) as usize]
-}
-
-/// The next sequence number and its slot, taken (FREE to BUSY), or `None`
-/// when that slot still holds an earlier mark.
-fn claim() -> Option<(u64, &'static Slot)> {
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let slot = slot_of(seq);
-    slot.state
-        .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-        .ok()
-        .map(|_| (seq, slot))
-}
 
 /// A token from [`before_launch`]: the launch is not timed, but the mark of
 /// the interval that asked for the timing is still to be placed after it.
@@ -173,8 +100,6 @@ static LAST_PER_THREAD: AtomicU32 = AtomicU32::new(0);
 /// waiting at the local bound): one poller at a time.
 static POLLING: AtomicU32 = AtomicU32::new(0);
 
-/// Last sequence number handed out (marks are numbered from 1 per process).
-static SEQ: AtomicU64 = AtomicU64::new(0);
 /// Slots ARMED now.
 static OUTSTANDING: AtomicU32 = AtomicU32::new(0);
 /// The context the events were created in (the watcher makes it current).

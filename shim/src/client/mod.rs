@@ -45,6 +45,7 @@ pub(crate) mod marks;
 pub(crate) mod mps;
 mod published;
 pub(crate) mod session;
+mod slots;
 mod timing;
 mod watcher;
 
