@@ -149,48 +149,86 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 /// The kernels the shim timed on the GPU (a MARK_DONE with [`FLAG_TIMED`]:
 /// `bytes` is the GPU time of the launch on the MARK's stream just before
 /// it; another thread's launch may come between them in the ring): per key,
-/// the median of their times and how many. The median, because one timing
-/// can be far off (the shim takes the launch call's host time off a timing
-/// on an idle stream, but a launching thread preempted in the start
+/// their [`representative`] and how many. Not their mean, because one
+/// timing can be far off (the shim takes the launch call's host time off a
+/// timing on an idle stream, but a launching thread preempted in the start
 /// event's record or the launch after their work was queued makes one
 /// timing long or short by the preemption), and one such must not move the
 /// kernel's time.
 fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
     let mut all: HashMap<Key, Vec<u64>> = HashMap::new();
+    for (at, ns) in timings(records) {
+        all.entry(Key::of(&records[at])).or_default().push(ns);
+    }
+    all.into_iter()
+        .map(|(k, mut v)| {
+            v.sort_unstable();
+            (k, (representative(&v), v.len() as u64))
+        })
+        .collect()
+}
+
+/// Each timing in `records`: the index of the launch record it timed, and
+/// its GPU ns (see [`timed`]).
+#[must_use]
+pub fn timings(records: &[Record]) -> Vec<(usize, u64)> {
+    let mut out = Vec::new();
     // Per stream, its latest launch.
-    let mut last: HashMap<u64, Key> = HashMap::new();
-    let mut marks: HashMap<u64, Key> = HashMap::new();
-    for r in records {
+    let mut last: HashMap<u64, usize> = HashMap::new();
+    let mut marks: HashMap<u64, usize> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
         match EventKind::from_raw(r.kind) {
             Some(k) if k.is_launch() => {
-                last.insert(r.stream, Key::of(r));
+                last.insert(r.stream, i);
             }
             Some(EventKind::MARK) => {
-                if let Some(&k) = last.get(&r.stream) {
-                    marks.insert(r.func_id, k);
+                if let Some(&at) = last.get(&r.stream) {
+                    marks.insert(r.func_id, at);
                 }
             }
             Some(EventKind::MARK_DONE) => {
-                if let Some(k) = marks.remove(&r.func_id) {
+                if let Some(at) = marks.remove(&r.func_id) {
                     if r.flags & FLAG_TIMED != 0 && r.bytes > 0 {
-                        all.entry(k).or_default().push(r.bytes);
+                        out.push((at, r.bytes));
                     }
                 }
             }
             _ => {}
         }
     }
-    all.into_iter()
-        .map(|(k, mut v)| {
-            v.sort_unstable();
-            (k, (v[(v.len() - 1) / 2], v.len() as u64))
-        })
-        .collect()
+    out
+}
+
+/// Whether a key's timings (sorted, not empty) agree: the upper quartile
+/// within 1.5 times the lower (one kernel, perhaps with a preempted timing
+/// or two); where they do not, several kernels share the key.
+#[must_use]
+pub fn agree(v: &[u64]) -> bool {
+    let n = v.len();
+    v[(3 * n) / 4] as f64 <= 1.5 * v[n / 4] as f64
+}
+
+/// One key's duration from its timings (sorted, not empty): their median
+/// while they agree (the upper quartile within 1.5 times the lower: one
+/// kernel, perhaps with a preempted timing or two); where they do not,
+/// several kernels share the key (function, grid and block alike, the work
+/// not: an encoder's and a decoder's weight gradients), and the median
+/// would give all of them one kernel's time; then their mean with the
+/// outer tenth at each end left out, which keeps the key's share of the
+/// job's time as the timings sample its launches.
+pub(super) fn representative(v: &[u64]) -> u64 {
+    let n = v.len();
+    if agree(v) {
+        return v[(n - 1) / 2];
+    }
+    let cut = n / 10;
+    let kept = &v[cut..n - cut];
+    (kept.iter().map(|&x| x as f64).sum::<f64>() / kept.len() as f64).round() as u64
 }
 
 /// Fit every kernel's duration to the window's drain points (the method is
 /// in the [module docs](super)); a kernel the shim timed on the GPU takes
-/// the median of its timings instead, and where the job syncs, every
+/// its timings' [`representative`] instead, and where the job syncs, every
 /// kernel is then scaled so that the syncs' segments keep their length.
 #[must_use]
 pub fn fit(records: &[Record]) -> Fitted {

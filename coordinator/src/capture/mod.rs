@@ -41,8 +41,10 @@
 //! one in a launch-bound job, where each isolated marked kernel looks about
 //! a poll interval long (the syncs still give the scale). But a kernel the
 //! shim timed on the GPU (a MARK_DONE with `FLAG_TIMED`: the shim brackets
-//! one launch per mark interval with events) takes the median of its
-//! timings, whatever the fit says, and the syncs' scale is solved for the
+//! one launch per mark interval with events, more while the GPU is behind)
+//! takes the median of its timings (their trimmed mean where they disagree:
+//! kernels sharing a key, `durations::representative`), whatever the fit
+//! says, and the syncs' scale is solved for the
 //! kernels not timed with the timed ones fixed (`durations.rs`).
 //!
 //! tandemd asks the shim for marks only of training clients for its own

@@ -510,3 +510,68 @@ fn a_gpu_bound_steps_long_and_short_kernels_keep_their_proportions() {
     }
     assert!(miss * 50 < total, "{miss} ns missed of {total}");
 }
+
+/// A key's timings: one kernel (agreeing, one preempted timing among them)
+/// takes their median; two kernels sharing the key (0.8 and 12.4 ms, as
+/// Whisper's encoder and decoder weight gradients) take their trimmed
+/// mean, which keeps the key's total: the median gave both one mode's time.
+#[test]
+fn a_keys_timings_give_its_median_unless_they_disagree() {
+    let mut one = vec![100_000u64; 9];
+    one.push(400_000);
+    one.sort_unstable();
+    assert_eq!(durations::representative(&one), 100_000);
+    let mut two: Vec<u64> = [800_000u64, 12_400_000]
+        .iter()
+        .flat_map(|&d| std::iter::repeat_n(d, 6))
+        .collect();
+    two.sort_unstable();
+    let got = durations::representative(&two);
+    assert_eq!(got, 6_600_000, "the mean of the two modes");
+}
+
+/// Two kernels that share a key (function, grid and block), 1 ms at a
+/// step's second launch and 10 ms at its fourth, each timed in some steps:
+/// the captured step gives each its own time by its position, where one
+/// duration for the key gave both the same.
+#[test]
+fn kernels_sharing_a_key_keep_their_own_times_by_position() {
+    use tandem_proto::record::FLAG_TIMED;
+    let mut r = Vec::new();
+    let mut t = 1_000_000;
+    let mut seq = 0;
+    for step in 0..8u64 {
+        for (pos, (f, ns)) in [(1, 50_000), (7, 1_000_000), (2, 50_000), (7, 10_000_000)]
+            .into_iter()
+            .enumerate()
+        {
+            r.push(launch(f, t));
+            // Step s times position s % 4 (each position in two steps).
+            if step % 4 == pos as u64 {
+                seq += 1;
+                r.push(mark(EventKind::MARK, seq, t + 10));
+                let mut done = mark(EventKind::MARK_DONE, seq, t + 20);
+                done.flags = FLAG_TIMED;
+                done.bytes = ns;
+                r.push(done);
+            }
+            t += 1_000;
+        }
+        r.push(rec(EventKind::SYNC_BEGIN, t));
+        t += 11_100_000;
+        r.push(rec(EventKind::SYNC_END, t));
+        t += 3_000_000;
+    }
+    let src = Source {
+        client: 4,
+        job: "train".into(),
+        class: JobClass::Training,
+        device: String::new(),
+        seconds: 10,
+        idle_gap_ns: 2_000_000,
+    };
+    let trace = build(&src, &r, |_| None).unwrap();
+    let ns: Vec<u64> = trace.kernels().map(|k| k.duration_ns).collect();
+    assert_eq!(ns.len(), 4, "{ns:?}");
+    assert_eq!((ns[1], ns[3]), (1_000_000, 10_000_000), "{ns:?}");
+}
