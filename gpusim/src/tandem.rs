@@ -70,8 +70,8 @@ pub const MAX_GATE_WAIT_NS: Ns = 50_000_000;
 /// How often the shim's watcher polls outstanding marks (`POLL_EVERY` in
 /// `shim/src/client/marks.rs`).
 pub const MARK_POLL_NS: Ns = 200_000;
-/// Marks outstanding at most (`SLOTS` in `shim/src/client/marks.rs`).
-pub const MARK_SLOTS: u32 = 32;
+/// Marks outstanding at most (`SLOTS` in `shim/src/client/slots.rs`).
+pub const MARK_SLOTS: u32 = 512;
 
 /// The shim's verdict on a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -570,8 +570,9 @@ mod tests {
         assert_eq!(MAX_GATE_WAIT_NS, 50_000_000);
         let marks = include_str!("../../shim/src/client/marks.rs");
         assert!(marks.contains("POLL_EVERY: Duration = Duration::from_micros(200)"));
-        assert!(marks.contains("SLOTS: usize = 32"));
-        assert_eq!((MARK_POLL_NS, MARK_SLOTS), (200_000, 32));
+        let slots = include_str!("../../shim/src/client/slots.rs");
+        assert!(slots.contains("SLOTS: usize = 512"));
+        assert_eq!((MARK_POLL_NS, MARK_SLOTS), (200_000, 512));
     }
 
     fn kernel() -> Kernel {
