@@ -70,10 +70,10 @@ static BEHIND_SINCE: AtomicU64 = AtomicU64::new(0);
 /// the interval ends on a grid [`BEHIND_SPLIT`] times finer: a job that
 /// launches a step's or a request's kernels in one burst far ahead of the
 /// GPU gets the burst timed at many launches, not at one per `every` of
-/// host time (a Whisper step's 1,948 launches come in about 15 ms: about
-/// 30 timings at the scheduler's 500 us, not all of its kernels in 5
-/// steps). A job whose backlog never drains goes back to its own interval
-/// after that.
+/// host time (a Whisper step's 1,948 launches come in about 15 ms: at the
+/// scheduler's 500 us that was about 30 timings a step, and 4 steps never
+/// timed its 35 ms kernels). A job whose backlog never drains goes back to
+/// its own interval after that.
 pub(super) fn gpu_behind(now: u64, every: u64, outstanding: u32) {
     if every == 0 || outstanding >= BEHIND_MAX_OUTSTANDING {
         return;
