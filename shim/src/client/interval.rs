@@ -86,7 +86,21 @@ pub(super) fn gpu_behind(now: u64, every: u64, outstanding: u32) {
         return;
     }
     let fine = (every / BEHIND_SPLIT).max(1);
-    NEXT_NS.fetch_min(next_grid(now, fine), Ordering::Relaxed);
+    NEXT_NS.fetch_min(now.saturating_add(jittered(now, fine)), Ordering::Relaxed);
+}
+
+/// A wait of `fine` ns on average, drawn from `[fine / 2, 3 * fine / 2)` by
+/// a hash of `now`: a replayed or very regular job's bursts would otherwise
+/// meet a fixed grid at the same launches every step (the grid's phase
+/// moves by the step's length modulo the interval, a few us a step), and
+/// the launches between them would never be timed.
+fn jittered(now: u64, fine: u64) -> u64 {
+    // splitmix64's finaliser.
+    let mut z = now.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    fine / 2 + z % fine.max(1)
 }
 
 /// The GPU caught up with the host (a timed launch found its stream idle,
@@ -132,6 +146,21 @@ pub(super) fn sync_returned(every: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jittered_wait_averages_its_interval_and_varies() {
+        let fine = 62_500;
+        let waits: Vec<u64> = (0..10_000u64)
+            .map(|i| jittered(1_000_000 + i * 137, fine))
+            .collect();
+        assert!(waits.iter().all(|&w| (fine / 2..fine * 3 / 2).contains(&w)));
+        let mean = waits.iter().sum::<u64>() as f64 / waits.len() as f64;
+        assert!((mean / fine as f64 - 1.0).abs() < 0.02, "mean {mean}");
+        let mut distinct = waits.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 9_000, "{} distinct", distinct.len());
+    }
 
     #[test]
     fn intervals_end_on_the_clock_grid_not_one_interval_after_the_mark() {

@@ -132,43 +132,52 @@ fn kernel_report(job: &str, source: &Trace, captured: &Trace) {
         .zip(&cap)
         .filter(|(s, c)| (c.duration_ns as f64 / s.duration_ns as f64 - 1.0).abs() <= 0.05)
         .count();
-    let mut excess: Vec<(i64, usize, &str, u64, u64)> = src
+    let mut excess: Vec<(i64, usize, &str, u64, &str, u64)> = src
         .iter()
         .zip(&cap)
         .enumerate()
         .map(|(i, (s, c))| {
             let d = c.duration_ns as i64 - s.duration_ns as i64;
-            (d, i, s.name.as_str(), s.duration_ns, c.duration_ns)
+            (
+                d,
+                i,
+                s.name.as_str(),
+                s.duration_ns,
+                c.name.as_str(),
+                c.duration_ns,
+            )
         })
         .collect();
     excess.sort_unstable_by_key(|e| std::cmp::Reverse(e.0.abs()));
     eprintln!(
         "{job}: {within} of {} kernels within 5% of the source's; largest differences \
-         (ns, kernel, name, source ns, captured ns): {:?}",
+         (ns, kernel, source name, source ns, captured name, captured ns): {:?}",
         src.len(),
         &excess[..5.min(excess.len())]
     );
 }
 
-/// Whisper-large-v3 training at batch 16 on the A100 (gpusim's synthetic
-/// step: 2.9 s of host time, then its 1,948 launches in a burst of about
-/// 15 ms, then 2.9 s of GPU time behind a sync), replayed for
-/// `TANDEM_WHISPER_REPLAY_S` seconds (default 30: five steps) and captured
-/// with the whole replay in the look-back. A measurement, not a check: the
-/// step's kernel sum and its kernels against the source (docs/traces.md,
-/// "Whisper's longest kernels").
+/// An A100 training job's step (`TANDEM_CAPTURE_JOB`, default
+/// Whisper-large-v3 at batch 16, whose synthetic step is 2.9 s of host
+/// time, then its 1,948 launches in a burst of about 15 ms, then 2.9 s of
+/// GPU time behind a sync), replayed for `TANDEM_CAPTURE_REPLAY_S` seconds
+/// (default 30: five of Whisper's steps) and captured with the whole replay
+/// in the look-back. A measurement, not a check: the step's kernel sum and
+/// its kernels against the source, position by position (docs/traces.md,
+/// "Whisper's step, measured").
 #[test]
-#[ignore = "measurement: prints the captured kernel sum of Whisper's step (30 s or more)"]
-fn whisper_step_kernel_time_as_captured() {
-    let secs: f64 = std::env::var("TANDEM_WHISPER_REPLAY_S")
+#[ignore = "measurement: prints the captured kernel sum of a training step (30 s or more)"]
+fn training_step_kernel_time_as_captured() {
+    let job = std::env::var("TANDEM_CAPTURE_JOB").unwrap_or_else(|_| "whisper_large_v3_b16".into());
+    let secs: f64 = std::env::var("TANDEM_CAPTURE_REPLAY_S")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30.0);
-    let dir = TestDir::new("trace-whisper");
+    let dir = TestDir::new("trace-step");
     let d = Tandemd::start_with_config(&dir, &with_inference_marks(1 << 20));
     let device = tandem_gpusim::matrix::Device::A100;
     let source = device
-        .synthetic(&device.params(), "whisper_large_v3_b16")
+        .synthetic(&device.params(), &job)
         .expect("a synthetic job");
     let captured = round_trip(
         &dir,
@@ -179,12 +188,12 @@ fn whisper_step_kernel_time_as_captured() {
         &format!("{secs:.1}"),
         Duration::from_secs_f64(secs - 0.7),
     );
-    kernel_report("whisper_large_v3_b16", &source, &captured);
+    kernel_report(&job, &source, &captured);
     // How many completion marks (each a timing, where the GPU was behind)
     // the replay placed.
     for c in d.stats()["departed"].as_array().into_iter().flatten() {
         eprintln!(
-            "whisper_large_v3_b16: {} marks placed, {} seen complete",
+            "{job}: {} marks placed, {} seen complete",
             c["marks_placed"], c["marks_done"]
         );
     }
