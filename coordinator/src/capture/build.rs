@@ -1,12 +1,12 @@
 //! The `tandem-trace/1` document of one client from a copy of its window.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
 
-use super::durations::{agree, fit, is_launch, timings, Found, Key};
+use super::durations::{fit, is_launch, Fitted, Found, Key};
 use super::unit::{median_unit, requests, steps, Unit};
 
 /// What the trace describes, besides its records.
@@ -69,7 +69,7 @@ pub fn build(
         )));
     };
     let fitted = fit(records);
-    let positions = by_position(records, &units, &unit);
+    let positions = by_position(records, &units, &unit, &fitted);
     let mut ops = ops_of(
         &records[unit.first..unit.end],
         &unit,
@@ -120,38 +120,31 @@ struct Ops {
 }
 
 /// For each launch of `unit`, in order: where its key's timings disagree
-/// (several kernels share the function, grid and block: an encoder's and a
-/// decoder's weight gradients), the median of the timings of the launches
+/// (`Fitted::shared`: several kernels share the function, grid and block,
+/// an encoder's and a decoder's weight gradients), the median of the timings of the launches
 /// at its position in every unit (request or step) with its key there: the
 /// position tells them apart; else `None` (the key's own duration).
-fn by_position(records: &[Record], units: &[Unit], unit: &Unit) -> Vec<Option<u64>> {
+fn by_position(
+    records: &[Record],
+    units: &[Unit],
+    unit: &Unit,
+    fitted: &Fitted,
+) -> Vec<Option<u64>> {
     let launches_of = |u: &Unit| -> Vec<usize> {
         (u.first..u.end)
             .filter(|&i| is_launch(records[i].kind))
             .collect()
     };
-    let timings: HashMap<usize, u64> = timings(records).into_iter().collect();
-    let mut per_key: HashMap<Key, Vec<u64>> = HashMap::new();
-    for (&at, &ns) in &timings {
-        per_key.entry(Key::of(&records[at])).or_default().push(ns);
-    }
-    let split: HashSet<Key> = per_key
-        .into_iter()
-        .filter_map(|(k, mut v)| {
-            v.sort_unstable();
-            (!agree(&v)).then_some(k)
-        })
-        .collect();
     let rep = launches_of(unit);
     let keys: Vec<Key> = rep.iter().map(|&i| Key::of(&records[i])).collect();
     let mut at: Vec<Vec<u64>> = vec![Vec::new(); rep.len()];
-    if !split.is_empty() {
+    if !fitted.shared.is_empty() {
         for u in units {
             for (k, i) in launches_of(u).into_iter().enumerate().take(rep.len()) {
-                if !split.contains(&keys[k]) || Key::of(&records[i]) != keys[k] {
+                if !fitted.shared.contains(&keys[k]) || Key::of(&records[i]) != keys[k] {
                     continue;
                 }
-                if let Some(&ns) = timings.get(&i) {
+                if let Some(&ns) = fitted.timed_at.get(&i) {
                     at[k].push(ns);
                 }
             }
@@ -169,7 +162,7 @@ fn by_position(records: &[Record], units: &[Unit], unit: &Unit) -> Vec<Option<u6
 fn ops_of(
     records: &[Record],
     unit: &Unit,
-    fitted: &super::durations::Fitted,
+    fitted: &Fitted,
     positions: &[Option<u64>],
     func: &impl Fn(u64) -> Option<(String, Option<FuncAttrs>)>,
 ) -> Ops {

@@ -2,7 +2,7 @@
 //! segments they end and the fit over them (the method is in the
 //! [module docs](super)).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tandem_proto::record::FLAG_TIMED;
 use tandem_proto::{EventKind, Record};
@@ -58,6 +58,12 @@ struct Segment {
 pub struct Fitted {
     by_key: HashMap<Key, u64>,
     by_func: HashMap<u64, u64>,
+    /// The shim's timings: the index of the launch record each timed, and
+    /// its GPU ns.
+    pub timed_at: HashMap<usize, u64>,
+    /// The keys whose timings disagree (the upper quartile over 1.5 times
+    /// the lower): several kernels share each.
+    pub shared: HashSet<Key>,
 }
 
 /// How a launch's duration was found.
@@ -155,23 +161,29 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 /// event's record or the launch after their work was queued makes one
 /// timing long or short by the preemption), and one such must not move the
 /// kernel's time.
-fn timed(records: &[Record]) -> HashMap<Key, (u64, u64)> {
+/// Also the keys whose timings disagree. `at`: [`timings`]'s.
+fn timed(records: &[Record], at: &[(usize, u64)]) -> (HashMap<Key, (u64, u64)>, HashSet<Key>) {
     let mut all: HashMap<Key, Vec<u64>> = HashMap::new();
-    for (at, ns) in timings(records) {
-        all.entry(Key::of(&records[at])).or_default().push(ns);
+    for &(i, ns) in at {
+        all.entry(Key::of(&records[i])).or_default().push(ns);
     }
-    all.into_iter()
+    let mut shared = HashSet::new();
+    let per_key = all
+        .into_iter()
         .map(|(k, mut v)| {
             v.sort_unstable();
+            if !agree(&v) {
+                shared.insert(k);
+            }
             (k, (representative(&v), v.len() as u64))
         })
-        .collect()
+        .collect();
+    (per_key, shared)
 }
 
 /// Each timing in `records`: the index of the launch record it timed, and
 /// its GPU ns (see [`timed`]).
-#[must_use]
-pub fn timings(records: &[Record]) -> Vec<(usize, u64)> {
+fn timings(records: &[Record]) -> Vec<(usize, u64)> {
     let mut out = Vec::new();
     // Per stream, its latest launch.
     let mut last: HashMap<u64, usize> = HashMap::new();
@@ -202,20 +214,18 @@ pub fn timings(records: &[Record]) -> Vec<(usize, u64)> {
 /// Whether a key's timings (sorted, not empty) agree: the upper quartile
 /// within 1.5 times the lower (one kernel, perhaps with a preempted timing
 /// or two); where they do not, several kernels share the key.
-#[must_use]
-pub fn agree(v: &[u64]) -> bool {
+fn agree(v: &[u64]) -> bool {
     let n = v.len();
     v[(3 * n) / 4] as f64 <= 1.5 * v[n / 4] as f64
 }
 
 /// One key's duration from its timings (sorted, not empty): their median
-/// while they agree (the upper quartile within 1.5 times the lower: one
-/// kernel, perhaps with a preempted timing or two); where they do not,
-/// several kernels share the key (function, grid and block alike, the work
-/// not: an encoder's and a decoder's weight gradients), and the median
-/// would give all of them one kernel's time; then their mean with the
-/// outer tenth at each end left out, which keeps the key's share of the
-/// job's time as the timings sample its launches.
+/// while they [`agree`]; where they do not, several kernels share the key
+/// (function, grid and block alike, the work not: an encoder's and a
+/// decoder's weight gradients), and the median would give all of them one
+/// kernel's time; then their mean with the outer tenth at each end left
+/// out, which keeps the key's share of the job's time as the timings sample
+/// its launches.
 pub(super) fn representative(v: &[u64]) -> u64 {
     let n = v.len();
     if agree(v) {
@@ -278,7 +288,8 @@ pub fn fit(records: &[Record]) -> Fitted {
     // The kernels timed on the GPU take their timings; then the syncs'
     // scale once more, over all (a job that syncs keeps its measured total:
     // the timings fix the proportions, not the sum).
-    let timed = timed(records);
+    let at = timings(records);
+    let (timed, shared) = timed(records, &at);
     let mut fixed = vec![false; d.len()];
     for (key, &(median, _)) in &timed {
         if let Some(&k) = index.get(key) {
@@ -319,6 +330,8 @@ pub fn fit(records: &[Record]) -> Fitted {
             f.1 += n[k].max(1.0);
         }
     }
+    fitted.timed_at = at.into_iter().collect();
+    fitted.shared = shared;
     fitted.by_func = per_func
         .into_iter()
         .map(|(f, (sum, c))| (f, (sum / c).round() as u64))

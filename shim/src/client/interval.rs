@@ -50,7 +50,7 @@ pub(super) fn interval_over(now: u64, every: u64) -> Option<u64> {
 pub(super) const BEHIND_SPLIT: u64 = 8;
 
 /// How long (in intervals of the job's own length) from the first timed
-/// launch that found the GPU behind the finer grid lasts, until the GPU is
+/// launch that found the GPU behind the shorter intervals last, until the GPU is
 /// seen to have caught up ([`gpu_caught_up`]): at most
 /// `BEHIND_SPLIT * BEHIND_INTERVALS` extra timings per backlog.
 pub(super) const BEHIND_INTERVALS: u64 = 32;
@@ -67,7 +67,8 @@ static BEHIND_SINCE: AtomicU64 = AtomicU64::new(0);
 /// the host (the kernel queued behind earlier work), so more timings cost
 /// host time that the GPU's backlog hides, and each is exact (nothing to
 /// take off). For the first [`BEHIND_INTERVALS`] intervals of the backlog
-/// the interval ends on a grid [`BEHIND_SPLIT`] times finer: a job that
+/// the interval ends [`BEHIND_SPLIT`] times sooner on average (at a drawn
+/// time, [`jittered`]): a job that
 /// launches a step's or a request's kernels in one burst far ahead of the
 /// GPU gets the burst timed at many launches, not at one per `every` of
 /// host time (a Whisper step's 1,948 launches come in about 15 ms: at the
@@ -104,8 +105,8 @@ fn jittered(now: u64, fine: u64) -> u64 {
 }
 
 /// The GPU caught up with the host (a timed launch found its stream idle,
-/// or a synchronising call returned): the next backlog gets its finer grid
-/// again.
+/// or a synchronising call returned): the next backlog gets its shorter
+/// intervals again.
 pub(super) fn gpu_caught_up() {
     if BEHIND_SINCE.load(Ordering::Relaxed) != 0 {
         BEHIND_SINCE.store(0, Ordering::Relaxed);
