@@ -353,6 +353,54 @@ fn misbehaving_peers_are_refused_and_others_unaffected() {
     );
 }
 
+/// First messages queued while tandemd could not run are read, not taken
+/// for silence: epoll hands over 64 events a wait, and the handshake
+/// deadlines were checked after each batch, so connections whose garbage
+/// waited in a later batch were refused as "no message within" (a CI run
+/// logged 1,014 silent peers for 20). tandemd is stopped while 200
+/// accepted peers send garbage, until their deadlines pass.
+#[test]
+fn first_messages_queued_past_the_deadline_are_read_not_called_silence() {
+    const PEERS: usize = 200;
+    let d = Tandemd::start("queued", Some("handshake_timeout_ms = 1500\n"));
+    let started = std::time::Instant::now();
+    let socks: Vec<_> = (0..PEERS).map(|_| connect(&d.socket)).collect();
+    // Accepted (each deadline set) while tandemd runs; any it has not
+    // accepted by the stop gets a fresh deadline later, which only hides
+    // the fault, never fakes it.
+    std::thread::sleep(Duration::from_millis(500));
+    d.signal(libc::SIGSTOP);
+    for s in &socks {
+        wire::send(s.as_fd(), b"GET / HTTP/1.1\r\n\r\n", None).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2000).saturating_sub(started.elapsed()));
+    d.signal(libc::SIGCONT);
+    // A peer refused as silent is closed with its garbage unread, which
+    // resets the connection: its recv fails before it reads the Reject.
+    let (mut silent, mut reset) = (0, 0);
+    let mut buf = vec![0u8; MAX_MESSAGE_LEN];
+    for s in &socks {
+        let Ok(got) = wire::recv(s.as_fd(), &mut buf) else {
+            reset += 1;
+            continue;
+        };
+        let Ok(Message::Reject(r)) = Message::decode(&buf[..got.len]) else {
+            panic!("no Reject: {:?}", &buf[..got.len])
+        };
+        assert_eq!(r.reason, RejectReason::MALFORMED, "{}", r.message);
+        if r.message.contains("no message within") {
+            silent += 1;
+        }
+    }
+    assert_eq!(
+        (silent, reset),
+        (0, 0),
+        "of {PEERS} peers that sent garbage, {silent} were told they sent nothing and {reset} were reset"
+    );
+    let s = d.snapshot();
+    assert_eq!(s.totals.handshake_timeouts, 0);
+}
+
 #[test]
 fn control_needs_privilege() {
     let d = Tandemd::start("ctl", None);

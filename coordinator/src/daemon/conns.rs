@@ -120,6 +120,15 @@ impl Daemon {
             .map(|(&t, _)| t)
             .collect();
         for t in expired {
+            // A first message may be queued whose readiness this wake-up
+            // has not reached yet (epoll gives 64 events a wait; a flood of
+            // connections, or tandemd short of CPU, leaves the rest for the
+            // next): read it before calling the peer silent.
+            self.first_message(t);
+            if !matches!(self.conns.get(&t), Some(c) if matches!(c.state, ConnState::Pending { .. }))
+            {
+                continue;
+            }
             let ms = self.shared.config().handshake_timeout_ms;
             if let Some(c) = self.conns.get(&t) {
                 warn_throttled(
