@@ -15,8 +15,9 @@
 //!   most the GPU) joins a window of the last [`SpatialCfg::window`]
 //!   launches; `R` is their [`SpatialCfg::quantile`], rounded up to a whole
 //!   TPC (2 SMs) and clamped to `[min_reserve, max_reserve_share x SMs]`.
-//! * **The mask.** A training launch made while inference is active carries
-//!   a mask of `SMs - R` SMs for its whole life (a per-launch mask, as
+//! * **The mask.** A training launch made while inference is active, whose
+//!   blocks hold their SMs at least [`SpatialCfg::min_block_ns`] (its time
+//!   over its waves), carries a mask of `SMs - R` SMs for its whole life (a per-launch mask, as
 //!   libsmctrl sets through the launch callback: it binds at launch). The
 //!   training client's masked kernels share that one mask. Launches made
 //!   while inference is idle carry none; kernels already running keep what
@@ -51,6 +52,13 @@ pub struct SpatialCfg {
     pub window: usize,
     /// The quantile of those widths `R` covers.
     pub quantile: f64,
+    /// Only training kernels whose blocks hold their SMs this long
+    /// (duration over waves) are masked; 0: every training kernel. A
+    /// shorter block's SM comes back within that time, and MPS client
+    /// priority gives it to inference's pending blocks first, so masking
+    /// such a kernel costs training its SMs for the kernel's whole life and
+    /// buys inference less than one block's wait.
+    pub min_block_ns: Ns,
 }
 
 impl Default for SpatialCfg {
@@ -61,6 +69,7 @@ impl Default for SpatialCfg {
             max_reserve_share: 0.25,
             window: 128,
             quantile: 0.9,
+            min_block_ns: 100_000,
         }
     }
 }
@@ -81,10 +90,19 @@ impl SpatialCfg {
             "max_reserve_share" => self.max_reserve_share = v.parse().map_err(|e| bad(&e))?,
             "window" => self.window = v.parse().map_err(|e| bad(&e))?,
             "quantile" => self.quantile = v.parse().map_err(|e| bad(&e))?,
+            "min_block_ns" => self.min_block_ns = v.parse().map_err(|e| bad(&e))?,
             _ => return Err(bad(&"unknown key")),
         }
         Ok(())
     }
+}
+
+/// How long one of `k`'s blocks holds its SM on a GPU of `sms` SMs: the
+/// kernel's time over its waves (one wave: the whole kernel).
+#[must_use]
+pub fn block_ns(k: &Kernel, sms: u32) -> Ns {
+    let slots = u64::from(k.blocks_per_sm.max(1)) * u64::from(sms.max(1));
+    k.duration_ns / k.blocks().div_ceil(slots).max(1)
 }
 
 /// The candidate as a [`TandemSide`].
@@ -204,8 +222,11 @@ impl TandemSide for Spatial {
         u8::from(class == Class::Training)
     }
 
-    fn sm_limit(&mut self, now: Ns, job: usize, _: &Kernel) -> u32 {
-        if self.class(job) == Some(Class::Training) && self.active(now) {
+    fn sm_limit(&mut self, now: Ns, job: usize, k: &Kernel) -> u32 {
+        if self.class(job) == Some(Class::Training)
+            && self.active(now)
+            && block_ns(k, self.sms) >= self.cfg.min_block_ns
+        {
             self.masked_launches += 1;
             self.sms - self.reserve()
         } else {
@@ -240,7 +261,10 @@ mod tests {
         let mut s = Spatial::new(108, SpatialCfg::default());
         s.register(0, 0, Class::Inference);
         s.register(0, 1, Class::Training);
-        let t = kernel(1000, 4);
+        let t = Kernel {
+            duration_ns: 1_000_000,
+            ..kernel(400, 4)
+        };
         assert_eq!(s.sm_limit(0, 1, &t), 0, "inference never seen: no mask");
         let seq = s.after_launch(100, 0, &kernel(20, 1)).unwrap();
         assert_eq!(
@@ -257,6 +281,41 @@ mod tests {
         assert_ne!(s.sm_limit(5_000 + 999_999, 1, &t), 0, "within the hangover");
         assert_eq!(s.sm_limit(5_000 + 1_000_000, 1, &t), 0, "idle: no mask");
         assert_eq!(s.masked_launches, 2);
+    }
+
+    #[test]
+    fn only_kernels_whose_blocks_hold_their_sms_long_are_masked() {
+        let mut s = Spatial::new(108, SpatialCfg::default());
+        s.register(0, 0, Class::Inference);
+        s.register(0, 1, Class::Training);
+        s.after_launch(0, 0, &kernel(20, 1));
+        // One wave (400 blocks, 4 an SM on 108 SMs): each block holds its
+        // SM the whole 1 ms.
+        let persistent = Kernel {
+            duration_ns: 1_000_000,
+            ..kernel(400, 4)
+        };
+        assert_eq!(block_ns(&persistent, 108), 1_000_000);
+        assert_eq!(s.sm_limit(10, 1, &persistent), 108 - 20);
+        // The same 1 ms over 100 waves: 10 us blocks, left unmasked.
+        let waves = Kernel {
+            duration_ns: 1_000_000,
+            ..kernel(43_200, 4)
+        };
+        assert_eq!(block_ns(&waves, 108), 10_000);
+        assert_eq!(s.sm_limit(10, 1, &waves), 0);
+        assert_eq!(s.masked_launches, 1);
+        let mut all = Spatial::new(
+            108,
+            SpatialCfg {
+                min_block_ns: 0,
+                ..SpatialCfg::default()
+            },
+        );
+        all.register(0, 0, Class::Inference);
+        all.register(0, 1, Class::Training);
+        all.after_launch(0, 0, &kernel(20, 1));
+        assert_eq!(all.sm_limit(10, 1, &waves), 108 - 20, "0: every kernel");
     }
 
     #[test]

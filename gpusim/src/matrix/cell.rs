@@ -175,7 +175,7 @@ pub(super) fn note(mode: &str) -> &'static str {
         "mps_lowprio" => "MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
         "tandem" => "tandem v2 (local in-flight bound on the GPU board, per-kernel estimates; v1's gates and limits behind it; scheduler defaults) over time-slicing",
         "tandem_mps" => "tandem v2 over MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
-        "tandem_spatial" => "scheduler v3 candidate (a) over MPS: training at client priority 1, and its launches masked to leave inference R SMs (learnt from its kernels' widths) while inference is active",
+        "tandem_spatial" => "scheduler v3 candidate (a) over MPS: training at client priority 1, and its launches whose blocks hold their SMs 100 us or more masked to leave inference R SMs (learnt from its kernels' widths) while inference is active",
         "tandem_v1" => "tandem v1 alone (shim gate, launch limits, reader, scheduler defaults) over time-slicing",
         "tandem_v1_mps" => "tandem v1 gates with both jobs under MPS at default priority",
         _ => "",
