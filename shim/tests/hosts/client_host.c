@@ -10,7 +10,8 @@
  *   client_host loop SECONDS [IDCHANGES]
  *                              launch every 1 ms for at most SECONDS, printing
  *                              IDCHANGE whenever tandem_client_id() changes;
- *                              stops early after IDCHANGES changes; then STATE.
+ *                              stops early after IDCHANGES changes and 5
+ *                              more launches; then STATE.
  *   client_host paced N GAP_US
  *                              N launches of a 2 ms kernel, GAP_US apart, with
  *                              no sync at all; then sleeps until the GPU must be
@@ -216,8 +217,17 @@ static int loop(double seconds, int want_changes)
                    now_s() - start);
             fflush(stdout);
             last = id;
-            if (++changes == want_changes)
+            if (++changes == want_changes) {
+                /* The id changes when the new session is published, which
+                 * may fall after this launch was pushed to no ring (the
+                 * reconnect runs beside the job): a few more launches go to
+                 * the new coordinator's ring before the host stops. */
+                for (int i = 0; i < 5; i++) {
+                    launch();
+                    usleep(1000);
+                }
                 break;
+            }
         }
         usleep(1000);
     }
