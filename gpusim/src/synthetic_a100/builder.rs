@@ -78,6 +78,16 @@ impl B<'_> {
         } else {
             (64, small, eff * 0.7)
         };
+        // Each tile family is its own function, named for its tile as
+        // cuBLAS names its kernels: one name with two footprints would be
+        // one function to the shim (its id is the name's), which captures
+        // one footprint for both.
+        let name = if t == 64 {
+            format!("{name}_64x64")
+        } else {
+            name.to_string()
+        };
+        let name = name.as_str();
         let tiles = m.div_ceil(t) * n.div_ceil(t);
         let split = if tiles < sms && k >= 512 {
             sms.div_ceil(tiles).min(k / 256).max(1)
