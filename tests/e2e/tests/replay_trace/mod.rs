@@ -79,7 +79,12 @@ pub fn start_replay(
 ) -> (Proc, u64) {
     let file = dir.path().join(format!("{name}.replay"));
     std::fs::write(&file, script).expect("write the replay script");
-    let env = client_env(d.socket()).var("TANDEM_CLASS", class);
+    // Copies move no bytes (the fake's memcpy is CPU time a real GPU's
+    // async copy from pinned memory does not take; tests/fake-driver's
+    // copies.rs).
+    let env = client_env(d.socket())
+        .var("TANDEM_CLASS", class)
+        .var("FAKECUDA_COPY_NO_DATA", "1");
     let mut all = vec![file.to_str().expect("UTF-8 path")];
     all.extend_from_slice(args);
     let mut host = spawn_host("replay", &all, &env);
