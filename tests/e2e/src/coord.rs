@@ -1316,6 +1316,20 @@ impl Peer {
         tandem_proto::wire::send(self.fd.as_fd(), bytes, None).map_err(|e| e.to_string())
     }
 
+    /// Whether a datagram is waiting to be read, waiting at most `timeout`;
+    /// reads nothing.
+    pub fn readable(&self, timeout: Duration) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: poll(2) on one pollfd we own, for the length given.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        r > 0 && pfd.revents & libc::POLLIN != 0
+    }
+
     /// Sends one datagram without blocking; `Ok(false)` when the socket is full.
     pub fn send_nonblocking(&self, bytes: &[u8]) -> Result<bool, String> {
         // SAFETY: send(2) from a live buffer on our own fd.

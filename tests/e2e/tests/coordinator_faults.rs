@@ -443,7 +443,10 @@ fn messages_sent_before_a_reset_are_read() {
     let clients = |key: &str| d.stats()[key].as_array().map_or(0, Vec::len);
     let peer = Peer::connect(d.socket()).expect("connect");
     peer.send(&hello_bytes()).expect("send Hello");
-    // Registered, its Welcome left unread in its receive queue.
+    // Registered, its Welcome left unread in its receive queue. The stats
+    // show the client before tandemd sends the Welcome; a peer gone before
+    // that is dropped as a Welcome not delivered (CI, 2026-11-27), which a
+    // shim never is: it sends nothing else before its Welcome.
     poll(SETTLE, "the peer registered", || {
         if clients("clients") == 1 {
             Ok(())
@@ -451,6 +454,11 @@ fn messages_sent_before_a_reset_are_read() {
             Err(d.stats().to_string())
         }
     });
+    assert!(
+        peer.readable(SETTLE),
+        "no Welcome within {SETTLE:?}\n{}",
+        d.log()
+    );
     let device = Message::Device(tandem_proto::wire::Device {
         ordinal: 0,
         uuid: *b"GPU-reset-test-0",
