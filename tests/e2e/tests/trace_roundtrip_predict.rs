@@ -204,8 +204,7 @@ fn predictions_from_captured_traces_match_those_from_their_sources() {
             // step runs back to back, and 5 ms of quiet after each (as
             // every job had before 2026-11-27) is GPU idle time the source
             // does not have, which the capture rightly kept (ResNet50
-            // training's step 27 ms of kernels, 5 ms idle: H100 MPS p99
-            // 1.48x from the source, 1.18x from the capture).
+            // training's step is 27 ms of kernels).
             let quiet = if explicit { "5000" } else { "0" };
             let got = try_round_trip(
                 &dir,
