@@ -471,12 +471,7 @@ impl Gpu {
                 sm_limit,
             } => {
                 let bps = blocks_per_sm.max(1);
-                let per_wave = u64::from(self.params.sms) * u64::from(bps);
-                let waves = blocks.max(1).div_ceil(per_wave);
-                let alone_sms = blocks
-                    .max(1)
-                    .div_ceil(u64::from(bps))
-                    .min(u64::from(self.params.sms)) as u32;
+                let alone_sms = alone_sms(blocks.max(1), bps, self.params.sms);
                 self.seq += 1;
                 let k = Running {
                     client,
@@ -485,7 +480,8 @@ impl Gpu {
                     pending: blocks.max(1),
                     outstanding: 0,
                     bps,
-                    block_ns: duration_ns.max(1) as f64 / waves as f64,
+                    block_ns: duration_ns.max(1) as f64
+                        / waves(blocks.max(1), bps, self.params.sms) as f64,
                     seq: self.seq,
                     held: 0,
                     units: ((sm_share.clamp(0.001, 1.0) * UNITS as f64).round() as u64).max(1),
@@ -544,6 +540,23 @@ impl Gpu {
         };
         self.ends.push(Reverse((end, id, self.gen)));
     }
+}
+
+/// The waves a kernel of `blocks` blocks, `blocks_per_sm` to an SM, runs in
+/// alone on `sms` SMs: `w = ceil(B / (S p))` (the [module docs](self)); one
+/// block holds its SM for the kernel's time over `w`.
+#[must_use]
+pub fn waves(blocks: u64, blocks_per_sm: u32, sms: u32) -> u64 {
+    blocks.div_ceil(u64::from(sms) * u64::from(blocks_per_sm.max(1)))
+}
+
+/// The SMs a kernel's first wave fills alone on `sms` SMs: its blocks over
+/// `blocks_per_sm`, at most the GPU.
+#[must_use]
+pub fn alone_sms(blocks: u64, blocks_per_sm: u32, sms: u32) -> u32 {
+    blocks
+        .div_ceil(u64::from(blocks_per_sm.max(1)))
+        .min(u64::from(sms)) as u32
 }
 
 /// `x.round()` as whole nanoseconds, for `0 <= x < 2^53`: the same value

@@ -33,6 +33,7 @@
 
 use std::collections::VecDeque;
 
+use crate::gpu::{alone_sms, waves};
 use crate::tandem::{Gate, HostEvent, TandemSide};
 use crate::trace::Kernel;
 use crate::Ns;
@@ -101,8 +102,7 @@ impl SpatialCfg {
 /// kernel's time over its waves (one wave: the whole kernel).
 #[must_use]
 pub fn block_ns(k: &Kernel, sms: u32) -> Ns {
-    let slots = u64::from(k.blocks_per_sm.max(1)) * u64::from(sms.max(1));
-    k.duration_ns / k.blocks().div_ceil(slots).max(1)
+    k.duration_ns / waves(k.blocks(), k.blocks_per_sm, sms.max(1)).max(1)
 }
 
 /// The candidate as a [`TandemSide`].
@@ -184,10 +184,7 @@ impl TandemSide for Spatial {
         if self.class(job) != Some(Class::Inference) {
             return None;
         }
-        let width = k
-            .blocks()
-            .div_ceil(u64::from(k.blocks_per_sm.max(1)))
-            .min(u64::from(self.sms)) as u32;
+        let width = alone_sms(k.blocks(), k.blocks_per_sm, self.sms);
         if self.widths.len() == self.cfg.window.max(1) {
             if let Some(old) = self.widths.pop_front() {
                 let at = self.sorted.partition_point(|&x| x < old);
