@@ -6,7 +6,7 @@ use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
 
-use super::durations::{fit, is_launch, Fitted, Found, Key};
+use super::durations::{fit, is_launch, lower_median, Fitted, Found, Key};
 use super::unit::{median_unit, requests, steps, Unit};
 
 /// What the trace describes, besides its records.
@@ -153,7 +153,7 @@ fn by_position(
     at.into_iter()
         .map(|mut v| {
             v.sort_unstable();
-            v.get(v.len().wrapping_sub(1) / 2).copied()
+            lower_median(&v)
         })
         .collect()
 }

@@ -211,6 +211,12 @@ fn timings(records: &[Record]) -> Vec<(usize, u64)> {
     out
 }
 
+/// The lower median of `sorted` (the middle one, or the lower of the two
+/// middle ones); `None` when empty.
+pub(super) fn lower_median<T: Copy>(sorted: &[T]) -> Option<T> {
+    sorted.get(sorted.len().checked_sub(1)? / 2).copied()
+}
+
 /// Whether a key's timings (sorted, not empty) agree: the upper quartile
 /// within 1.5 times the lower (one kernel, perhaps with a preempted timing
 /// or two); where they do not, several kernels share the key.
@@ -229,7 +235,7 @@ fn agree(v: &[u64]) -> bool {
 pub(super) fn representative(v: &[u64]) -> u64 {
     let n = v.len();
     if agree(v) {
-        return v[(n - 1) / 2];
+        return lower_median(v).unwrap_or(0);
     }
     let cut = n / 10;
     let kept = &v[cut..n - cut];
@@ -278,9 +284,8 @@ pub fn fit(records: &[Record]) -> Fitted {
             .iter()
             .filter_map(|s| factor(s, &times, &kernel, d))
             .collect();
-        if !factors.is_empty() {
-            factors.sort_by(f64::total_cmp);
-            let x = factors[(factors.len() - 1) / 2];
+        factors.sort_by(f64::total_cmp);
+        if let Some(x) = lower_median(&factors) {
             d.iter_mut().for_each(|v| *v *= x);
         }
     };
@@ -302,9 +307,8 @@ pub fn fit(records: &[Record]) -> Fitted {
             .iter()
             .filter_map(|s| factor_free(s, &times, &kernel, &d, &fixed))
             .collect();
-        if !factors.is_empty() {
-            factors.sort_by(f64::total_cmp);
-            let x = factors[(factors.len() - 1) / 2];
+        factors.sort_by(f64::total_cmp);
+        if let Some(x) = lower_median(&factors) {
             d.iter_mut()
                 .zip(&fixed)
                 .filter(|(_, &f)| !f)
