@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -1319,15 +1319,8 @@ impl Peer {
     /// Whether a datagram is waiting to be read, waiting at most `timeout`;
     /// reads nothing.
     pub fn readable(&self, timeout: Duration) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
         let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: poll(2) on one pollfd we own, for the length given.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        r > 0 && pfd.revents & libc::POLLIN != 0
+        poll_in(self.fd.as_fd(), ms) & libc::POLLIN != 0
     }
 
     /// Sends one datagram without blocking; `Ok(false)` when the socket is full.
@@ -1665,6 +1658,23 @@ fn listen_seqpacket(path: &Path) -> Result<OwnedFd, String> {
     Ok(fd)
 }
 
+/// poll(2) for input on `fd`, at most `ms` ms: the events that came
+/// (`revents`), 0 on a timeout or an error.
+fn poll_in(fd: BorrowedFd<'_>, ms: libc::c_int) -> libc::c_short {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd, for the length given; `fd` is open
+    // for the call (borrowed).
+    if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
+        pfd.revents
+    } else {
+        0
+    }
+}
+
 impl FakeCoordinator {
     /// Listens on `path` (a `SOCK_SEQPACKET` socket, like tandemd's).
     pub fn start(path: &Path, behaviour: FakeBehaviour) -> FakeCoordinator {
@@ -1675,13 +1685,7 @@ impl FakeCoordinator {
         let thread = std::thread::spawn(move || {
             let mut held = Vec::new();
             while !st.load(Ordering::Relaxed) {
-                let mut pfd = libc::pollfd {
-                    fd: lfd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: poll on one valid pollfd.
-                if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
+                if poll_in(lfd.as_fd(), 50) == 0 {
                     continue;
                 }
                 // SAFETY: accept4 on our listening socket; no address wanted.
