@@ -90,6 +90,7 @@ pub mod params;
 pub mod predict;
 pub mod report;
 pub mod rng;
+pub mod slicing;
 pub mod spatial;
 pub mod synthetic;
 pub mod synthetic_a100;

@@ -14,7 +14,8 @@
 //!   width (the SMs its first wave fills: blocks over blocks per SM, at
 //!   most the GPU) joins a window of the last [`SpatialCfg::window`]
 //!   launches; `R` is their [`SpatialCfg::quantile`], rounded up to a whole
-//!   TPC (2 SMs) and clamped to `[min_reserve, max_reserve_share x SMs]`.
+//!   TPC (2 SMs) and clamped to `[min_reserve, max_reserve_share x SMs]`
+//!   (the latter to the nearest TPC).
 //! * **The mask.** A training launch made while inference is active, whose
 //!   blocks hold their SMs at least [`SpatialCfg::min_block_ns`] (its time
 //!   over its waves), carries a mask of `SMs - R` SMs for its whole life (a per-launch mask, as
@@ -26,6 +27,30 @@
 //! * **Priority.** Training runs at MPS client priority 1, as in
 //!   `mps_lowprio`: the mask adds space to MPS + priority, it does not
 //!   replace it.
+//!
+//! Two further candidates of issue 23 are settings of the same side:
+//!
+//! * **(b) Green contexts** ([`SpatialCfg::green`]): the training process
+//!   creates green contexts (`cuGreenCtxCreate`, CUDA 12.4+) and, while
+//!   inference is active, the shim redirects training's launches to a
+//!   stream of one with fewer SMs. In the model that is the mask of (a)
+//!   with the partition's granularity: `cuDevSmResourceSplitByCount`
+//!   makes groups of at least 8 SMs in multiples of 8 on compute
+//!   capability 9.0 and of at least 4 in multiples of 2 on 8.x (CUDA
+//!   12.4 driver API, "Green Contexts"), so `R` is rounded up to
+//!   [`SpatialCfg::step`] SMs and the kept partition down. The events that
+//!   keep the job's stream order across the redirect (a record and a wait
+//!   per switch, a few microseconds of CPU) are not modelled.
+//! * **(c) Duration-aware holds** ([`SpatialCfg::hold_slack_share`]): while
+//!   inference is active, a training launch whose kernel takes longer than
+//!   inference's slack is held until inference goes idle (or
+//!   [`SpatialCfg::hold_max_ns`]), as Orion holds best-effort kernels
+//!   longer than its threshold (Strati et al., EuroSys 2024). The slack is
+//!   that share of inference's shortest recent active period (the time from
+//!   a launch after idle to its last completion, over the last
+//!   [`SpatialCfg::window`] periods): 0.1 for the goal of 1.10x. The
+//!   kernel's time is the trace's, where the shim would learn it from its
+//!   completion marks (`tandemctl trace` does, `docs/traces.md`).
 //!
 //! Not modelled: thread-block-cluster kernels needing whole GPCs (none of
 //! the traces has one), the cost of the launch callback (the shim pays it
@@ -60,6 +85,19 @@ pub struct SpatialCfg {
     /// such a kernel costs training its SMs for the kernel's whole life and
     /// buys inference less than one block's wait.
     pub min_block_ns: Ns,
+    /// `R` in whole steps of this many SMs (2: a TPC, for per-launch masks;
+    /// a green context's partition step for (b)).
+    pub step: u32,
+    /// (c): hold a training launch while inference is active if its kernel
+    /// takes longer than this share of inference's shortest recent active
+    /// period; 0: no holds.
+    pub hold_slack_share: f64,
+    /// The longest a launch is held, ns (then it goes ahead).
+    pub hold_max_ns: Ns,
+    /// (c) compares the slack with the kernel's block time (its time over
+    /// its waves: how long its blocks keep inference's blocks from their
+    /// SMs under MPS client priority) rather than its whole time.
+    pub hold_by_block: bool,
 }
 
 impl Default for SpatialCfg {
@@ -71,6 +109,10 @@ impl Default for SpatialCfg {
             window: 128,
             quantile: 0.9,
             min_block_ns: 100_000,
+            step: 2,
+            hold_slack_share: 0.0,
+            hold_max_ns: 10_000_000,
+            hold_by_block: false,
         }
     }
 }
@@ -92,9 +134,36 @@ impl SpatialCfg {
             "window" => self.window = v.parse().map_err(|e| bad(&e))?,
             "quantile" => self.quantile = v.parse().map_err(|e| bad(&e))?,
             "min_block_ns" => self.min_block_ns = v.parse().map_err(|e| bad(&e))?,
+            "step" => self.step = v.parse().map_err(|e| bad(&e))?,
+            "hold_slack_share" => self.hold_slack_share = v.parse().map_err(|e| bad(&e))?,
+            "hold_max_ns" => self.hold_max_ns = v.parse().map_err(|e| bad(&e))?,
+            "hold_by_block" => self.hold_by_block = v.parse().map_err(|e| bad(&e))?,
             _ => return Err(bad(&"unknown key")),
         }
         Ok(())
+    }
+
+    /// Candidate (b) on a GPU of compute capability `major`.x: green
+    /// contexts' partition step (8 SMs from 9.0, 2 before) and minimum
+    /// (8 from 9.0, 4 on 8.x).
+    #[must_use]
+    pub fn green(self, major: u32) -> SpatialCfg {
+        let (step, min) = if major >= 9 { (8, 8) } else { (2, 4) };
+        SpatialCfg {
+            step,
+            min_reserve: self.min_reserve.max(min).div_ceil(step) * step,
+            ..self
+        }
+    }
+
+    /// Candidate (c): (a) with duration-aware holds at a slack of a tenth
+    /// of inference's shortest active period.
+    #[must_use]
+    pub fn holding(self) -> SpatialCfg {
+        SpatialCfg {
+            hold_slack_share: 0.1,
+            ..self
+        }
     }
 }
 
@@ -117,8 +186,16 @@ pub struct Spatial {
     /// `widths`, sorted (kept so as each launch comes, for [`Spatial::reserve`]).
     sorted: Vec<u32>,
     seq: u64,
+    /// When inference's current active period began.
+    period_start: Option<Ns>,
+    /// The last [`SpatialCfg::window`] active periods' lengths.
+    periods: VecDeque<Ns>,
+    /// Training jobs whose launch is held.
+    held: Vec<usize>,
     /// Training launches that carried a mask (statistics).
     pub masked_launches: u64,
+    /// Training launches held (statistics).
+    pub held_launches: u64,
 }
 
 impl Spatial {
@@ -134,7 +211,11 @@ impl Spatial {
             widths: VecDeque::new(),
             sorted: Vec::new(),
             seq: 0,
+            period_start: None,
+            periods: VecDeque::new(),
+            held: Vec::new(),
             masked_launches: 0,
+            held_launches: 0,
         }
     }
 
@@ -151,18 +232,62 @@ impl Spatial {
                 .is_some_and(|t| now < t.saturating_add(self.cfg.hangover_ns))
     }
 
-    /// The SMs reserved for inference now.
+    /// The SMs reserved for inference now: the quantile of its widths in
+    /// whole steps, clamped to the bounds (the most rounded to the nearest
+    /// step: a TPC mask cannot leave 33 SMs), and whatever the training
+    /// partition's whole steps leave.
     #[must_use]
     pub fn reserve(&self) -> u32 {
-        let max = ((f64::from(self.sms) * self.cfg.max_reserve_share) as u32).max(1);
+        let step = self.cfg.step.clamp(1, self.sms.max(1));
+        let max = ((f64::from(self.sms) * self.cfg.max_reserve_share / f64::from(step)).round()
+            as u32
+            * step)
+            .clamp(step, self.sms.max(1));
         let min = self.cfg.min_reserve.min(max);
-        if self.sorted.is_empty() {
-            return min;
+        let want = if self.sorted.is_empty() {
+            min
+        } else {
+            let w = &self.sorted;
+            let i = ((w.len() - 1) as f64 * self.cfg.quantile).round() as usize;
+            (w[i.min(w.len() - 1)].div_ceil(step) * step).clamp(min, max)
+        };
+        self.sms - (self.sms.saturating_sub(want) / step * step)
+    }
+
+    /// Inference's slack for (c): the configured share of its shortest
+    /// recent active period; `None` without holds or before a period ended.
+    #[must_use]
+    pub fn slack(&self) -> Option<Ns> {
+        if self.cfg.hold_slack_share <= 0.0 {
+            return None;
         }
-        let w = &self.sorted;
-        let i = ((w.len() - 1) as f64 * self.cfg.quantile).round() as usize;
-        let r = w[i.min(w.len() - 1)].div_ceil(2) * 2;
-        r.clamp(min, max)
+        let shortest = *self.periods.iter().min()?;
+        Some((shortest as f64 * self.cfg.hold_slack_share) as Ns)
+    }
+
+    /// When the current active period ends, if nothing else comes: `None`
+    /// while a launch is in flight.
+    fn idle_at(&self) -> Option<Ns> {
+        if self.inflight > 0 {
+            return None;
+        }
+        self.last_inference
+            .map(|t| t.saturating_add(self.cfg.hangover_ns))
+    }
+
+    /// An inference launch at `now`: a new active period begins if it was
+    /// idle, and the last one's length is kept.
+    fn inference_launch(&mut self, now: Ns) {
+        if self.active(now) {
+            return;
+        }
+        if let (Some(start), Some(end)) = (self.period_start, self.last_inference) {
+            if self.periods.len() == self.cfg.window.max(1) {
+                self.periods.pop_front();
+            }
+            self.periods.push_back(end.saturating_sub(start));
+        }
+        self.period_start = Some(now);
     }
 }
 
@@ -174,11 +299,34 @@ impl TandemSide for Spatial {
         self.classes[job] = Some(class);
     }
 
-    fn before_launch(&mut self, _: Ns, _: usize, _: &Kernel) -> Gate {
-        Gate::Proceed
+    fn before_launch(&mut self, now: Ns, job: usize, k: &Kernel) -> Gate {
+        let hold = self.class(job) == Some(Class::Training)
+            && self.active(now)
+            && self.slack().is_some_and(|s| {
+                let t = if self.cfg.hold_by_block {
+                    block_ns(k, self.sms)
+                } else {
+                    k.duration_ns
+                };
+                t > s
+            });
+        if !hold {
+            self.held.retain(|&j| j != job);
+            return Gate::Proceed;
+        }
+        if !self.held.contains(&job) {
+            self.held.push(job);
+            self.held_launches += 1;
+        }
+        Gate::Wait {
+            until: now.saturating_add(self.cfg.hold_max_ns),
+            mark: None,
+        }
     }
 
-    fn launch_anyway(&mut self, _: Ns, _: usize) {}
+    fn launch_anyway(&mut self, _: Ns, job: usize) {
+        self.held.retain(|&j| j != job);
+    }
 
     fn after_launch(&mut self, now: Ns, job: usize, k: &Kernel) -> Option<u64> {
         if self.class(job) != Some(Class::Inference) {
@@ -191,6 +339,7 @@ impl TandemSide for Spatial {
                 self.sorted.remove(at);
             }
         }
+        self.inference_launch(now);
         self.widths.push_back(width);
         let at = self.sorted.partition_point(|&x| x < width);
         self.sorted.insert(at, width);
@@ -210,10 +359,18 @@ impl TandemSide for Spatial {
     fn host_event(&mut self, _: Ns, _: usize, _: HostEvent) {}
 
     fn next_wake(&self) -> Option<Ns> {
-        None
+        if self.held.is_empty() {
+            None
+        } else {
+            self.idle_at()
+        }
     }
 
-    fn wake(&mut self, _: Ns, _: &mut Vec<usize>) {}
+    fn wake(&mut self, now: Ns, ready: &mut Vec<usize>) {
+        if !self.active(now) {
+            ready.append(&mut self.held);
+        }
+    }
 
     fn mps_priority(&self, class: Class) -> u8 {
         u8::from(class == Class::Training)
@@ -332,7 +489,117 @@ mod tests {
         for _ in 0..200 {
             s.after_launch(0, 0, &kernel(1000, 1));
         }
-        assert_eq!(s.reserve(), 33, "at most a quarter of the GPU");
+        assert_eq!(
+            s.reserve(),
+            34,
+            "a quarter of the GPU, 33, to the nearest TPC"
+        );
+    }
+
+    #[test]
+    fn green_contexts_reserve_in_their_partition_steps() {
+        // Hopper: groups of 8 SMs, so training keeps a multiple of 8 and
+        // inference the rest (132 = 15 x 8 + 12 at a 9-SM width).
+        let mut h = Spatial::new(132, SpatialCfg::default().green(9));
+        h.register(0, 0, Class::Inference);
+        assert_eq!(
+            h.reserve(),
+            12,
+            "the minimum of 8, and 132's remainder of 4"
+        );
+        for _ in 0..10 {
+            h.after_launch(0, 0, &kernel(9, 1));
+        }
+        assert_eq!(h.reserve(), 20, "9 SMs: 16, and the remainder");
+        for _ in 0..200 {
+            h.after_launch(0, 0, &kernel(1000, 1));
+        }
+        assert_eq!(
+            h.reserve(),
+            36,
+            "a quarter, 33, to the nearest 8, and the remainder"
+        );
+        assert_eq!((132 - h.reserve()) % 8, 0);
+        // Ampere: steps of 2 from 4; the mask's minimum of 8 stands.
+        let a = SpatialCfg::default().green(8);
+        assert_eq!((a.step, a.min_reserve), (2, 8));
+    }
+
+    /// Candidate (c): a training kernel longer than the slack waits while
+    /// inference is active and goes when it is idle; a short one goes at
+    /// once; without a finished active period there is no slack.
+    #[test]
+    fn long_training_launches_wait_while_inference_is_active() {
+        let mut s = Spatial::new(108, SpatialCfg::default().holding());
+        s.register(0, 0, Class::Inference);
+        s.register(0, 1, Class::Training);
+        let long = Kernel {
+            duration_ns: 500_000,
+            ..kernel(400, 4)
+        };
+        let short = Kernel {
+            duration_ns: 300_000,
+            ..kernel(400, 4)
+        };
+        // A first active period: 0 to 4 ms.
+        let seq = s.after_launch(0, 0, &kernel(20, 1)).unwrap();
+        assert_eq!(s.before_launch(10, 1, &long), Gate::Proceed, "no slack yet");
+        s.launch_completed(4_000_000, 0, seq);
+        // Idle past the hangover; the next launch opens a second period
+        // and closes the first (4 ms: a slack of 400 us).
+        let seq = s.after_launch(10_000_000, 0, &kernel(20, 1)).unwrap();
+        assert_eq!(s.slack(), Some(400_000));
+        assert_eq!(s.before_launch(10_000_100, 1, &short), Gate::Proceed);
+        assert!(matches!(
+            s.before_launch(10_000_100, 1, &long),
+            Gate::Wait {
+                until: 20_000_100,
+                ..
+            }
+        ));
+        assert_eq!(s.next_wake(), None, "inference in flight");
+        s.launch_completed(12_000_000, 0, seq);
+        assert_eq!(s.next_wake(), Some(13_000_000), "its hangover's end");
+        let mut ready = Vec::new();
+        s.wake(12_500_000, &mut ready);
+        assert!(ready.is_empty(), "still active");
+        s.wake(13_000_000, &mut ready);
+        assert_eq!(ready, [1]);
+        assert_eq!(s.next_wake(), None);
+        assert_eq!(s.before_launch(13_000_000, 1, &long), Gate::Proceed);
+        assert_eq!(s.held_launches, 1);
+        // By block time: the same 500 us over 5 waves (100 us blocks)
+        // goes, as its blocks leave their SMs within the slack.
+        let mut b = Spatial::new(
+            108,
+            SpatialCfg {
+                hold_by_block: true,
+                ..SpatialCfg::default().holding()
+            },
+        );
+        b.register(0, 0, Class::Inference);
+        b.register(0, 1, Class::Training);
+        let seq = b.after_launch(0, 0, &kernel(20, 1)).unwrap();
+        b.launch_completed(4_000_000, 0, seq);
+        b.after_launch(10_000_000, 0, &kernel(20, 1));
+        let waves = Kernel {
+            duration_ns: 500_000,
+            ..kernel(5 * 108 * 4, 4)
+        };
+        assert_eq!(b.before_launch(10_000_100, 1, &waves), Gate::Proceed);
+        assert!(matches!(
+            b.before_launch(10_000_100, 1, &long),
+            Gate::Wait { .. }
+        ));
+        // Without (c), nothing is ever held.
+        let mut a = Spatial::new(108, SpatialCfg::default());
+        a.register(0, 0, Class::Inference);
+        a.register(0, 1, Class::Training);
+        let seq = a.after_launch(0, 0, &kernel(20, 1)).unwrap();
+        a.launch_completed(4_000_000, 0, seq);
+        a.after_launch(10_000_000, 0, &kernel(20, 1));
+        assert_eq!(a.slack(), None);
+        assert_eq!(a.before_launch(10_000_100, 1, &long), Gate::Proceed);
     }
 
     #[test]
@@ -356,6 +623,31 @@ mod tests {
             let want = (last[i].div_ceil(2) * 2).clamp(1, 132);
             assert_eq!(s.reserve(), want, "after {n}: window {last:?}");
         }
+    }
+
+    /// In the matrix, on the same H100 pair, holding training's long
+    /// launches while inference is active (c) takes the p99 far below what
+    /// the mask alone leaves, and costs training some of its share.
+    #[test]
+    fn holds_lower_the_p99_the_mask_leaves() {
+        use crate::calibration::reduced_matrix;
+        use crate::matrix::{run_matrix, Device, MatrixCfg};
+        let rows = run_matrix(
+            &MatrixCfg {
+                pairs: vec![("bert_b8".into(), "gpt2_train".into())],
+                modes: vec!["tandem_spatial".into(), "tandem_hold".into()],
+                ..reduced_matrix(Device::H100, Device::H100.params())
+            },
+            None,
+        )
+        .unwrap();
+        let get = |mode: &str| {
+            let r = rows.iter().find(|r| r.mode == mode).unwrap();
+            (r.p99_ratio.unwrap(), r.train_fraction.unwrap())
+        };
+        let (mask, hold) = (get("tandem_spatial"), get("tandem_hold"));
+        assert!(hold.0 < mask.0 - 0.1, "p99: hold {hold:?} vs mask {mask:?}");
+        assert!(hold.1 < mask.1, "training: hold {hold:?} vs mask {mask:?}");
     }
 
     /// In the matrix, on an H100 pair where MPS + priority leaves the

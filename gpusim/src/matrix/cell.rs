@@ -3,6 +3,7 @@
 
 use super::config::MatrixCfg;
 use crate::job::{percentile, JobSpec};
+use crate::slicing::slice_trace;
 use crate::spatial::Spatial;
 use crate::tandem::{Off, TandemSide, TandemV1};
 use crate::trace::Trace;
@@ -143,8 +144,14 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
             ];
             (go(false, &place, &mut t), 1)
         }
-        "tandem_spatial" => {
-            let mut t = Spatial::new(m.params.gpu.sms, m.tandem.spatial.clone());
+        "tandem_spatial" | "tandem_green" | "tandem_hold" | "tandem_slice" => {
+            let base = m.tandem.spatial.clone();
+            let cfg = match mode {
+                "tandem_green" => base.green(m.device.compute_major()),
+                "tandem_hold" | "tandem_slice" => base.holding(),
+                _ => base,
+            };
+            let mut t = Spatial::new(m.params.gpu.sms, cfg);
             let place = [
                 Placement {
                     priority: t.mps_priority(tandem_sched::Class::Inference),
@@ -153,7 +160,18 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
                     priority: t.mps_priority(tandem_sched::Class::Training),
                 },
             ];
-            (go(false, &place, &mut t), 1)
+            if mode == "tandem_slice" {
+                let sliced = [
+                    inf.clone(),
+                    JobSpec {
+                        trace: slice_trace(&train.trace, m.params.gpu.sms, &m.tandem.slicing),
+                        ..train.clone()
+                    },
+                ];
+                (run(&window(false), &sliced, &place, &mut t), 1)
+            } else {
+                (go(false, &place, &mut t), 1)
+            }
         }
         other => panic!("unknown mode {other}"),
     };
@@ -176,6 +194,9 @@ pub(super) fn note(mode: &str) -> &'static str {
         "tandem" => "tandem v2 (local in-flight bound on the GPU board, per-kernel estimates; v1's gates and limits behind it; scheduler defaults) over time-slicing",
         "tandem_mps" => "tandem v2 over MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
         "tandem_spatial" => "scheduler v3 candidate (a) over MPS: training at client priority 1, and its launches whose blocks hold their SMs 100 us or more masked to leave inference R SMs (learnt from its kernels' widths) while inference is active",
+        "tandem_green" => "scheduler v3 candidate (b) over MPS: as tandem_spatial, in the partition steps of green contexts (8 SMs on the H100, 2 from 4 on the A100)",
+        "tandem_hold" => "scheduler v3 candidates (a) + (c) over MPS: tandem_spatial, and training launches longer than a tenth of inference's shortest active period held while inference is active (at most 10 ms)",
+        "tandem_slice" => "scheduler v3 candidates (a) + (c) + (d) over MPS: tandem_hold, with training kernels over 1 ms sliced into whole waves (2 us of CPU per extra slice)",
         "tandem_v1" => "tandem v1 alone (shim gate, launch limits, reader, scheduler defaults) over time-slicing",
         "tandem_v1_mps" => "tandem v1 gates with both jobs under MPS at default priority",
         _ => "",

@@ -5,10 +5,13 @@ use tandem_sched::SchedConfig;
 
 use super::device::Device;
 use crate::params::Params;
+use crate::slicing::SliceCfg;
 use crate::spatial::SpatialCfg;
 
-/// Modes, in the benchmark's order.
-pub const MODES: [&str; 7] = [
+/// Modes, in the benchmark's order: the full matrix's seven, then
+/// scheduler v3's further candidates ([`CANDIDATE_MODES`]), which run only
+/// when `--modes` names them.
+pub const MODES: [&str; 10] = [
     "alone",
     "plain",
     "mps",
@@ -16,7 +19,15 @@ pub const MODES: [&str; 7] = [
     "tandem",
     "tandem_mps",
     "tandem_spatial",
+    "tandem_green",
+    "tandem_hold",
+    "tandem_slice",
 ];
+
+/// Issue 23's candidates (b), (a) + (c) and (a) + (c) + (d), each over
+/// MPS with training at client priority 1 as `tandem_spatial` is
+/// ([`crate::spatial`], [`crate::slicing`]).
+pub const CANDIDATE_MODES: [&str; 3] = ["tandem_green", "tandem_hold", "tandem_slice"];
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -60,8 +71,11 @@ pub struct TandemCfg {
     pub mps_v1_gates: bool,
     /// Whether they apply in `tandem` (time-slicing).
     pub v1_gates: bool,
-    /// The SM-reservation candidate's settings, in `tandem_spatial`.
+    /// The SM-reservation candidate's settings, in `tandem_spatial` (and,
+    /// with (b)'s step or (c)'s holds, in the other candidates).
     pub spatial: SpatialCfg,
+    /// Candidate (d)'s slicing, in `tandem_slice`.
+    pub slicing: SliceCfg,
 }
 
 impl Default for TandemCfg {
@@ -72,6 +86,7 @@ impl Default for TandemCfg {
             mps_v1_gates: true,
             v1_gates: true,
             spatial: SpatialCfg::default(),
+            slicing: SliceCfg::default(),
         }
     }
 }
@@ -86,7 +101,11 @@ impl MatrixCfg {
             device,
             params,
             pairs: device.pairs(),
-            modes: MODES[1..].iter().map(|m| (*m).to_string()).collect(),
+            modes: MODES[1..]
+                .iter()
+                .filter(|m| !CANDIDATE_MODES.contains(m))
+                .map(|m| (*m).to_string())
+                .collect(),
             seeds: vec![1, 2, 3],
             warmup_ns: 3_000_000_000,
             window_ns: 20_000_000_000,

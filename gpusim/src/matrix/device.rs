@@ -52,6 +52,16 @@ impl Device {
         }
     }
 
+    /// Its compute capability's major version (9 for the H100, 8 for the
+    /// A100): what green contexts' partition steps follow.
+    #[must_use]
+    pub fn compute_major(self) -> u32 {
+        match self {
+            Device::H100 => 9,
+            Device::A100 => 8,
+        }
+    }
+
     /// `h100` or `a100`.
     #[must_use]
     pub fn name(self) -> &'static str {

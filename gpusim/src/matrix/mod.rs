@@ -23,7 +23,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use self::cell::{alone, alone_service_ms, cell};
-pub use self::config::{MatrixCfg, TandemCfg, MODES};
+pub use self::config::{MatrixCfg, TandemCfg, CANDIDATE_MODES, MODES};
 pub use self::device::{load_trace, Device, A100_INFERENCE, A100_TRAINING, INFERENCE, TRAINING};
 
 use self::cell::{note, Cell};
