@@ -368,3 +368,59 @@ class CompareTraces(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SmMask(unittest.TestCase):
+    """smmask.py's launch callback against launch descriptors laid out in
+    memory here: what it writes where, and what it leaves alone."""
+
+    def setUp(self):
+        import ctypes
+
+        import smmask
+
+        self.ct, self.sm = ctypes, smmask
+        self.tmd = ctypes.create_string_buffer(512)
+        self.params = (ctypes.c_uint64 * 6)(48, 0, 0, 0, ctypes.addressof(self.tmd), 0)
+
+    def word(self, off):
+        return self.ct.c_uint32.from_buffer(self.tmd, off).value
+
+    def call(self, hook):
+        hook.cb(None, self.sm.QMD_DOMAIN, self.sm.QMD_PRE_UPLOAD,
+                self.ct.addressof(self.params))
+        return hook.seen[-1]
+
+    def test_a_hopper_descriptor_gets_the_mask_and_its_enable_bit(self):
+        self.tmd[72] = 0x40
+        hook = self.sm.MaskHook(40)
+        hook.armed = True
+        rec = self.call(hook)
+        self.assertEqual(rec["masked_tpcs"], 40)
+        self.assertEqual((self.word(304), self.word(308)), (0xFFFFFFFF, 0xFF))
+        self.assertEqual((self.word(312), self.word(316)), (0, 0), "TPCs 64-127 enabled")
+        self.assertEqual(self.word(0) & 0x80000000, 0x80000000)
+        self.assertEqual((self.word(84), self.word(88)), (0, 0))
+
+    def test_an_ampere_descriptor_gets_the_mask_at_its_own_offsets(self):
+        self.tmd[72] = 0x20
+        hook = self.sm.MaskHook(3)
+        hook.armed = True
+        self.call(hook)
+        self.assertEqual((self.word(84), self.word(88)), (0b111, 0))
+        self.assertEqual(self.word(304), 0)
+        self.assertEqual(self.word(0), 0, "no enable bit before version 0x40")
+
+    def test_unknown_layouts_and_a_disarmed_hook_leave_the_descriptor_alone(self):
+        hook = self.sm.MaskHook(4)
+        self.tmd[72] = 0x40
+        self.call(hook)
+        self.assertEqual(bytes(self.tmd), bytes([0] * 72 + [0x40] + [0] * 439), "disarmed")
+        hook.armed = True
+        self.tmd[72] = 0x06
+        self.assertIn("no TPC mask", self.call(hook)["left_alone"])
+        self.params[0] = 32
+        self.assertIn("too short", self.call(hook)["left_alone"])
+        self.params[0], self.params[4] = 48, 0
+        self.assertIn("NULL", self.call(hook)["left_alone"])
+        self.assertEqual(self.word(84), 0)

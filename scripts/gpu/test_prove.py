@@ -378,7 +378,7 @@ class DryRun(unittest.TestCase):
                     self.assertTrue(any(n.startswith(f"prove-part{part}/stages/{stage.sid}-{name}/")
                                         for n in bundle_names(out, part)), name)
             # what the stages measured reached the summary
-            p1, p2, p3 = (stages(summary(out, k)) for k in (1, 2, 3))
+            p1, p2, p3, p4 = (stages(summary(out, k)) for k in (1, 2, 3, 4))
             for part, name in ((p1, "interposition"), (p3, "interposition_rest")):
                 got = part[name]["result"]["workloads"]
                 self.assertEqual(sorted(got), sorted(pv.BY_NAME[name].params["workloads"]))
@@ -408,9 +408,17 @@ class DryRun(unittest.TestCase):
                 self.assertIsNotNone(reps[0]["p99_ratio"])
                 self.assertIsNotNone(reps[0]["train_kept"])
             self.assertIn("colocation: resnet50_b32:resnet50_train tandem_mps: p99 x", p.stdout)
+            # part 4's SM-mask probe on the fake driver: no callback table,
+            # no green contexts, each absence with its reason (fail-open)
+            mask = p4["smmask"]["result"]
+            self.assertEqual(mask["probe"]["callback_table"], False)
+            self.assertIn("cuGetExportTable", mask["probe"]["callback_why"])
+            self.assertIn("cuGreenCtxCreate", mask["probe"]["green_missing"])
+            self.assertEqual(mask["callback"]["supported"], False)
+            self.assertEqual(mask["problems"], [])
             # at most 8 files per part come back: here 3 each
             self.assertEqual(sorted(os.listdir(out)), sorted(
-                f"prove-part{k}.{e}" for k in (1, 2, 3) for e in ("json", "tar.gz", "log")))
+                f"prove-part{k}.{e}" for k in (1, 2, 3, 4) for e in ("json", "tar.gz", "log")))
 
     def test_a_stage_past_its_timeout_is_stopped_and_keeps_what_it_wrote(self):
         with tempfile.TemporaryDirectory() as out:
