@@ -282,6 +282,12 @@ const HOSTS: &[HostSpec] = &[
         rtld_next: false,
     },
     HostSpec {
+        name: "smmask",
+        sources: &["smmask.c"],
+        link_cuda: true,
+        rtld_next: false,
+    },
+    HostSpec {
         name: "rtld_next",
         sources: &["rtld_next.c", "resolve_linked.c"],
         link_cuda: true,

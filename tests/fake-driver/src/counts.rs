@@ -9,6 +9,18 @@ pub(crate) static KERNELS_EXECUTED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LAST_START: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LAST_END: AtomicU64 = AtomicU64::new(0);
 
+/// The SMs the last kernel ran on, on a shared device with `FAKECUDA_SHARED_SMS=1`; zeros
+/// otherwise. Written under the state lock.
+pub(crate) static LAST_SMS: std::sync::Mutex<crate::shared::SmSet> =
+    std::sync::Mutex::new(crate::shared::SmSet([0; 4]));
+
+/// Notes the SMs the last kernel ran on.
+pub fn last_kernel_sms(sms: crate::shared::SmSet) {
+    *LAST_SMS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = sms;
+}
+
 /// Notes where the last kernel ran (stream time). Called under the state lock.
 pub fn last_kernel(start: u64, end: u64) {
     LAST_START.store(start, Ordering::Relaxed);

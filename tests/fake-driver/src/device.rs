@@ -77,31 +77,31 @@ pub unsafe fn device_get_name(name: *mut c_char, len: c_int, dev: CUdevice) -> C
 /// Attribute values of the fake device (an H100-like part). Unlisted attributes in range read 0.
 fn attribute_value(attrib: c_int) -> Option<c_int> {
     let v = match attrib {
-        1 => 1024,       // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,   // MAX_BLOCK_DIM_X / Y
-        4 => 64,         // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,   // MAX_GRID_DIM_X
-        6 | 7 => 65535,  // MAX_GRID_DIM_Y / Z
-        8 => 49152,      // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,      // TOTAL_CONSTANT_MEMORY
-        10 => 32,        // WARP_SIZE
-        12 => 65536,     // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000, // CLOCK_RATE (kHz)
-        15 => 1,         // GPU_OVERLAP
-        16 => 132,       // MULTIPROCESSOR_COUNT
-        19 => 1,         // CAN_MAP_HOST_MEMORY
-        31 => 1,         // CONCURRENT_KERNELS
-        33 => 0,         // PCI_BUS_ID
-        39 => 2048,      // MAX_THREADS_PER_MULTIPROCESSOR
-        41 => 1,         // UNIFIED_ADDRESSING
-        75 => 9,         // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,         // COMPUTE_CAPABILITY_MINOR
-        81 => 233_472,   // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        95 => 1,         // COOPERATIVE_LAUNCH
-        97 => 232_448,   // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        102 => 1,        // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-        103 => 1,        // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-        115 => 1,        // MEMORY_POOLS_SUPPORTED
+        1 => 1024,                                // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                            // MAX_BLOCK_DIM_X / Y
+        4 => 64,                                  // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                            // MAX_GRID_DIM_X
+        6 | 7 => 65535,                           // MAX_GRID_DIM_Y / Z
+        8 => 49152,                               // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                               // TOTAL_CONSTANT_MEMORY
+        10 => 32,                                 // WARP_SIZE
+        12 => 65536,                              // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,                          // CLOCK_RATE (kHz)
+        15 => 1,                                  // GPU_OVERLAP
+        16 => crate::shared::DEVICE_SMS as c_int, // MULTIPROCESSOR_COUNT
+        19 => 1,                                  // CAN_MAP_HOST_MEMORY
+        31 => 1,                                  // CONCURRENT_KERNELS
+        33 => 0,                                  // PCI_BUS_ID
+        39 => 2048,                               // MAX_THREADS_PER_MULTIPROCESSOR
+        41 => 1,                                  // UNIFIED_ADDRESSING
+        75 => 9,                                  // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,                                  // COMPUTE_CAPABILITY_MINOR
+        81 => 233_472,                            // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        95 => 1,                                  // COOPERATIVE_LAUNCH
+        97 => 232_448,                            // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        102 => 1,                                 // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        103 => 1,                                 // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        115 => 1,                                 // MEMORY_POOLS_SUPPORTED
         a if (1..=200).contains(&a) => 0,
         _ => return None,
     };
@@ -229,9 +229,16 @@ pub unsafe fn get_export_table(pp: *mut *const c_void, id: *const CUuuid) -> CuR
     if pp.is_null() || id.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    // SAFETY: non-NULL, caller contract (16 bytes).
+    let wanted = unsafe { id.read_unaligned() }.bytes.map(|b| b as u8);
+    let table = if wanted == crate::callbacks::TABLE_ID {
+        crate::callbacks::table()
+    } else {
+        None
+    };
     // SAFETY: non-NULL, caller contract.
-    unsafe { pp.write_unaligned(std::ptr::null()) };
-    Err(CUDA_ERROR_NOT_SUPPORTED)
+    unsafe { pp.write_unaligned(table.unwrap_or(std::ptr::null())) };
+    table.map(|_| ()).ok_or(CUDA_ERROR_NOT_SUPPORTED)
 }
 
 /// (code, name, description) of every `CUresult` the fake knows by name.

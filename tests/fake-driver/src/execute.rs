@@ -114,7 +114,15 @@ pub fn execute(st: &mut State, works: &[Work], stream: StreamKey) -> CuResult<()
                     // The device timeline is in CLOCK_MONOTONIC ns; streams count from `base`
                     // (`earliest >= 0` local, so the absolute start is >= base).
                     let base = base_ns();
-                    let (s, e) = dev.run(earliest.saturating_add(base), d);
+                    let at = earliest.saturating_add(base);
+                    let (s, e) = if crate::shared::sm_mode() {
+                        let all = crate::shared::SmSet::first(crate::shared::DEVICE_SMS);
+                        let (s, e, used) = dev.run_on_sms(at, d, w.blocks, &w.sms.unwrap_or(all));
+                        counts::last_kernel_sms(used);
+                        (s, e)
+                    } else {
+                        dev.run(at, d)
+                    };
                     (s - base, e.saturating_sub(base))
                 }),
         };

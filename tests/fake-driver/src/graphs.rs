@@ -178,6 +178,11 @@ pub unsafe fn add_kernel_node(
         op,
         duration_ns,
         args,
+        blocks: [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z]
+            .iter()
+            .map(|&g| u64::from(g.max(1)))
+            .product(),
+        sms: None,
     };
     st.graphs.nodes.insert(n, (g, work));
     if let Some(list) = st.graphs.graphs.get_mut(&g) {

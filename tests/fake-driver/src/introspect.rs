@@ -21,6 +21,10 @@
 //! /* With FAKECUDA_SHARED_DEVICE: ns of kernel work queued on the shared device from now
 //!  * (device_ready_at - now, every process's); 0 when it is idle or there is none. */
 //! uint64_t fakecuda_shared_device_backlog_ns(void);
+//! /* With FAKECUDA_SHARED_DEVICE and FAKECUDA_SHARED_SMS=1: the SMs the last kernel this process
+//!  * ran was placed on, bit i of out[i / 64] for SM i (all zero otherwise, or before the first).
+//!  * Returns the number of SMs, or -1 for a NULL pointer. */
+//! int      fakecuda_last_kernel_sms(uint64_t out[4]);
 //! ```
 //!
 //! After `fork()` the child's counts restart at zero (as the shim's do), so that
@@ -67,6 +71,28 @@ pub unsafe extern "C" fn fakecuda_last_kernel(start_ns: *mut u64, end_ns: *mut u
         end_ns.write(e);
     }
     0
+}
+
+/// `fakecuda_last_kernel_sms`: see the module docs.
+///
+/// # Safety
+/// `out` must be NULL or valid for writing four `u64`.
+#[no_mangle]
+pub unsafe extern "C" fn fakecuda_last_kernel_sms(out: *mut u64) -> i32 {
+    if out.is_null() {
+        return -1;
+    }
+    let sms = {
+        let _st = lock(); // written under the state lock
+        *crate::counts::LAST_SMS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    for (i, w) in sms.0.iter().enumerate() {
+        // SAFETY: `out` holds four u64 (caller contract).
+        unsafe { out.add(i).write_unaligned(*w) };
+    }
+    i32::try_from(sms.len()).unwrap_or(i32::MAX)
 }
 
 /// `fakecuda_shared_device_backlog_ns`: see the module docs.

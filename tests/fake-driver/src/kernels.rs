@@ -150,6 +150,9 @@ pub unsafe fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult<()> {
+    // The launch callbacks run first, without the state lock (a callback may call the
+    // driver): they may confine the kernel to some SMs.
+    let sms = crate::callbacks::before_launch()?;
     let mut st = lock();
     st.require_ctx()?;
     let (op, duration_ns) = st.modules.function(f)?;
@@ -161,6 +164,8 @@ pub unsafe fn launch(
         op,
         duration_ns,
         args,
+        blocks: dims.grid.iter().map(|&g| u64::from(g.max(1))).product(),
+        sms,
     };
     if let Some(graph) = st.graphs.capture_target(s) {
         return crate::graphs::record_captured(&mut st, graph, work);

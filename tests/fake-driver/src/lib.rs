@@ -28,6 +28,7 @@ mod types;
 mod table;
 
 mod address_space;
+mod callbacks;
 mod clock;
 mod copies;
 mod counts;

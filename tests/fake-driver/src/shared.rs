@@ -15,7 +15,20 @@
 //! |-------:|-----:|-------|
 //! | 0      | 8    | `device_ready_at`: ns on `CLOCK_MONOTONIC` when the device is next free |
 //! | 8      | 8    | kernels placed on the device by every process (statistics) |
-//! | 16     | 4080 | reserved (zero) |
+//! | 16     | 8    | the SM placement's lock (0 free, 1 held), with `FAKECUDA_SHARED_SMS=1` |
+//! | 24     | 40   | reserved (zero) |
+//! | 64     | 8 x [`DEVICE_SMS`] | with `FAKECUDA_SHARED_SMS=1`: each SM's `ready_at`, ns on `CLOCK_MONOTONIC` |
+//! | ...    |      | reserved (zero) |
+//!
+//! With `FAKECUDA_SHARED_SMS=1` as well (issue 23), the shared device runs kernels side by side
+//! on its SMs instead of one after another: a kernel of `b` blocks takes `min(b, allowed)` SMs
+//! (one block each, one wave) among those its launch may use (all, or what the launch
+//! callback's TPC mask leaves: `crate::callbacks`), the ones free first; it starts when the last
+//! of them is free (and not before its stream allows) and holds them for its duration. So a
+//! kernel masked off some SMs never runs there, and a kernel launched while another holds
+//! every SM waits for it, while one that finds SMs left free starts at once. `device_ready_at`
+//! then follows the latest end (for the backlog). A process killed inside the placement's
+//! short critical section would leave the lock held: the SM mode is for tests that do not kill.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -49,6 +62,98 @@ pub fn reserve(cell: &AtomicU64, earliest: u64, duration: u64) -> (u64, u64) {
             Err(now) => cur = now,
         }
     }
+}
+
+/// SMs of the fake device (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`: an H100 SXM's 132).
+pub const DEVICE_SMS: u32 = 132;
+
+/// The variable that makes the shared device place kernels on SMs (see the module docs).
+pub const SMS_ENV: &str = "FAKECUDA_SHARED_SMS";
+
+/// The cell of the SM placement's lock, and of SM 0's `ready_at`.
+const LOCK_CELL: usize = 2;
+const SM_CELLS: usize = 8;
+const _: () = assert!((SM_CELLS + DEVICE_SMS as usize) * 8 <= FILE_LEN);
+
+/// A set of SMs, bit `i` for SM `i` (up to 256).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmSet(pub [u64; 4]);
+
+impl SmSet {
+    /// SMs `0..n`.
+    #[must_use]
+    pub fn first(n: u32) -> SmSet {
+        let mut s = SmSet::default();
+        for sm in 0..n.min(256) {
+            s.insert(sm);
+        }
+        s
+    }
+
+    /// Adds SM `sm` (< 256).
+    pub fn insert(&mut self, sm: u32) {
+        self.0[(sm / 64) as usize] |= 1 << (sm % 64);
+    }
+
+    /// Whether SM `sm` is in the set.
+    #[must_use]
+    pub fn contains(&self, sm: u32) -> bool {
+        sm < 256 && self.0[(sm / 64) as usize] >> (sm % 64) & 1 == 1
+    }
+
+    /// How many SMs the set holds.
+    #[must_use]
+    pub fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Whether it holds none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its SMs, in order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..256).filter(|&sm| self.contains(sm))
+    }
+}
+
+/// Places a kernel on SMs whose `ready_at` are `ready` (indexed by SM): `width` of the
+/// `allowed` SMs (at least 1, at most all allowed), those free first (lowest index among equals);
+/// it starts when the last of them is free, not before `earliest`, and they are busy until its
+/// end. Returns `(start, end, the SMs taken)`. Pure but for `ready`; `allowed` not empty.
+pub fn place_on_sms(
+    ready: &mut [u64],
+    earliest: u64,
+    duration: u64,
+    width: u64,
+    allowed: &SmSet,
+) -> (u64, u64, SmSet) {
+    let mut free: Vec<(u64, u32)> = allowed
+        .iter()
+        .filter(|&sm| (sm as usize) < ready.len())
+        .map(|sm| (ready[sm as usize].max(earliest), sm))
+        .collect();
+    free.sort_unstable();
+    let n = usize::try_from(width)
+        .unwrap_or(usize::MAX)
+        .clamp(1, free.len().max(1));
+    let taken = &free[..n.min(free.len())];
+    let start = taken.last().map_or(earliest, |&(t, _)| t);
+    let end = start.saturating_add(duration);
+    let mut used = SmSet::default();
+    for &(_, sm) in taken {
+        ready[sm as usize] = end;
+        used.insert(sm);
+    }
+    (start, end, used)
+}
+
+/// Whether `FAKECUDA_SHARED_SMS=1` (read once).
+pub fn sm_mode() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(SMS_ENV).is_some_and(|v| v == "1"))
 }
 
 /// A mapping of a shared device file.
@@ -139,6 +244,36 @@ impl SharedDevice {
         self.kernels().fetch_add(1, Ordering::Relaxed);
         w
     }
+
+    /// Places one kernel of `width` blocks on the SMs it may use ([`place_on_sms`], times in
+    /// ns on `CLOCK_MONOTONIC`) under the file's lock, and counts it.
+    pub fn run_on_sms(
+        &self,
+        earliest: u64,
+        duration: u64,
+        width: u64,
+        allowed: &SmSet,
+    ) -> (u64, u64, SmSet) {
+        let lock = self.cell(LOCK_CELL);
+        while lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        let mut ready: Vec<u64> = (0..DEVICE_SMS as usize)
+            .map(|i| self.cell(SM_CELLS + i).load(Ordering::Relaxed))
+            .collect();
+        let placed = place_on_sms(&mut ready, earliest, duration, width, allowed);
+        for sm in placed.2.iter() {
+            self.cell(SM_CELLS + sm as usize)
+                .store(ready[sm as usize], Ordering::Relaxed);
+        }
+        lock.store(0, Ordering::Release);
+        self.ready_at().fetch_max(placed.1, Ordering::AcqRel);
+        self.kernels().fetch_add(1, Ordering::Relaxed);
+        placed
+    }
 }
 
 impl Drop for SharedDevice {
@@ -172,6 +307,57 @@ pub fn device() -> Option<&'static SharedDevice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_takes_the_sms_free_first_among_those_it_may_use() {
+        let mut ready = vec![0u64; 8];
+        // 8 blocks on all 8 SMs: busy until 100.
+        let (s, e, used) = place_on_sms(&mut ready, 0, 100, 8, &SmSet::first(8));
+        assert_eq!((s, e, used), (0, 100, SmSet::first(8)));
+        // Another kernel of 2 blocks waits for two of them.
+        let (s, e, used) = place_on_sms(&mut ready, 10, 5, 2, &SmSet::first(8));
+        assert_eq!((s, e, used.len()), (100, 105, 2));
+    }
+
+    #[test]
+    fn sms_a_mask_leaves_free_let_another_kernel_start_at_once() {
+        // Training masked to SMs 2..8 fills them; inference's 2-block kernel finds SMs 0 and 1.
+        let mut ready = vec![0u64; 8];
+        let mut training = SmSet::default();
+        (2..8).for_each(|sm| training.insert(sm));
+        let (_, _, used) = place_on_sms(&mut ready, 0, 1_000, 64, &training);
+        assert_eq!(used, training, "never on the reserved SMs");
+        let (s, _, used) = place_on_sms(&mut ready, 10, 5, 2, &SmSet::first(8));
+        assert_eq!(s, 10, "starts at once");
+        assert_eq!(used, SmSet::first(2));
+        // Without the reservation it waits for training's blocks.
+        let mut ready = vec![0u64; 8];
+        place_on_sms(&mut ready, 0, 1_000, 64, &SmSet::first(8));
+        assert_eq!(
+            place_on_sms(&mut ready, 10, 5, 2, &SmSet::first(8)).0,
+            1_000
+        );
+    }
+
+    #[test]
+    fn the_shared_file_places_kernels_of_two_mappings_on_its_sms() {
+        let dir = std::env::temp_dir().join(format!("fake-sms-{}", std::process::id()));
+        let a = SharedDevice::open(&dir).unwrap();
+        let b = SharedDevice::open(&dir).unwrap();
+        let mut masked = SmSet::default();
+        (8..DEVICE_SMS).for_each(|sm| masked.insert(sm));
+        let (_, end, used) = a.run_on_sms(1_000, 50_000, 10_000, &masked);
+        assert_eq!(used, masked);
+        let (start, _, used) = b.run_on_sms(2_000, 10, 4, &SmSet::first(DEVICE_SMS));
+        assert_eq!((start, used), (2_000, SmSet::first(4)));
+        let (start, _, _) = b.run_on_sms(2_000, 10, DEVICE_SMS.into(), &SmSet::first(DEVICE_SMS));
+        assert_eq!(
+            start, end,
+            "a kernel wanting every SM waits for the masked one"
+        );
+        assert_eq!(b.kernels().load(Ordering::Relaxed), 3);
+        let _ = std::fs::remove_file(&dir);
+    }
 
     #[test]
     fn idle_device_starts_at_stream_time() {

@@ -117,6 +117,10 @@ pub struct Work {
     pub op: Op,
     pub duration_ns: u64,
     pub args: Option<KernelArgs>,
+    /// Blocks in the grid (one a SM, one wave, on the shared device's SMs).
+    pub blocks: u64,
+    /// The SMs its launch callback's mask left it (`None`: every SM).
+    pub sms: Option<crate::shared::SmSet>,
 }
 
 pub(crate) struct Function {
