@@ -408,13 +408,15 @@ class DryRun(unittest.TestCase):
                 self.assertIsNotNone(reps[0]["p99_ratio"])
                 self.assertIsNotNone(reps[0]["train_kept"])
             self.assertIn("colocation: resnet50_b32:resnet50_train tandem_mps: p99 x", p.stdout)
-            # part 4's SM-mask probe on the fake driver: no callback table,
-            # no green contexts, each absence with its reason (fail-open)
+            # part 4's SM-mask probe on the fake driver: its launch-callback
+            # table answers (the kernel parts need PTX: skipped), green
+            # contexts are absent, named (the fail-open side)
             mask = p4["smmask"]["result"]
-            self.assertEqual(mask["probe"]["callback_table"], False)
-            self.assertIn("cuGetExportTable", mask["probe"]["callback_why"])
+            self.assertEqual(mask["probe"]["callback_table"], True)
+            self.assertEqual(mask["callback"]["supported"], True)
+            self.assertIn("no PTX", mask["callback"]["skipped"])
+            self.assertEqual(mask["probe"]["green_contexts"], False)
             self.assertIn("cuGreenCtxCreate", mask["probe"]["green_missing"])
-            self.assertEqual(mask["callback"]["supported"], False)
             self.assertEqual(mask["problems"], [])
             # at most 8 files per part come back: here 3 each
             self.assertEqual(sorted(os.listdir(out)), sorted(
