@@ -195,7 +195,7 @@ pub(super) fn note(mode: &str) -> &'static str {
         "tandem_mps" => "tandem v2 over MPS, training at CUDA_MPS_CLIENT_PRIORITY=1",
         "tandem_spatial" => "scheduler v3 candidate (a) over MPS: training at client priority 1, and its launches whose blocks hold their SMs 100 us or more masked to leave inference R SMs (learnt from its kernels' widths) while inference is active",
         "tandem_green" => "scheduler v3 candidate (b) over MPS: as tandem_spatial, in the partition steps of green contexts (8 SMs on the H100, 2 from 4 on the A100)",
-        "tandem_hold" => "scheduler v3 candidates (a) + (c) over MPS: tandem_spatial, and training launches longer than a tenth of inference's shortest active period held while inference is active (at most 10 ms)",
+        "tandem_hold" => "scheduler v3 candidates (a) + (c) over MPS: tandem_spatial, and training launches whose blocks hold their SMs longer than a tenth of inference's shortest active period held while inference is active (at most 10 ms)",
         "tandem_slice" => "scheduler v3 candidates (a) + (c) + (d) over MPS: tandem_hold, with training kernels over 1 ms sliced into whole waves (2 us of CPU per extra slice)",
         "tandem_v1" => "tandem v1 alone (shim gate, launch limits, reader, scheduler defaults) over time-slicing",
         "tandem_v1_mps" => "tandem v1 gates with both jobs under MPS at default priority",
