@@ -152,23 +152,14 @@ mod tests {
     /// inference's p99 falls well below the hold's without slicing.
     #[test]
     fn slices_let_the_hold_stop_a_long_kernel_between_them() {
-        use crate::calibration::reduced_matrix;
-        use crate::matrix::{run_matrix, Device, MatrixCfg};
-        let rows = run_matrix(
-            &MatrixCfg {
-                pairs: vec![("bert_ort".into(), "whisper_large_v3_b16".into())],
-                modes: vec!["tandem_hold".into(), "tandem_slice".into()],
-                ..reduced_matrix(Device::A100, Device::A100.params())
-            },
-            None,
-        )
-        .unwrap();
-        let p99 = |mode: &str| {
-            rows.iter()
-                .find(|r| r.mode == mode)
-                .and_then(|r| r.p99_ratio)
-                .unwrap()
-        };
+        use crate::matrix::{one_pair, Device};
+        let get = one_pair(
+            Device::A100,
+            ("bert_ort", "whisper_large_v3_b16"),
+            &["tandem_hold", "tandem_slice"],
+            |_| {},
+        );
+        let p99 = |mode: &str| get(mode).0;
         assert!(
             p99("tandem_slice") < p99("tandem_hold") * 0.75,
             "sliced {} vs held whole {}",

@@ -531,6 +531,19 @@ mod tests {
         assert_eq!((a.step, a.min_reserve), (2, 8));
     }
 
+    /// The candidate on 108 SMs with inference (job 0) and training (job 1)
+    /// registered, after one 4 ms active period of inference (a slack of
+    /// 400 us with holds) and inside a second, from 10 ms, still in flight.
+    fn in_second_period(cfg: SpatialCfg) -> Spatial {
+        let mut s = Spatial::new(108, cfg);
+        s.register(0, 0, Class::Inference);
+        s.register(0, 1, Class::Training);
+        let seq = s.after_launch(0, 0, &kernel(20, 1)).unwrap();
+        s.launch_completed(4_000_000, 0, seq);
+        s.after_launch(10_000_000, 0, &kernel(20, 1));
+        s
+    }
+
     /// Candidate (c): a training kernel longer than the slack waits while
     /// inference is active and goes when it is idle; a short one goes at
     /// once; without a finished active period there is no slack.
@@ -577,12 +590,7 @@ mod tests {
         // By block time (the default): 500 us over 5 waves (100 us blocks)
         // goes, as its blocks leave their SMs within the slack; by kernel
         // time it waits.
-        let mut b = Spatial::new(108, SpatialCfg::default().holding());
-        b.register(0, 0, Class::Inference);
-        b.register(0, 1, Class::Training);
-        let seq = b.after_launch(0, 0, &kernel(20, 1)).unwrap();
-        b.launch_completed(4_000_000, 0, seq);
-        b.after_launch(10_000_000, 0, &kernel(20, 1));
+        let mut b = in_second_period(SpatialCfg::default().holding());
         let waves = Kernel {
             duration_ns: 500_000,
             ..kernel(5 * 108 * 4, 4)
@@ -592,29 +600,16 @@ mod tests {
             b.before_launch(10_000_100, 1, &long),
             Gate::Wait { .. }
         ));
-        let mut k = Spatial::new(
-            108,
-            SpatialCfg {
-                hold_by_block: false,
-                ..SpatialCfg::default().holding()
-            },
-        );
-        k.register(0, 0, Class::Inference);
-        k.register(0, 1, Class::Training);
-        let seq = k.after_launch(0, 0, &kernel(20, 1)).unwrap();
-        k.launch_completed(4_000_000, 0, seq);
-        k.after_launch(10_000_000, 0, &kernel(20, 1));
+        let mut k = in_second_period(SpatialCfg {
+            hold_by_block: false,
+            ..SpatialCfg::default().holding()
+        });
         assert!(matches!(
             k.before_launch(10_000_100, 1, &waves),
             Gate::Wait { .. }
         ));
         // Without (c), nothing is ever held.
-        let mut a = Spatial::new(108, SpatialCfg::default());
-        a.register(0, 0, Class::Inference);
-        a.register(0, 1, Class::Training);
-        let seq = a.after_launch(0, 0, &kernel(20, 1)).unwrap();
-        a.launch_completed(4_000_000, 0, seq);
-        a.after_launch(10_000_000, 0, &kernel(20, 1));
+        let mut a = in_second_period(SpatialCfg::default());
         assert_eq!(a.slack(), None);
         assert_eq!(a.before_launch(10_000_100, 1, &long), Gate::Proceed);
     }
@@ -648,19 +643,13 @@ mod tests {
     /// share: holds act, and trade.
     #[test]
     fn holds_lower_the_p99_the_mask_leaves() {
-        use crate::calibration::reduced_matrix;
-        use crate::matrix::{run_matrix, Device, MatrixCfg};
-        let mut m = MatrixCfg {
-            pairs: vec![("bert_b8".into(), "gpt2_train".into())],
-            modes: vec!["tandem_spatial".into(), "tandem_hold".into()],
-            ..reduced_matrix(Device::H100, Device::H100.params())
-        };
-        m.tandem.spatial.hold_by_block = false;
-        let rows = run_matrix(&m, None).unwrap();
-        let get = |mode: &str| {
-            let r = rows.iter().find(|r| r.mode == mode).unwrap();
-            (r.p99_ratio.unwrap(), r.train_fraction.unwrap())
-        };
+        use crate::matrix::{one_pair, Device};
+        let get = one_pair(
+            Device::H100,
+            ("bert_b8", "gpt2_train"),
+            &["tandem_spatial", "tandem_hold"],
+            |m| m.tandem.spatial.hold_by_block = false,
+        );
         let (mask, hold) = (get("tandem_spatial"), get("tandem_hold"));
         assert!(hold.0 < mask.0 - 0.1, "p99: hold {hold:?} vs mask {mask:?}");
         assert!(hold.1 < mask.1, "training: hold {hold:?} vs mask {mask:?}");
@@ -672,23 +661,14 @@ mod tests {
     /// pending waves would otherwise take.
     #[test]
     fn the_candidate_lowers_the_p99_that_mps_priority_leaves() {
-        use crate::calibration::reduced_matrix;
-        use crate::matrix::{run_matrix, Device, MatrixCfg};
-        let rows = run_matrix(
-            &MatrixCfg {
-                pairs: vec![("bert_b8".into(), "gpt2_train".into())],
-                modes: vec!["mps_lowprio".into(), "tandem_spatial".into()],
-                ..reduced_matrix(Device::H100, Device::H100.params())
-            },
-            None,
-        )
-        .unwrap();
-        let p99 = |mode: &str| {
-            rows.iter()
-                .find(|r| r.mode == mode)
-                .and_then(|r| r.p99_ratio)
-                .unwrap()
-        };
+        use crate::matrix::{one_pair, Device};
+        let get = one_pair(
+            Device::H100,
+            ("bert_b8", "gpt2_train"),
+            &["mps_lowprio", "tandem_spatial"],
+            |_| {},
+        );
+        let p99 = |mode: &str| get(mode).0;
         assert!(
             p99("tandem_spatial") < p99("mps_lowprio") - 0.02,
             "spatial {} vs MPS + priority {}",

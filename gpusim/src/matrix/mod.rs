@@ -289,3 +289,29 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
     }
     Ok(rows)
 }
+
+/// The tests' one-pair matrix: `modes` for `inference` beside `training`
+/// on `device`'s reduced matrix (one seed, short windows, synthetic
+/// traces), after `tweak`; each mode's (p99 ratio, training fraction).
+#[cfg(test)]
+pub(crate) fn one_pair(
+    device: Device,
+    (inference, training): (&str, &str),
+    modes: &[&str],
+    tweak: impl FnOnce(&mut MatrixCfg),
+) -> impl Fn(&str) -> (f64, f64) {
+    let mut m = MatrixCfg {
+        pairs: vec![(inference.into(), training.into())],
+        modes: modes.iter().map(|m| (*m).to_string()).collect(),
+        ..crate::calibration::reduced_matrix(device, device.params())
+    };
+    tweak(&mut m);
+    let rows = run_matrix(&m, None).unwrap();
+    move |mode| {
+        let r = rows
+            .iter()
+            .find(|r| r.mode == mode)
+            .unwrap_or_else(|| panic!("no {mode} row"));
+        (r.p99_ratio.unwrap(), r.train_fraction.unwrap())
+    }
+}
