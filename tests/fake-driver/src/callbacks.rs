@@ -24,6 +24,7 @@
 //! `CUDA_ERROR_NOT_SUPPORTED`, as for every other table id): the probe's "missing callback".
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::shared::{SmSet, DEVICE_SMS};
@@ -51,6 +52,9 @@ struct Subscription {
 }
 
 static SUBSCRIPTIONS: Mutex<Vec<Subscription>> = Mutex::new(Vec::new());
+/// Subscriptions enabled, kept with [`SUBSCRIPTIONS`] (under its lock): a launch with none
+/// enabled, every launch of every other test, pays one load, not the lock.
+static ENABLED: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether the table is offered (`FAKECUDA_LAUNCH_CALLBACKS` is not `0`; read once).
 fn offered() -> bool {
@@ -114,7 +118,14 @@ extern "C" fn enable(on: u32, handle: u32, domain: c_int, cbid: c_int) -> CUresu
     if (domain, cbid) != (QMD_DOMAIN, QMD_PRE_UPLOAD) {
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    s.enabled = on != 0;
+    if s.enabled != (on != 0) {
+        s.enabled = on != 0;
+        if s.enabled {
+            ENABLED.fetch_add(1, Ordering::Relaxed);
+        } else {
+            ENABLED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
     CUDA_SUCCESS
 }
 
@@ -176,6 +187,9 @@ pub fn allowed_sms(d: &[u8; DESCRIPTOR_BYTES], sms: u32) -> Option<SmSet> {
 /// Runs the enabled launch callbacks on a fresh descriptor; the SMs the launch may use
 /// (`None`: all). Call without the state lock held: a callback may call the driver.
 pub fn before_launch() -> CuResult<Option<SmSet>> {
+    if ENABLED.load(Ordering::Relaxed) == 0 {
+        return Ok(None);
+    }
     let subs: Vec<Subscription> = subscriptions()
         .iter()
         .filter(|s| s.enabled)
