@@ -169,7 +169,9 @@ struct tandem_control_block {
     uint64_t budget_active_ns;       /* @48  local in-flight bound, inference active; 0 = none */
     uint64_t default_est_ns;         /* @56  charge of a launch with no published estimate */
     uint64_t hold_ns;                /* @64  GPU counts as inference-active this long after a board bump */
-    uint64_t pad0[7];                /* @72  */
+    uint64_t spatial_reserve;        /* @72  TPCs left to inference while active, thousandths; 0 = off */
+    uint64_t spatial_min_ns;         /* @80  launches estimated shorter are not masked */
+    uint64_t pad0[5];                /* @88  */
     uint64_t gate_waits;             /* @128 shim: waits on a closed gate */
     uint64_t gate_timeouts;          /* @136 shim: waits that hit their bound */
     uint64_t stale_opens;            /* @144 shim: fail-opens on a stale coordinator */
@@ -183,7 +185,9 @@ struct tandem_control_block {
     uint64_t local_wait_ns;          /* @208 shim: ns they waited */
     uint64_t requests_open;          /* @216 shim: explicit requests open */
     uint64_t board_slot;             /* @224 shim: board slot in use + 1; 0 = none */
-    uint64_t pad1[3];                /* @232 */
+    uint64_t spatial_state;          /* @232 shim: the reservation's state (kind | version << 8) */
+    uint64_t masked_launches;        /* @240 shim: launches that carried the mask */
+    uint64_t pad1[1];                /* @248 */
 };
 TANDEM_STATIC_ASSERT(sizeof(struct tandem_control_block) == 256, "struct tandem_control_block must be 256 bytes");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate) == 0, "tandem_control_block.gate offset");
@@ -196,7 +200,9 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, budget_idle_ns) == 40
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, budget_active_ns) == 48, "tandem_control_block.budget_active_ns offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, default_est_ns) == 56, "tandem_control_block.default_est_ns offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, hold_ns) == 64, "tandem_control_block.hold_ns offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 72, "tandem_control_block.pad0 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, spatial_reserve) == 72, "tandem_control_block.spatial_reserve offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, spatial_min_ns) == 80, "tandem_control_block.spatial_min_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 88, "tandem_control_block.pad0 offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_waits) == 128, "tandem_control_block.gate_waits offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_timeouts) == 136, "tandem_control_block.gate_timeouts offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, stale_opens) == 144, "tandem_control_block.stale_opens offset");
@@ -210,7 +216,9 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, local_waits) == 200, 
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, local_wait_ns) == 208, "tandem_control_block.local_wait_ns offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, requests_open) == 216, "tandem_control_block.requests_open offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, board_slot) == 224, "tandem_control_block.board_slot offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 232, "tandem_control_block.pad1 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, spatial_state) == 232, "tandem_control_block.spatial_state offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, masked_launches) == 240, "tandem_control_block.masked_launches offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad1) == 248, "tandem_control_block.pad1 offset");
 
 /* ---- explicit API (exported by libtandem.so) ----
  * When a program may run without libtandem.so loaded, declare the functions

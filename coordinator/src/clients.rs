@@ -141,6 +141,8 @@ pub struct Client {
     /// training_inflight_ns`; 0: none), and no gate or launch limit holds it
     /// ([`grant::mps_adjust`]).
     pub mps_inflight_ns: Option<u64>,
+    /// The SM reservation asked of it (decided once, at registration).
+    pub spatial: tandem_proto::spatial::Spatial,
     pub(crate) warned_kind: bool,
     /// The GPU board its shim was sent: `None` before (and when its shim did
     /// not ask), else whether writable. A client granted the inference class

@@ -399,6 +399,27 @@ pub struct ClientSnapshot {
     /// daemon with (0 normal, 1 below normal); null: not told to join.
     #[serde(default)]
     pub mps_priority: Option<u8>,
+    /// Scheduler v3's SM reservation (null: not asked of this client).
+    #[serde(default)]
+    pub spatial: Option<ClientSpatial>,
+}
+
+/// A client's SM reservation (`"spatial"` of a client in `GET /stats`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ClientSpatial {
+    /// The share of its GPU's TPCs it was asked to leave to inference while
+    /// inference is active.
+    pub reserve: f64,
+    /// Launches estimated shorter than this are not masked, ns.
+    pub min_kernel_ns: u64,
+    /// What the shim made of it (its claim): `idle` (no launch has asked
+    /// yet), `armed`, or why it runs unmasked: `no_callback_table`,
+    /// `callback_refused`, `no_sm_count`, `unknown_descriptor`.
+    pub state: String,
+    /// With `unknown_descriptor`: the descriptor version the shim met.
+    pub descriptor_version: Option<u8>,
+    /// Launches that carried the mask (the shim's count).
+    pub masked_launches: u64,
 }
 
 /// The scheduler's view of one client (`"sched"` in `GET /stats`).

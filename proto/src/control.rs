@@ -18,7 +18,9 @@
 //! | 48 | `budget_active_ns: u64` | coordinator | the same while inference is active |
 //! | 56 | `default_est_ns: u64` | coordinator | what a launch whose key has no published estimate is charged |
 //! | 64 | `hold_ns: u64` | coordinator | how long after an inference bump the GPU counts as active ([`crate::board`]) |
-//! | 72 | `pad0` | - | to 128 |
+//! | 72 | `spatial_reserve: u64` | coordinator | share of the GPU's TPCs a training client leaves to inference while it is active, in thousandths; 0: no reservation ([`crate::spatial`]) |
+//! | 80 | `spatial_min_ns: u64` | coordinator | launches estimated shorter are not masked |
+//! | 88 | `pad0` | - | to 128 |
 //! | 128 | `gate_waits: u64` | shim | launches that waited |
 //! | 136 | `gate_timeouts: u64` | shim | waits that hit their bound |
 //! | 144 | `stale_opens: u64` | shim | waits abandoned (coordinator looked dead) |
@@ -32,7 +34,9 @@
 //! | 208 | `local_wait_ns: u64` | shim | ns they waited |
 //! | 216 | `requests_open: u64` | shim | explicit requests the shim counted on the board and has not ended (tandemd uncounts them there when the client leaves) |
 //! | 224 | `board_slot: u64` | shim | board slot in use, plus one; 0: none |
-//! | 232 | `pad1` | - | to 256 |
+//! | 232 | `spatial_state: u64` | shim | what became of the reservation ([`crate::spatial::SpatialState`]) |
+//! | 240 | `masked_launches: u64` | shim | launches that carried the reservation's mask |
+//! | 248 | `pad1` | - | to 256 |
 //!
 //! # Gate protocol
 //!
@@ -107,7 +111,9 @@ pub struct ControlBlock {
     pub(crate) budget_active_ns: AtomicU64,
     pub(crate) default_est_ns: AtomicU64,
     pub(crate) hold_ns: AtomicU64,
-    pub(crate) pad0: [AtomicU64; 7],
+    pub(crate) spatial_reserve: AtomicU64,
+    pub(crate) spatial_min_ns: AtomicU64,
+    pub(crate) pad0: [AtomicU64; 5],
     // ---- line 1: shim writes, coordinator reads (untrusted statistics) ----
     pub(crate) gate_waits: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
@@ -122,7 +128,9 @@ pub struct ControlBlock {
     pub(crate) local_wait_ns: AtomicU64,
     pub(crate) requests_open: AtomicU64,
     pub(crate) board_slot: AtomicU64,
-    pub(crate) pad1: [AtomicU64; 3],
+    pub(crate) spatial_state: AtomicU64,
+    pub(crate) masked_launches: AtomicU64,
+    pub(crate) pad1: [AtomicU64; 1],
 }
 
 const _: () = {
@@ -138,7 +146,9 @@ const _: () = {
     assert!(offset_of!(ControlBlock, budget_active_ns) == 48);
     assert!(offset_of!(ControlBlock, default_est_ns) == 56);
     assert!(offset_of!(ControlBlock, hold_ns) == 64);
-    assert!(offset_of!(ControlBlock, pad0) == 72);
+    assert!(offset_of!(ControlBlock, spatial_reserve) == 72);
+    assert!(offset_of!(ControlBlock, spatial_min_ns) == 80);
+    assert!(offset_of!(ControlBlock, pad0) == 88);
     assert!(offset_of!(ControlBlock, gate_waits) == 128);
     assert!(offset_of!(ControlBlock, gate_timeouts) == 136);
     assert!(offset_of!(ControlBlock, stale_opens) == 144);
@@ -152,7 +162,9 @@ const _: () = {
     assert!(offset_of!(ControlBlock, local_wait_ns) == 208);
     assert!(offset_of!(ControlBlock, requests_open) == 216);
     assert!(offset_of!(ControlBlock, board_slot) == 224);
-    assert!(offset_of!(ControlBlock, pad1) == 232);
+    assert!(offset_of!(ControlBlock, spatial_state) == 232);
+    assert!(offset_of!(ControlBlock, masked_launches) == 240);
+    assert!(offset_of!(ControlBlock, pad1) == 248);
 };
 
 /// Why [`ControlBlock::wait_open`] returned. In every case the caller proceeds.
@@ -196,6 +208,11 @@ pub struct ClientCounters {
     pub requests_open: u64,
     /// The board slot the shim uses, plus one (0: none).
     pub board_slot: u64,
+    /// What the shim made of the SM reservation
+    /// ([`crate::spatial::SpatialState::encode`]).
+    pub spatial_state: u64,
+    /// Launches the shim says carried the reservation's mask.
+    pub masked_launches: u64,
 }
 
 impl ControlBlock {
@@ -207,6 +224,10 @@ impl ControlBlock {
         self.budget_active_ns.store(0, Ordering::Relaxed);
         self.default_est_ns.store(0, Ordering::Relaxed);
         self.hold_ns.store(0, Ordering::Relaxed);
+        self.spatial_reserve.store(0, Ordering::Relaxed);
+        self.spatial_min_ns.store(0, Ordering::Relaxed);
+        self.spatial_state.store(0, Ordering::Relaxed);
+        self.masked_launches.store(0, Ordering::Relaxed);
         self.charged_ns.store(0, Ordering::Relaxed);
         self.done_ns.store(0, Ordering::Relaxed);
         self.local_waits.store(0, Ordering::Relaxed);
@@ -454,6 +475,8 @@ impl ControlBlock {
             local_wait_ns: self.local_wait_ns.load(Ordering::Relaxed),
             requests_open: self.requests_open.load(Ordering::Relaxed),
             board_slot: self.board_slot.load(Ordering::Relaxed),
+            spatial_state: self.spatial_state.load(Ordering::Relaxed),
+            masked_launches: self.masked_launches.load(Ordering::Relaxed),
         }
     }
 }

@@ -59,6 +59,7 @@ pub mod paths;
 pub mod record;
 pub mod ring;
 pub mod shm;
+pub mod spatial;
 mod sync;
 pub mod wire;
 

@@ -57,9 +57,35 @@ pub struct SchedConfig {
     /// client while `enabled = false`, are asked for none. 0 or
     /// [`MIN_MARK_EVERY_NS`]..=[`MAX_PARAM_NS`]. Default 500 us.
     pub mark_every_ns: u64,
+    /// Scheduler v3's SM reservation (issue 23): with
+    /// [`SpatialMode::Auto`], a training job that joined MPS below normal
+    /// priority masks its launches off part of the GPU's SMs while inference
+    /// is active there, where its driver allows it (the shim probes, and
+    /// runs unmasked with one log line where it does not). Default
+    /// [`SpatialMode::Off`] until a GPU run has shown the mechanism.
+    pub spatial: SpatialMode,
+    /// The share of the GPU's TPCs left to inference while it is active
+    /// (above 0, at most 0.5). Default 0.25, the GPU-sharing model's cap.
+    pub spatial_reserve: f64,
+    /// Training launches estimated shorter than this are not masked: their
+    /// blocks give their SMs back within that time, to inference first under
+    /// MPS client priority. 0..=[`MAX_PARAM_NS`]. Default 100 us, the
+    /// model's.
+    pub spatial_min_kernel_ns: u64,
     /// `[[scheduler.slo]]`: p99 latency targets for inference jobs, first
     /// matching entry wins ([`SchedConfig::slo_for`]). Default: none.
     pub slo: Vec<SloRule>,
+}
+
+/// `[scheduler] spatial`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpatialMode {
+    /// No reservation.
+    #[default]
+    Off,
+    /// The reservation where the driver allows it.
+    Auto,
 }
 
 /// Largest p99 target (ms) a `[[scheduler.slo]]` entry may set (10 s).
@@ -114,6 +140,9 @@ impl Default for SchedConfig {
             request_hold_ns: 1_000_000,
             default_kernel_ns: 50_000,
             mark_every_ns: 500_000,
+            spatial: SpatialMode::Off,
+            spatial_reserve: 0.25,
+            spatial_min_kernel_ns: 100_000,
             slo: Vec::new(),
         }
     }
@@ -201,6 +230,24 @@ impl SchedConfig {
                     "{} is smaller than max_active_budget_ns ({}): training must get at least as \
                      much room while no inference request is active as while one is",
                     self.idle_budget_ns, self.max_active_budget_ns
+                ),
+            });
+        }
+        if !(self.spatial_reserve > 0.0 && self.spatial_reserve <= 0.5) {
+            return Err(SchedConfigError {
+                field: "spatial_reserve".into(),
+                problem: format!(
+                    "{} is out of range: use a share of the GPU's TPCs above 0 and at most 0.5",
+                    self.spatial_reserve
+                ),
+            });
+        }
+        if self.spatial_min_kernel_ns > MAX_PARAM_NS {
+            return Err(SchedConfigError {
+                field: "spatial_min_kernel_ns".into(),
+                problem: format!(
+                    "{} is out of range: use 0 to {MAX_PARAM_NS} (ns)",
+                    self.spatial_min_kernel_ns
                 ),
             });
         }

@@ -317,7 +317,7 @@ mod tests;
 pub use budget::SLO_EVAL_EVERY;
 pub use client::MAX_REQUEST_NS;
 pub use config::{
-    SchedConfig, SchedConfigError, SloMatch, SloRule, MAX_PARAM_NS, MAX_SLO_P99_MS,
+    SchedConfig, SchedConfigError, SloMatch, SloRule, SpatialMode, MAX_PARAM_NS, MAX_SLO_P99_MS,
     MIN_MARK_EVERY_NS,
 };
 pub use estimate::{

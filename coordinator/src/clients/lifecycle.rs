@@ -80,6 +80,16 @@ impl Registry {
         let mps_join = mps
             .filter(|_| hello.flags & HELLO_FLAG_MPS != 0)
             .and_then(|offer| self.mps_join(offer, &who, granted));
+        // Scheduler v3's SM reservation, for a training job that joined MPS
+        // below normal priority: outside MPS its kernels never run beside
+        // inference's, and a mask would only cost it SMs.
+        let spatial = spatial_request(
+            &cfg.scheduler,
+            mps_join.is_some_and(|j| j.priority == tandem_proto::mps::PRIORITY_BELOW_NORMAL),
+        );
+        if let Some(cb) = ring.control() {
+            cb.set_spatial(spatial);
+        }
         // Under MPS a stray write into a shared read-only mapping would fail
         // every MPS job on the GPU, not only the writer (contract 6).
         let (dedup_flags, follow_flags) = if mps_join.is_some() {
@@ -124,6 +134,7 @@ impl Registry {
             share_weights = trust_group.as_deref().unwrap_or("no"),
             follow = follow_group.as_deref().unwrap_or("no"),
             mps_priority = ?mps_join.map(|m| m.priority),
+            spatial_reserve_permille = spatial.reserve_permille,
             "client registered"
         );
         let now = Instant::now();
@@ -157,6 +168,7 @@ impl Registry {
                 mps_inflight_ns: mps_join
                     .filter(|j| j.priority == tandem_proto::mps::PRIORITY_BELOW_NORMAL)
                     .map(|_| cfg.mps.training_inflight_ns),
+                spatial,
                 warned_kind: false,
                 board_sent: None,
                 capture: crate::capture::Window::new(cfg.trace.window),
@@ -413,6 +425,23 @@ impl Registry {
             }
             self.apply_gates();
         }
+    }
+}
+
+/// The SM reservation tandemd asks of a new client: `[scheduler] spatial`'s
+/// when it is `auto` and the client is a training job that joined MPS below
+/// normal priority (`low_priority_mps`); otherwise none.
+#[must_use]
+pub fn spatial_request(
+    cfg: &tandem_sched::SchedConfig,
+    low_priority_mps: bool,
+) -> tandem_proto::spatial::Spatial {
+    if cfg.spatial != tandem_sched::SpatialMode::Auto || !low_priority_mps {
+        return tandem_proto::spatial::Spatial::default();
+    }
+    tandem_proto::spatial::Spatial {
+        reserve_permille: ((cfg.spatial_reserve * 1000.0).round() as u64).max(1),
+        min_ns: cfg.spatial_min_kernel_ns,
     }
 }
 

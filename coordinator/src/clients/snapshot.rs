@@ -6,7 +6,9 @@ use super::{gpu_key, Client, Registry};
 use crate::dedup::stats::ClientDedup;
 use crate::follow::stats::ClientFollow;
 use crate::sched;
-use crate::state::{format_uuid, ClientSnapshot, GpuSnapshot, SchedStats, Totals, TOP_KERNELS};
+use crate::state::{
+    format_uuid, ClientSnapshot, ClientSpatial, GpuSnapshot, SchedStats, Totals, TOP_KERNELS,
+};
 
 impl Registry {
     /// Client and GPU snapshots plus totals.
@@ -147,5 +149,18 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         pod: c.who.container.snapshot(),
         slurm: c.who.slurm.clone(),
         mps_priority: c.mps.map(|m| m.priority),
+        spatial: (c.spatial.reserve_permille != 0).then(|| {
+            let state = tandem_proto::spatial::SpatialState::decode(c.local.spatial_state);
+            ClientSpatial {
+                reserve: c.spatial.reserve_permille as f64 / 1000.0,
+                min_kernel_ns: c.spatial.min_ns,
+                state: state.name().into(),
+                descriptor_version: match state {
+                    tandem_proto::spatial::SpatialState::UnknownDescriptor(v) => Some(v),
+                    _ => None,
+                },
+                masked_launches: c.local.masked_launches,
+            }
+        }),
     }
 }

@@ -22,7 +22,7 @@ pub mod trace;
 
 pub use crate::client::TIMEOUT;
 pub use status_table::{
-    human_bytes, kernels, row, sharing_line, short_uuid, table, COLUMNS, HEADER,
+    human_bytes, kernels, row, sharing_line, short_uuid, spatial_line, table, COLUMNS, HEADER,
 };
 
 /// tandemctl's command line.
@@ -255,6 +255,34 @@ mod tests {
              training 46% of GPU work in the last 2 s; inference p99 30.0 ms"
         );
         assert_eq!(sharing_line(&g, &cs[..0]), None, "no jobs, no line");
+    }
+
+    #[test]
+    fn the_spatial_line_says_armed_or_why_not() {
+        let client = |spatial: serde_json::Value| {
+            crate::state::test_client(7, serde_json::json!({"pid": 70, "spatial": spatial}))
+        };
+        assert_eq!(
+            spatial_line(&client(serde_json::Value::Null)),
+            None,
+            "not asked"
+        );
+        let armed = client(serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000,
+            "state": "armed", "descriptor_version": null, "masked_launches": 147}));
+        assert_eq!(
+            spatial_line(&armed).unwrap(),
+            "spatial: client 7 (pid 70) leaves 25% of its GPU's TPCs to inference while it is \
+             active: armed, 147 launches masked"
+        );
+        let old = client(serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000,
+            "state": "unknown_descriptor", "descriptor_version": 6, "masked_launches": 0}));
+        assert!(
+            spatial_line(&old)
+                .unwrap()
+                .ends_with("runs unmasked: unknown_descriptor (version 0x06)"),
+            "{:?}",
+            spatial_line(&old)
+        );
     }
 
     /// A daemon that predates `sharing` still parses, and no sharing line is made up.

@@ -115,6 +115,26 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
     Some(format!("{} ({}): {}", g.uuid, g.name, parts.join("; ")))
 }
 
+/// What became of the SM reservation tandemd asked of client `c` (`None`:
+/// not asked): armed with the launches it masked, or why it runs unmasked.
+#[must_use]
+pub fn spatial_line(c: &ClientSnapshot) -> Option<String> {
+    let s = c.spatial.as_ref()?;
+    let state = match (s.state.as_str(), s.descriptor_version) {
+        ("armed", _) => format!("armed, {} launches masked", s.masked_launches),
+        ("idle", _) => "not tried yet (no launch while inference was active)".to_string(),
+        (why, Some(v)) => format!("runs unmasked: {why} (version {v:#04x})"),
+        (why, None) => format!("runs unmasked: {why}"),
+    };
+    Some(format!(
+        "spatial: client {} (pid {}) leaves {:.0}% of its GPU's TPCs to inference while it is \
+         active: {state}",
+        c.id,
+        c.pid,
+        s.reserve * 100.0
+    ))
+}
+
 /// The header line of [`table`].
 pub const HEADER: &str =
     "   ID      PID CLASS     GPU             KERNELS LAUNCH/s  DROPPED       MEM    SHARED     WAIT EXE";
@@ -128,7 +148,9 @@ calls when it uses CUDA graphs); LAUNCH/s launch calls per second (1 s average);
 records its ring had no room for; MEM device memory it holds now; SHARED of that, weights shared \
 with other jobs; WAIT time its launches waited for tandem's gate; EXE its executable.
 Each GPU in use has a line: its jobs by class, whether inference is active, requests open on \
-its board, training's share of the GPU work of the last 2 s, the worst inference p99.";
+its board, training's share of the GPU work of the last 2 s, the worst inference p99. A training \
+job asked for the SM reservation ([scheduler] spatial) has a line saying whether its shim armed \
+it and how many launches it masked, or why it runs unmasked.";
 
 /// The status table.
 #[must_use]
@@ -139,6 +161,10 @@ pub fn table(s: &Snapshot) -> String {
         out.push('\n');
     }
     for line in s.gpus.iter().filter_map(|g| sharing_line(g, &s.clients)) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for line in s.clients.iter().filter_map(spatial_line) {
         out.push_str(&line);
         out.push('\n');
     }

@@ -286,7 +286,23 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "GPU counts as inference-active this long after a board bump"
         ),
-        field!(ControlBlock, pad0, "uint64_t", "pad0[7]", 56, ""),
+        field!(
+            ControlBlock,
+            spatial_reserve,
+            "uint64_t",
+            "spatial_reserve",
+            8,
+            "TPCs left to inference while active, thousandths; 0 = off"
+        ),
+        field!(
+            ControlBlock,
+            spatial_min_ns,
+            "uint64_t",
+            "spatial_min_ns",
+            8,
+            "launches estimated shorter are not masked"
+        ),
+        field!(ControlBlock, pad0, "uint64_t", "pad0[5]", 40, ""),
         field!(
             ControlBlock,
             gate_waits,
@@ -391,6 +407,22 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "shim: board slot in use + 1; 0 = none"
         ),
-        field!(ControlBlock, pad1, "uint64_t", "pad1[3]", 24, ""),
+        field!(
+            ControlBlock,
+            spatial_state,
+            "uint64_t",
+            "spatial_state",
+            8,
+            "shim: the reservation's state (kind | version << 8)"
+        ),
+        field!(
+            ControlBlock,
+            masked_launches,
+            "uint64_t",
+            "masked_launches",
+            8,
+            "shim: launches that carried the mask"
+        ),
+        field!(ControlBlock, pad1, "uint64_t", "pad1[1]", 8, ""),
     ]
 }

@@ -250,3 +250,38 @@ fn an_slo_target_reaches_the_adaptation_and_the_snapshot() {
     );
     assert_eq!(h.client(2).slo_p99_ns, None);
 }
+
+#[test]
+fn the_sm_reservation_is_off_by_default_and_its_share_is_bounded() {
+    let d = SchedConfig::default();
+    assert_eq!(d.spatial, crate::SpatialMode::Off);
+    assert!(d.validate().is_ok());
+    #[derive(Debug, serde::Deserialize)]
+    struct File {
+        scheduler: SchedConfig,
+    }
+    let f: File = toml::from_str("[scheduler]\nspatial = \"auto\"\n").unwrap();
+    assert_eq!(f.scheduler.spatial, crate::SpatialMode::Auto);
+    assert!(toml::from_str::<File>("[scheduler]\nspatial = \"on\"\n").is_err());
+    for (share, ok) in [
+        (0.0, false),
+        (0.01, true),
+        (0.5, true),
+        (0.51, false),
+        (f64::NAN, false),
+    ] {
+        let c = SchedConfig {
+            spatial_reserve: share,
+            ..SchedConfig::default()
+        };
+        assert_eq!(c.validate().is_ok(), ok, "{share}");
+        if !ok {
+            assert_eq!(c.validate().unwrap_err().field, "spatial_reserve");
+        }
+    }
+    let c = SchedConfig {
+        spatial_min_kernel_ns: MAX_PARAM_NS + 1,
+        ..SchedConfig::default()
+    };
+    assert_eq!(c.validate().unwrap_err().field, "spatial_min_kernel_ns");
+}

@@ -262,3 +262,70 @@ fn a_job_made_inference_after_a_read_only_board_is_owed_a_writable_one() {
     r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
     assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
 }
+
+#[test]
+fn the_sm_reservation_is_asked_only_of_training_that_joined_mps_below_normal() {
+    use tandem_proto::spatial::Spatial;
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    let o = offer();
+    let asked = |r: &Registry, id: u64| {
+        let c = &r.clients[&id];
+        let cb = c
+            .ring
+            .as_ref()
+            .and_then(|g| g.control())
+            .map(|cb| cb.spatial());
+        (c.spatial, cb)
+    };
+    // Off (the default): nothing asked even of low-priority training.
+    let mut r = Registry::default();
+    let t = hello(ClientClass::Training, HELLO_FLAG_MPS);
+    let (w, _fd) = r.register(&cfg, 0, who(7), &t, Some(&o)).unwrap();
+    assert_eq!(
+        asked(&r, w.client_id),
+        (Spatial::default(), Some(Spatial::default()))
+    );
+
+    cfg.scheduler.spatial = tandem_sched::SpatialMode::Auto;
+    cfg.scheduler.spatial_reserve = 0.3;
+    cfg.scheduler.spatial_min_kernel_ns = 7_000;
+    let want = Spatial {
+        reserve_permille: 300,
+        min_ns: 7_000,
+    };
+    let (w, _fd) = r.register(&cfg, 0, who(7), &t, Some(&o)).unwrap();
+    assert_eq!(
+        asked(&r, w.client_id),
+        (want, Some(want)),
+        "written into its block"
+    );
+    let (w, _fd) = r
+        .register(
+            &cfg,
+            0,
+            who(7),
+            &hello(ClientClass::Inference, HELLO_FLAG_MPS),
+            Some(&o),
+        )
+        .unwrap();
+    assert_eq!(
+        asked(&r, w.client_id).0,
+        Spatial::default(),
+        "inference: never"
+    );
+    let (w, _fd) = r.register(&cfg, 0, who(7), &t, None).unwrap();
+    assert_eq!(
+        asked(&r, w.client_id).0,
+        Spatial::default(),
+        "outside MPS: never"
+    );
+    let mut normal = offer();
+    normal.training_priority = 0;
+    let (w, _fd) = r.register(&cfg, 0, who(7), &t, Some(&normal)).unwrap();
+    assert_eq!(
+        asked(&r, w.client_id).0,
+        Spatial::default(),
+        "training at normal priority: never"
+    );
+}
