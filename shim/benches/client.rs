@@ -12,6 +12,13 @@
 //! completion marks every millisecond: what tandemd's capture (`tandemctl
 //! trace`, `[trace] mark_every_ns`) asks of an inference client, the only
 //! launch-path cost capture has (tandemd keeps its window on its own side).
+//! Last, the SM reservation's cost (issue 23: at most 50 ns over today's
+//! attached training launch): the coordinator makes the client a training
+//! client under tandem over MPS on a GPU board it holds a request open on,
+//! and switches the reservation and inference's activity between rounds;
+//! each round times the fake's own launch beside the shim's, so the fake's
+//! work for a launch callback (once the shim subscribed, every launch of the
+//! process runs it) is on both sides.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -20,8 +27,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use support::{Coordinator, Mode};
+use support::{Coordinator, Mode, Training};
 use tandem_e2e::inproc::{CounterFn, InProcess, LaunchFn};
+use tandem_proto::inflight::Budgets;
+use tandem_proto::spatial::{Spatial, SpatialState};
 
 struct Setup {
     p: InProcess,
@@ -145,6 +154,92 @@ fn marks_on_off(
     )
 }
 
+/// The local bound tandemd gives a training client that joined MPS below
+/// normal priority (`[mps] training_inflight_ns`, 2 ms, idle and active;
+/// `[scheduler] request_hold_ns`), with a 1 ns default charge so that the
+/// bench's 0 ns kernels never wait at it.
+const MPS_TRAINING: Budgets = Budgets {
+    idle_ns: 2_000_000,
+    active_ns: 2_000_000,
+    default_est_ns: 1,
+    hold_ns: 1_000_000,
+};
+
+/// A training client under tandem over MPS as tandemd makes it, asked for
+/// `reserve_permille` of the SM reservation, inference active or not.
+const fn training(reserve_permille: u64, inference_active: bool) -> Training {
+    Training {
+        budgets: MPS_TRAINING,
+        spatial: Spatial {
+            reserve_permille,
+            min_ns: 0,
+        },
+        inference_active,
+    }
+}
+
+/// The SM reservation's states, measured as training clients under tandem
+/// over MPS (with completion marks every 500 us, as the scheduler asks):
+/// today's attached training launch (no reservation asked), one carrying
+/// the mask (asked, inference active: every launch masked, the driver's
+/// callback writing it), one asked while inference is idle.
+const SPATIAL_STATES: [(&str, Training); 3] = [
+    ("training, no reservation", training(0, true)),
+    ("training, masked (active)", training(250, true)),
+    ("training, armed, idle", training(250, false)),
+];
+
+/// Median added ns per launch (shim - fake, launched side by side) in each
+/// of [`SPATIAL_STATES`], over interleaved rounds; and the launches the
+/// client says it masked.
+fn spatial_states(s: &mut Setup, coord: &Coordinator) -> ([(f64, f64, f64); 3], u64) {
+    const N: u32 = 200_000;
+    const ROUNDS: usize = 7;
+    let (fake, shim) = (s.fake, s.shim);
+    let mut added: [Vec<f64>; 3] = Default::default();
+    coord.set_live_mark_every_ns(500_000);
+    for _ in 0..ROUNDS {
+        for (i, (_, t)) in SPATIAL_STATES.iter().enumerate() {
+            coord.set_live_training(*t);
+            // Stored at the coordinator's next pass; the board's slot seen
+            // by the shim at its next launch.
+            std::thread::sleep(Duration::from_millis(20));
+            s.launch(shim);
+            let mut ns = [0.0; 2];
+            for (l, out) in [fake, shim].into_iter().zip(ns.iter_mut()) {
+                let t = Instant::now();
+                for _ in 0..N {
+                    s.launch(l);
+                }
+                *out = t.elapsed().as_nanos() as f64 / f64::from(N);
+                s.sync();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            added[i].push(ns[1] - ns[0]);
+        }
+    }
+    // (median, lowest, highest)
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[ROUNDS / 2], v[0], v[ROUNDS - 1])
+    };
+    let c = coord.clients();
+    let view = c.last().expect("the bench's client");
+    assert_eq!(
+        SpatialState::decode(view.spatial_state),
+        SpatialState::Armed,
+        "the shim armed the reservation on the fake driver"
+    );
+    (
+        [
+            median(&mut added[0]),
+            median(&mut added[1]),
+            median(&mut added[2]),
+        ],
+        view.masked_launches,
+    )
+}
+
 fn main() {
     let path = support::socket_path("bench");
     let coord = Coordinator::start_with(&path, Mode::Welcome, 1 << 16, false);
@@ -169,6 +264,8 @@ fn main() {
     }
     let with = real_run.then(|| interleaved(&mut s));
     let marks = real_run.then(|| marks_on_off(&mut s, &coord, 1_000_000));
+    // Last with the coordinator: it makes the client training for good.
+    let spatial = real_run.then(|| spatial_states(&mut s, &coord));
     // SAFETY: tandem_records_pushed/dropped(void).
     let (pushed, dropped) = unsafe { ((s.pushed)(), (s.dropped)()) };
     // The coordinator goes away: the watcher unpublishes the session.
@@ -208,6 +305,18 @@ fn main() {
             on_spread.0,
             on_spread.1
         );
+    }
+    if let Some((added, masked)) = spatial {
+        println!(
+            "\nthe SM reservation: added ns per cuLaunchKernel (shim - fake, side by side), median of 7 interleaved rounds of 200000:"
+        );
+        for ((label, _), (a, lo, hi)) in SPATIAL_STATES.iter().zip(added) {
+            println!(
+                "  {label:<26} added {a:+8.1} ns  ({:+.1} ns over no reservation; spread {lo:+.1} to {hi:+.1})",
+                a - added[0].0
+            );
+        }
+        println!("  launches the shim masked: {masked}");
     }
     c.final_summary();
 }

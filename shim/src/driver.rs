@@ -71,6 +71,9 @@ support_table! {
     EventRecordPtsz = c"cuEventRecord_ptsz";
     EventElapsedTime = c"cuEventElapsedTime";
     ThreadExchangeStreamCaptureMode = c"cuThreadExchangeStreamCaptureMode";
+    // the SM reservation (crate::client::spatial)
+    GetExportTable = c"cuGetExportTable";
+    DeviceGetAttribute = c"cuDeviceGetAttribute";
 }
 
 // Each variant's discriminant is its index in `ALL` (and so in `SYMBOLS` and

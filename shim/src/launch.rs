@@ -12,7 +12,7 @@
 //! Failed and stream-captured launches are not reported: the coordinator's count
 //! is the count of kernels sent to the GPU, like `tandem_kernels_launched`.
 
-use crate::client::{emit, marks, Client};
+use crate::client::{emit, marks, spatial, Client};
 use crate::table::Hook;
 use crate::types::{CUfunction, CUlaunchConfig, CUstream, CuResult};
 use core::ffi::{c_uint, c_void};
@@ -76,17 +76,44 @@ fn capturing(hook: Hook, stream: CUstream) -> bool {
 }
 
 /// With a session: the launch's stable function id, after the session's
-/// gate for the kernel's key (function and grid) let it go. Without: 0, and
-/// nothing else.
+/// gate for the kernel's key (function and grid) let it go, and whether the
+/// launch should carry the SM reservation's mask. Without: 0, and nothing
+/// else.
 #[inline(always)]
-fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> u64 {
+fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> (u64, bool) {
     match client {
         Some(s) => {
             let func_id = emit::func_id(s, f);
-            s.gate(kernel_key(func_id, grid));
-            func_id
+            let mask = s.gate(kernel_key(func_id, grid));
+            (func_id, mask)
         }
-        None => 0,
+        None => (0, false),
+    }
+}
+
+/// Arms this thread's next launch with the reservation's mask when the gate
+/// asked for it (`mask`) and the launch is not being captured into a graph
+/// (a captured launch's descriptor, if the driver builds one then, would be
+/// replayed with the mask long after inference went idle). Returns whether
+/// it armed.
+#[inline(always)]
+fn arm(mask: bool, hook: Hook, stream: CUstream) -> bool {
+    if mask && !crate::capture::is_capturing(stream, hook.info().per_thread) {
+        spatial::arm();
+        true
+    } else {
+        false
+    }
+}
+
+/// After the real call of a launch [`arm`] armed: disarms this thread, and
+/// counts the launch in the session's control block if the callback masked it.
+#[inline(always)]
+fn disarm(armed: bool, client: Client) {
+    if armed {
+        if let Some(s) = client {
+            spatial::disarm(s.control());
+        }
     }
 }
 
@@ -112,10 +139,12 @@ pub unsafe fn kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    let func_id = gate(client, f, [gx, gy, gz]);
+    let (func_id, mask) = gate(client, f, [gx, gy, gz]);
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
+    let armed = arm(mask, hook, stream);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
+    disarm(armed, client);
     if ran(hook, rc, stream) {
         if let Some(s) = client {
             let dims = emit::Dims {
@@ -133,15 +162,27 @@ pub unsafe fn kernel(
 
 /// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
 const ATTR_COOPERATIVE: u32 = 2;
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+const ATTR_CLUSTER_DIMENSION: u32 = 4;
 
-/// Whether a `CUlaunchConfig`'s attributes ask for a cooperative launch.
+/// What a `CUlaunchConfig`'s attributes ask for, of what the shim minds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Attrs {
+    /// A cooperative launch.
+    cooperative: bool,
+    /// Thread-block clusters of more than one block.
+    clustered: bool,
+}
+
+/// What a `CUlaunchConfig`'s attributes ask for.
 ///
 /// # Safety
-/// `config` points at the caller's valid `CUlaunchConfig` (the driver accepted it).
+/// `config` is the caller's valid `CUlaunchConfig` (the driver accepts it).
 #[inline(always)]
-unsafe fn cooperative_attr(config: &CUlaunchConfig) -> bool {
+unsafe fn attrs(config: &CUlaunchConfig) -> Attrs {
+    let mut a = Attrs::default();
     if config.attrs.is_null() {
-        return false;
+        return a;
     }
     let base = config.attrs.cast::<u8>().cast_const();
     let stride = core::mem::size_of::<cudarc::driver::sys::CUlaunchAttribute>();
@@ -149,19 +190,20 @@ unsafe fn cooperative_attr(config: &CUlaunchConfig) -> bool {
     for i in 0..(config.numAttrs as usize).min(64) {
         // SAFETY: `attrs` holds `numAttrs` CUlaunchAttribute structs (cuda.h); the id
         // is read as a raw u32 at offset 0 (a Rust enum read could meet an unknown
-        // value), the cooperative flag as an int at offset 8 (the value union).
-        let (id, value) = unsafe {
-            let a = base.add(i * stride);
-            (
-                a.cast::<u32>().read_unaligned(),
-                a.add(8).cast::<i32>().read_unaligned(),
-            )
+        // value), the value union's first three 32-bit words from offset 8 (the
+        // cooperative flag is the first; a cluster's x, y, z are all three).
+        let (id, v) = unsafe {
+            let at = base.add(i * stride);
+            let w = |k: usize| at.add(8 + 4 * k).cast::<u32>().read_unaligned();
+            (at.cast::<u32>().read_unaligned(), [w(0), w(1), w(2)])
         };
-        if id == ATTR_COOPERATIVE && value != 0 {
-            return true;
+        match id {
+            ATTR_COOPERATIVE => a.cooperative |= v[0] != 0,
+            ATTR_CLUSTER_DIMENSION => a.clustered |= v.iter().any(|&d| d > 1),
+            _ => {}
         }
     }
-    false
+    a
 }
 
 /// `cuLaunchKernelEx` and its `_ptsz` form.
@@ -181,17 +223,22 @@ pub unsafe fn kernel_ex(
     // SAFETY: non-null config points at the caller's CUlaunchConfig, valid for the call.
     let cfg = unsafe { config.as_ref() };
     let grid = cfg.map_or([0; 3], |c| [c.gridDimX, c.gridDimY, c.gridDimZ]);
-    let func_id = gate(client, f, grid);
+    let (func_id, mask) = gate(client, f, grid);
     let stream = cfg.map_or(core::ptr::null_mut(), |c| c.hStream);
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
+    // A cooperative or clustered launch is never masked (`crate::client::spatial`).
+    // SAFETY: `c` is the caller's valid config, as above.
+    let mask = mask && cfg.is_some_and(|c| unsafe { attrs(c) } == Attrs::default());
+    let armed = arm(mask, hook, stream);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
+    disarm(armed, client);
     if !ran(hook, rc, stream) {
         marks::abandon(timing);
     } else {
         if let (Some(s), Some(c)) = (client, cfg) {
             // SAFETY: `c` is the caller's valid config, as above.
-            let flags = if unsafe { cooperative_attr(c) } {
+            let flags = if unsafe { attrs(c) }.cooperative {
                 FLAG_COOPERATIVE
             } else {
                 0
@@ -239,7 +286,8 @@ pub unsafe fn cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CuResult {
-    let func_id = gate(client, f, [gx, gy, gz]);
+    // Never masked: every block of a cooperative grid must be resident at once.
+    let (func_id, _) = gate(client, f, [gx, gy, gz]);
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params) };

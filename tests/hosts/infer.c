@@ -1,13 +1,13 @@
 /*
  * infer: an open-loop inference job for the scheduling tests.
  *
- *   infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] [--seed N] [--explicit]
- *         [--closed] [--probe] [--leave-open S]
+ *   infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] [--blocks B] [--seed N]
+ *         [--explicit] [--closed] [--probe] [--leave-open S]
  *
  * Requests arrive as a Poisson process of rate HZ (default 50/s; seeded, so
  * the arrival times are the same in every run) for S seconds (default 3).
  * Each request launches K (default 5) kernels of U microseconds (default 200)
- * on one stream and synchronises it; its latency is from its ARRIVAL to the
+ * of B blocks (default 1) on one stream and synchronises it; its latency is from its ARRIVAL to the
  * return of the sync, so time spent queued behind an earlier request counts.
  * With --explicit each request is bracketed by tandem_request_begin() /
  * tandem_request_end() (when the shim exports them).
@@ -64,14 +64,14 @@ static uint64_t rank(const uint64_t *sorted, size_t n, double p)
 static int usage(void)
 {
     fprintf(stderr, "usage: infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] "
-                    "[--seed N] [--explicit] [--closed] [--probe] [--leave-open S]\n");
+                    "[--blocks B] [--seed N] [--explicit] [--closed] [--probe] [--leave-open S]\n");
     return WL_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
     double rate = 50, seconds = 3, kernel_us = 200, leave_open = -1;
-    unsigned long kernels = 5;
+    unsigned long kernels = 5, blocks = 1;
     unsigned long long seed = 1;
     int explicit_api = 0, closed = 0, probe = 0;
     for (int i = 1; i < argc; i++) {
@@ -99,6 +99,8 @@ int main(int argc, char **argv)
             kernels = strtoul(v, NULL, 10);
         else if (strcmp(a, "--kernel-us") == 0)
             kernel_us = atof(v);
+        else if (strcmp(a, "--blocks") == 0)
+            blocks = strtoul(v, NULL, 10);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--leave-open") == 0)
@@ -107,7 +109,7 @@ int main(int argc, char **argv)
             return usage();
         i++;
     }
-    if (!(rate > 0) || !(seconds > 0) || kernels == 0 || kernel_us < 0 ||
+    if (!(rate > 0) || !(seconds > 0) || kernels == 0 || kernel_us < 0 || blocks == 0 ||
         (leave_open >= 0 && !explicit_api))
         return usage();
     g_rng = seed ? seed : 1;
@@ -116,6 +118,7 @@ int main(int argc, char **argv)
     int rc = sh_gpu_init(&g, "infer_kernel", (uint64_t)(kernel_us * 1000.0));
     if (rc)
         return rc;
+    g.blocks = (unsigned)blocks;
     sh_void_fn begin = (sh_void_fn)sh_sym("tandem_request_begin");
     sh_void_fn end = (sh_void_fn)sh_sym("tandem_request_end");
     if (!explicit_api)

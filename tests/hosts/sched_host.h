@@ -26,6 +26,7 @@
 typedef uint64_t (*sh_u64_fn)(void);
 typedef void (*sh_void_fn)(void);
 typedef int (*sh_window_fn)(uint64_t *, uint64_t *);
+typedef int (*sh_sms_fn)(uint64_t *);
 
 #define SH_CK(call)                                                                                \
     do {                                                                                           \
@@ -71,6 +72,9 @@ struct sh_gpu {
     unsigned arg_value;
     void *params[3];
     uint64_t launches;
+    /* Blocks per launch (grid x; default 1): on the fake's SM-placing device
+     * (FAKECUDA_SHARED_SMS=1) a kernel takes one SM per block. */
+    unsigned blocks;
 };
 
 static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
@@ -101,6 +105,7 @@ static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
     g->params[1] = &g->arg_n;
     g->params[2] = &g->arg_value;
     g->launches = 0;
+    g->blocks = 1;
     return WL_EXIT_OK;
 }
 
@@ -108,7 +113,7 @@ static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
 static inline CUresult sh_launch(struct sh_gpu *g)
 {
     g->arg_value = (unsigned)((g->launches + 1) * 2654435761u);
-    CUresult rc = g->launch(g->fn, 1, 1, 1, 1, 1, 1, 0, g->stream, g->params, NULL);
+    CUresult rc = g->launch(g->fn, g->blocks, 1, 1, 1, 1, 1, 0, g->stream, g->params, NULL);
     if (rc == CUDA_SUCCESS)
         g->launches++;
     return rc;

@@ -1,9 +1,9 @@
 /*
  * train: a throughput job for the scheduling tests.
  *
- *   train [--seconds S] [--count N] [--kernel-us U] [--sync-every M] [--gap-us G]
+ *   train [--seconds S] [--count N] [--kernel-us U] [--blocks B] [--sync-every M] [--gap-us G]
  *
- * Launches kernels of U microseconds (default 5000) on one stream, one after
+ * Launches kernels of U microseconds (default 5000) and B blocks (default 1) on one stream, one after
  * another, synchronising the stream after every M launches (default 4; 0 =
  * never, not even at the end), until S seconds have passed (default 3) or N
  * launches are done, whichever comes first (N 0 = no limit). --gap-us G spends
@@ -15,6 +15,11 @@
  *   READY pid=<pid> shim=<0|1> client_id=<id>
  *   RESULT launches=<n> sum=<hex>   the device buffer's checksum (sched_host.h); not with
  *                                   --sync-every 0, which never waits for the stream
+ *   SMS all=<n> part=<n> part_lowest=<k|->    with the fake's SM placement
+ *                                   (fakecuda_last_kernel_sms, FAKECUDA_SHARED_SMS=1): launches
+ *                                   that ran on every SM their grid could fill, on fewer (an SM
+ *                                   mask kept them off some), and the lowest SM any of the latter
+ *                                   ran on
  *   DONE kernels=<n> seconds=<s> last_start_ns=<t> last_end_ns=<t>
  * `kernels` were launched and (unless M is 0) have completed. last_* is where
  * the fake driver placed the last kernel (CLOCK_MONOTONIC ns; `-` without the
@@ -26,8 +31,8 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: train [--seconds S] [--count N] [--kernel-us U] [--sync-every M] "
-                    "[--gap-us G]\n");
+    fprintf(stderr, "usage: train [--seconds S] [--count N] [--kernel-us U] [--blocks B] "
+                    "[--sync-every M] [--gap-us G]\n");
     return WL_EXIT_USAGE;
 }
 
@@ -35,7 +40,7 @@ int main(int argc, char **argv)
 {
     double seconds = 3, kernel_us = 5000, gap_us = 0;
     unsigned long long count = 0;
-    unsigned long sync_every = 4;
+    unsigned long sync_every = 4, blocks = 1;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -47,6 +52,8 @@ int main(int argc, char **argv)
             count = strtoull(v, NULL, 10);
         else if (strcmp(a, "--kernel-us") == 0)
             kernel_us = atof(v);
+        else if (strcmp(a, "--blocks") == 0)
+            blocks = strtoul(v, NULL, 10);
         else if (strcmp(a, "--sync-every") == 0)
             sync_every = strtoul(v, NULL, 10);
         else if (strcmp(a, "--gap-us") == 0)
@@ -54,13 +61,17 @@ int main(int argc, char **argv)
         else
             return usage();
     }
-    if (!(seconds > 0) || kernel_us < 0 || gap_us < 0)
+    if (!(seconds > 0) || kernel_us < 0 || gap_us < 0 || blocks == 0)
         return usage();
 
     struct sh_gpu g;
     int rc = sh_gpu_init(&g, "train_kernel", (uint64_t)(kernel_us * 1000.0));
     if (rc)
         return rc;
+    g.blocks = (unsigned)blocks;
+    sh_sms_fn sms = (sh_sms_fn)sh_sym("fakecuda_last_kernel_sms");
+    uint64_t on_all = 0, on_part = 0;
+    int part_lowest = -1;
     printf("READY pid=%d shim=%d client_id=%" PRIu64 "\n", (int)getpid(), wl_have_shim(),
            sh_client_id());
     fflush(stdout);
@@ -72,6 +83,19 @@ int main(int argc, char **argv)
             sh_sleep_until(sh_now_ns() + gap);
         SH_CK(sh_launch(&g));
         launched++;
+        uint64_t set[4];
+        int n = sms ? sms(set) : 0;
+        if (n > 0 && (unsigned)n >= (blocks < 132 ? blocks : 132)) {
+            on_all++;
+        } else if (n > 0) {
+            on_part++;
+            for (int sm = 0; sm < 256; sm++)
+                if (set[sm / 64] >> (sm % 64) & 1) {
+                    if (part_lowest < 0 || sm < part_lowest)
+                        part_lowest = sm;
+                    break;
+                }
+        }
         if (sync_every && launched % sync_every == 0)
             SH_CK(g.sync(g.stream));
     }
@@ -87,6 +111,13 @@ int main(int argc, char **argv)
             return rc;
     }
 
+    if (sms) {
+        printf("SMS all=%" PRIu64 " part=%" PRIu64, on_all, on_part);
+        if (part_lowest >= 0)
+            printf(" part_lowest=%d\n", part_lowest);
+        else
+            printf(" part_lowest=-\n");
+    }
     printf("DONE kernels=%" PRIu64 " seconds=%.3f", launched, (double)(sh_now_ns() - start) / 1e9);
     if (have_window)
         printf(" last_start_ns=%" PRIu64 " last_end_ns=%" PRIu64 "\n", ws, we);

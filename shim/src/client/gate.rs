@@ -18,28 +18,35 @@ use tandem_proto::{monotonic_ns, ControlBlock};
 use super::local::{MAX_LOCAL_WAIT, WAIT_SLICE};
 use super::marks;
 use super::session::Session;
+use super::spatial;
 
 /// Longest a closed gate holds one launch (contract: 50 ms).
 pub const MAX_GATE_WAIT: Duration = Duration::from_millis(50);
 
 impl Session {
-    /// Before a launch of kernel `key` (`tandem_proto::estimates::kernel_key`):
-    /// first scheduler v2's local part ([`super::local`]: a training client
-    /// waits, bounded, until the launch fits its in-flight budget; an
-    /// inference client announces itself on the board), then the
-    /// coordinator's gate and launch limit, then the launch is counted: when
-    /// allowed, two Acquire loads (gate, limit), one Relaxed load and one
-    /// `fetch_add` of the session's launch counter; when the gate is closed or
-    /// the launch is beyond the limit, a bounded wait first (at most 50 ms;
-    /// less when the coordinator looks dead). Call once per launch (a graph
-    /// launch is one), just before the real call.
+    /// Before a launch of kernel `key`
+    /// (`tandem_proto::estimates::kernel_key`): first scheduler v2's local
+    /// part ([`super::local`]: a training client waits, bounded, until the
+    /// launch fits its in-flight budget; an inference client announces itself
+    /// on the board), then the coordinator's gate and launch limit, then the
+    /// launch is counted: when allowed, two Acquire loads (gate, limit), one
+    /// Relaxed load and one `fetch_add` of the session's launch counter; when
+    /// the gate is closed or the launch is beyond the limit, a bounded wait
+    /// first (at most 50 ms; less when the coordinator looks dead). Call once
+    /// per launch (a graph launch is one), just before the real call.
+    ///
+    /// Returns whether the launch should carry the SM reservation's mask
+    /// ([`super::spatial`]): only a training client's, only while inference
+    /// is active, only when tandemd asked for it and the launch's estimate
+    /// reaches its minimum.
     #[inline(always)]
-    pub fn gate(&self, key: u32) {
-        self.local_gate(key);
+    pub fn gate(&self, key: u32) -> bool {
+        let mask = self.local_gate(key);
         if !self.control.launch_allowed() {
             self.wait_gate();
         }
         self.control.count_launch();
+        mask
     }
 
     #[cold]
@@ -62,27 +69,39 @@ impl Session {
 
     /// Scheduler v2 before a launch of `key`: an inference client announces
     /// itself on the board; a training client waits (bounded) until the
-    /// launch fits its local budget, then charges it. Others: nothing.
+    /// launch fits its local budget, then charges it, and learns whether the
+    /// launch carries the reservation's mask. Others: nothing.
     #[inline(always)]
-    pub(crate) fn local_gate(&self, key: u32) {
+    pub(crate) fn local_gate(&self, key: u32) -> bool {
         let cb = self.control();
         match cb.class() {
             CLASS_TRAINING => self.admit(cb, key),
-            CLASS_INFERENCE => self.local.announce(cb),
-            _ => {}
+            CLASS_INFERENCE => {
+                self.local.announce(cb);
+                false
+            }
+            _ => false,
         }
     }
 
     #[inline(always)]
-    fn admit(&self, cb: &ControlBlock, key: u32) {
+    fn admit(&self, cb: &ControlBlock, key: u32) -> bool {
         let b = cb.budgets();
         let est = self.local.estimate(key, b.default_est_ns);
-        if cb.bounds_locally(&b)
-            && !admits(self.local.budget(monotonic_ns(), &b), cb.inflight_ns(), est)
-        {
-            self.wait_local(cb, est);
+        let sp = cb.spatial();
+        let bounds = cb.bounds_locally(&b);
+        let wants_mask = sp.reserve_permille != 0 && est >= sp.min_ns;
+        let mut mask = false;
+        if bounds || wants_mask {
+            let mut active = self.local.inference_active(monotonic_ns(), b.hold_ns);
+            if bounds && !admits(b.in_force(active), cb.inflight_ns(), est) {
+                self.wait_local(cb, est);
+                active = self.local.inference_active(monotonic_ns(), b.hold_ns);
+            }
+            mask = wants_mask && active && spatial::ready(cb, sp.reserve_permille);
         }
         cb.charge(est);
+        mask
     }
 
     /// Waits until a launch estimated at `est` fits, or [`MAX_LOCAL_WAIT`].

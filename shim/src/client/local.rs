@@ -106,10 +106,15 @@ impl Local {
     /// says inference is active on this client's GPU.
     #[inline(always)]
     pub(super) fn budget(&self, now: u64, b: &Budgets) -> u64 {
-        b.in_force(
-            self.slot()
-                .is_some_and(|s| self.presence.active(s.seq(), s.open(), now, b.hold_ns)),
-        )
+        b.in_force(self.inference_active(now, b.hold_ns))
+    }
+
+    /// Whether the board says inference is active on this client's GPU at
+    /// `now`, a bump keeping it so for `hold_ns`.
+    #[inline(always)]
+    pub(super) fn inference_active(&self, now: u64, hold_ns: u64) -> bool {
+        self.slot()
+            .is_some_and(|s| self.presence.active(s.seq(), s.open(), now, hold_ns))
     }
 
     /// The GPU became known (first launch's Device report).

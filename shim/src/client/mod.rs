@@ -18,13 +18,18 @@
 //! - Where the coordinator asks for them, launches are followed by completion
 //!   marks (driver events) that the watcher reports as they complete
 //!   ([`marks`]).
+//! - Where tandemd asks a training client for the SM reservation, its gate
+//!   marks launches made while inference is active to carry a TPC mask, which
+//!   [`spatial`] writes into the launch's descriptor from the driver's launch
+//!   callback (probed once; off, with one log line, on anything unknown).
 //! - The modules form one direction: [`session`] (the state, the ring push
 //!   and its counters) and [`local`] (the board and estimates) at the
 //!   bottom; [`features`] (the slot through which the session tells dedup
 //!   and follow mode, which stand above the client, what happened) and
 //!   [`published`] (publication) over the session; [`marks`] over the
-//!   session; [`gate`] and [`emit`] over both; the [`watcher`] over
-//!   publication; this module (registration, the hooks' one load) on top.
+//!   session; [`spatial`] beside [`local`]; [`gate`] and [`emit`] over
+//!   both; the [`watcher`] over publication; this module (registration, the
+//!   hooks' one load) on top.
 //!   Dedup and follow mode name [`session::Session`] directly.
 //! - After `fork` the child unpublishes and abandons the parent's session and
 //!   registers as a new client on its own next CUDA call.
@@ -46,6 +51,7 @@ pub(crate) mod mps;
 mod published;
 pub(crate) mod session;
 mod slots;
+pub(crate) mod spatial;
 mod timing;
 mod watcher;
 

@@ -46,6 +46,10 @@ pub struct ClientView {
     pub bad_messages: usize,
     /// Records received (kept in `records` unless the coordinator counts only).
     pub received: u64,
+    /// The control block's `spatial_state` and `masked_launches` (the
+    /// client's claims), as of the last pass.
+    pub spatial_state: u64,
+    pub masked_launches: u64,
 }
 
 impl ClientView {
@@ -97,6 +101,20 @@ struct Shared {
     dedup_in: Vec<(u64, Dedup, Option<Arc<OwnedFd>>)>,
     /// Dedup messages to send: (client id, message, fd to attach).
     dedup_out: Vec<(u64, Dedup, Option<Arc<OwnedFd>>)>,
+    /// When set, what every live client is made at each pass (the launch
+    /// benchmark's training client and SM reservation).
+    live_training: Option<Training>,
+}
+
+/// What [`Coordinator::set_live_training`] makes every live client whose
+/// GPU it knows: a training client with `budgets`, asked `spatial`, on a
+/// GPU board (sent read-only once) whose slot for that GPU counts one
+/// request open while `inference_active`, none otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Training {
+    pub budgets: tandem_proto::inflight::Budgets,
+    pub spatial: tandem_proto::spatial::Spatial,
+    pub inference_active: bool,
 }
 
 pub struct Coordinator {
@@ -180,6 +198,62 @@ struct Live {
     consumer: Consumer<'static>,
     control: &'static ControlBlock,
     view: usize,
+    /// The board slot of its GPU, once the board was sent.
+    slot: Option<usize>,
+}
+
+/// The GPU board of [`Training`]: its memfd and mapping.
+struct TestBoard {
+    fd: OwnedFd,
+    map: tandem_proto::Mapping,
+}
+
+impl TestBoard {
+    fn new() -> TestBoard {
+        use tandem_proto::board::{Board, BOARD_LEN};
+        let (fd, map) = tandem_proto::shm::create(c"tandem-test-board", BOARD_LEN).expect("memfd");
+        // SAFETY: a fresh writable shared mapping of BOARD_LEN bytes, kept in
+        // the TestBoard, accessed only through atomics.
+        unsafe { Board::init(map.as_ptr(), map.len()).expect("board") };
+        TestBoard { fd, map }
+    }
+
+    fn board(&self) -> &tandem_proto::board::Board {
+        // SAFETY: as in `new`, for as long as `self`.
+        unsafe { tandem_proto::board::Board::from_raw(self.map.as_ptr(), self.map.len()) }
+            .expect("board")
+    }
+}
+
+/// Applies `t` to live client `l` of GPU `uuid`: class, reservation, the
+/// board (sent once) and its slot's open request.
+fn make_training(l: &mut Live, t: Training, uuid: &[u8; 16], board: &TestBoard, buf: &mut [u8]) {
+    use tandem_proto::inflight::CLASS_TRAINING;
+    l.control.set_class(CLASS_TRAINING);
+    l.control.set_budgets(t.budgets);
+    l.control.set_spatial(t.spatial);
+    let b = board.board();
+    let slot = match l.slot {
+        Some(i) => i,
+        None => {
+            let i = b
+                .claim(tandem_proto::board::gpu_key(uuid))
+                .expect("a board slot");
+            let fd = tandem_proto::shm::reopen_read_only(board.fd.as_fd()).expect("read-only fd");
+            let n = Message::Board(wire::BoardMsg { flags: 0 })
+                .encode(buf)
+                .expect("encode board");
+            wire::send(l.sock.as_fd(), &buf[..n], Some(fd.as_fd())).expect("send board");
+            l.slot = Some(i);
+            i
+        }
+    };
+    let s = b.slot(slot).expect("slot");
+    if t.inference_active && s.open() == 0 {
+        s.begin_request();
+    } else if !t.inference_active && s.open() > 0 {
+        s.end_request();
+    }
 }
 
 impl Coordinator {
@@ -219,6 +293,12 @@ impl Coordinator {
     /// (0: none) from the next pass on.
     pub fn set_live_mark_every_ns(&self, ns: u64) {
         self.shared.lock().unwrap().live_mark_every_ns = Some(ns);
+    }
+
+    /// Make every live client whose GPU is known a training client as `t`
+    /// says, from the next pass on (every millisecond).
+    pub fn set_live_training(&self, t: Training) {
+        self.shared.lock().unwrap().live_training = Some(t);
     }
 
     pub fn dedup_received(&self) -> Vec<(u64, Dedup, Option<Arc<OwnedFd>>)> {
@@ -324,6 +404,7 @@ fn serve(
     let mut stalled: Vec<OwnedFd> = Vec::new();
     let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
     let mut beat_at = Instant::now();
+    let mut board: Option<TestBoard> = None;
     while !stop.load(Ordering::Acquire) {
         // Accept everything pending.
         loop {
@@ -406,6 +487,7 @@ fn serve(
                         consumer,
                         control,
                         view: sh.clients.len() - 1,
+                        slot: None,
                     });
                 }
             }
@@ -418,6 +500,7 @@ fn serve(
                 dedup_in,
                 dedup_out,
                 live_mark_every_ns,
+                live_training,
                 ..
             } = &mut *guard;
             let mut gone = Vec::new();
@@ -426,6 +509,10 @@ fn serve(
                     l.control.set_mark_every_ns(ns);
                 }
                 let v = &mut clients[l.view];
+                if let (Some(t), Some(d)) = (*live_training, v.devices.first()) {
+                    let b = board.get_or_insert_with(TestBoard::new);
+                    make_training(l, t, &d.1, b, &mut buf);
+                }
                 let _ = l.consumer.drain(|r| v.take(r, keep));
                 loop {
                     match wire::recv(l.sock.as_fd(), &mut buf) {
@@ -461,6 +548,8 @@ fn serve(
                 }
                 let st = l.consumer.stats();
                 v.ring_dropped = st.dropped_full + st.dropped_busy;
+                let k = l.control.client_counters();
+                (v.spatial_state, v.masked_launches) = (k.spatial_state, k.masked_launches);
             }
             for i in gone.into_iter().rev() {
                 live.swap_remove(i);

@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime};
 
 pub mod coord;
 pub mod inproc;
+pub mod mps;
 
 /// Kernels one workload run executes, read from `WL_KERNELS_PER_RUN` in
 /// workload.h so the hosts and the tests cannot disagree.

@@ -22,58 +22,12 @@ use tandem_e2e::coord::{
     client_by_pid, client_env, default_config, poll, spawn_host, tandemctl, Proc, Tandemd, TestDir,
     EXIT, SETTLE,
 };
+use tandem_e2e::mps::{config, path_with_stand_in, DaemonGuard, ENABLE};
 
-/// The directory holding the stand-in `nvidia-cuda-mps-control`.
-fn stand_in_dir() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fake-mps-control")).to_path_buf()
-}
-
-/// tandemd's PATH: the stand-in first (found by the default
-/// `control_binary`), then what its shell needs.
-fn path_with_stand_in() -> PathBuf {
-    PathBuf::from(format!(
-        "{}:/usr/local/bin:/usr/bin:/bin",
-        stand_in_dir().display()
-    ))
-}
-
-/// The default config with `[mps]` changed as `edits` say (each a line of
-/// the default and its replacement).
-#[track_caller]
-fn config(edits: &[(&str, &str)]) -> String {
-    let mut c = default_config().to_string();
-    for (from, to) in edits {
-        let next = c.replacen(&format!("\n{from}\n"), &format!("\n{to}\n"), 1);
-        assert_ne!(next, c, "the default config has no line {from:?}");
-        c = next;
-    }
-    c
-}
-
-const ENABLE: (&str, &str) = ("[mps]\nenabled = false", "[mps]\nenabled = true");
 const CAP: (&str, &str) = (
     "# training_thread_percentage = 50",
     "training_thread_percentage = 40",
 );
-
-/// Kills a stand-in daemon left in `pipe_dir` if the test fails before
-/// tandemd stopped it (tandemd is then killed with SIGKILL).
-struct DaemonGuard(PathBuf);
-
-impl Drop for DaemonGuard {
-    fn drop(&mut self) {
-        let pid = std::fs::read_to_string(self.0.join("nvidia-cuda-mps-control.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok());
-        if let Some(pid) = pid.filter(|&p| p > 1) {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("nvidia-cuda-mps-control") {
-                // SAFETY: kill(2) on the stand-in daemon this test started.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
-}
 
 /// What the driver read at `cuInit`: variable -> value (None: unset).
 type InitEnv = BTreeMap<String, Option<String>>;

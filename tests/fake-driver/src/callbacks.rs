@@ -15,7 +15,7 @@
 //!   byte at offset 72 ([`descriptor_version`]: `FAKECUDA_QMD_VERSION`, default `0x40`, the
 //!   Hopper layout).
 //! * After the callbacks, the descriptor's TPC disable mask decides the SMs the kernel may use
-//!   ([`allowed_sms`]): from version `0x40`, bits of TPCs 0-63 at offsets 304 and 308 and of TPCs
+//!   ([`disabled_tpcs`]): from version `0x40`, bits of TPCs 0-63 at offsets 304 and 308 and of TPCs
 //!   64-127 at 312 and 316, honoured only with bit 31 of the descriptor's first word set; from
 //!   `0x16`, TPCs 0-63 at 84 and 88. TPC `k` is SMs `2k` and `2k + 1`. A launch whose mask
 //!   leaves no SM fails with `CUDA_ERROR_INVALID_VALUE`.
@@ -158,9 +158,39 @@ fn word(d: &[u8; DESCRIPTOR_BYTES], off: usize) -> u128 {
     ]))
 }
 
-/// The SMs a descriptor's TPC disable mask leaves (see the module docs); `None`: no mask
-/// (none set, not enabled, or a version without one).
-pub fn allowed_sms(d: &[u8; DESCRIPTOR_BYTES], sms: u32) -> Option<SmSet> {
+/// A launch's TPC disable bits (bit `k`: TPC `k`, SMs `2k` and `2k + 1`), as its descriptor
+/// left them after the callbacks. Kept as bits: the SMs are worked out only where a kernel is
+/// placed on them ([`TpcMask::sms`]), so a masked launch costs the fake no more than another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TpcMask(pub u128);
+
+impl TpcMask {
+    /// The SMs of a device of `sms` SMs the mask leaves.
+    pub fn sms(self, sms: u32) -> SmSet {
+        let mut s = SmSet::default();
+        for sm in 0..sms.min(256) {
+            if (sm / 2) >= 128 || self.0 >> (sm / 2) & 1 == 0 {
+                s.insert(sm);
+            }
+        }
+        s
+    }
+
+    /// Whether it leaves no SM of a device of `sms` SMs.
+    pub fn leaves_none(self, sms: u32) -> bool {
+        let tpcs = sms.div_ceil(2).min(128);
+        let all = if tpcs == 128 {
+            u128::MAX
+        } else {
+            (1u128 << tpcs) - 1
+        };
+        self.0 & all == all
+    }
+}
+
+/// A descriptor's TPC disable mask (see the module docs); `None`: no mask (none set, not
+/// enabled, or a version without one).
+pub fn disabled_tpcs(d: &[u8; DESCRIPTOR_BYTES]) -> Option<TpcMask> {
     let ver = d[72];
     let disabled = if ver >= 0x40 {
         if word(d, 0) >> 31 == 0 {
@@ -172,21 +202,18 @@ pub fn allowed_sms(d: &[u8; DESCRIPTOR_BYTES], sms: u32) -> Option<SmSet> {
     } else {
         return None;
     };
-    if disabled == 0 {
-        return None;
-    }
-    let mut s = SmSet::default();
-    for sm in 0..sms.min(256) {
-        if (sm / 2) >= 128 || disabled >> (sm / 2) & 1 == 0 {
-            s.insert(sm);
-        }
-    }
-    Some(s)
+    (disabled != 0).then_some(TpcMask(disabled))
 }
 
-/// Runs the enabled launch callbacks on a fresh descriptor; the SMs the launch may use
-/// (`None`: all). Call without the state lock held: a callback may call the driver.
-pub fn before_launch() -> CuResult<Option<SmSet>> {
+/// The SMs of a device of `sms` SMs a descriptor's mask leaves; `None`: no mask.
+#[cfg(test)]
+fn allowed_sms(d: &[u8; DESCRIPTOR_BYTES], sms: u32) -> Option<SmSet> {
+    disabled_tpcs(d).map(|m| m.sms(sms))
+}
+
+/// Runs the enabled launch callbacks on a fresh descriptor; the TPCs the launch may not use
+/// (`None`: it may use all). Call without the state lock held: a callback may call the driver.
+pub fn before_launch() -> CuResult<Option<TpcMask>> {
     if ENABLED.load(Ordering::Relaxed) == 0 {
         return Ok(None);
     }
@@ -213,8 +240,8 @@ pub fn before_launch() -> CuResult<Option<SmSet>> {
             );
         }
     }
-    match allowed_sms(&desc, DEVICE_SMS) {
-        Some(set) if set.is_empty() => {
+    match disabled_tpcs(&desc) {
+        Some(m) if m.leaves_none(DEVICE_SMS) => {
             eprintln!("fake libcuda: a launch's TPC mask leaves it no SM");
             Err(CUDA_ERROR_INVALID_VALUE)
         }
@@ -288,7 +315,7 @@ mod tests {
         );
         assert_eq!(en(1, h, QMD_DOMAIN, QMD_PRE_UPLOAD), CUDA_SUCCESS);
         OFF_TPCS.with(|c| c.set(4));
-        let allowed = before_launch().unwrap().expect("a mask");
+        let allowed = before_launch().unwrap().expect("a mask").sms(DEVICE_SMS);
         assert_eq!(SEEN_VERSION.with(Cell::get), 0x40);
         assert_eq!(allowed.len(), DEVICE_SMS - 8);
         assert!((0..8).all(|sm| !allowed.contains(sm)) && allowed.contains(8));
@@ -311,6 +338,8 @@ mod tests {
         d[312] = 1; // TPC 64: SMs 128 and 129
         let s = allowed_sms(&d, 132).unwrap();
         assert!(!s.contains(128) && !s.contains(129) && s.contains(130));
+        assert!(!TpcMask(u128::MAX >> 63).leaves_none(132), "TPC 65 left");
+        assert!(TpcMask(u128::MAX >> 62).leaves_none(132));
         let mut a = [0u8; DESCRIPTOR_BYTES];
         a[72] = 0x20;
         a[84] = 0b100; // TPC 2: SMs 4 and 5

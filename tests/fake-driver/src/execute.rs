@@ -116,8 +116,9 @@ pub fn execute(st: &mut State, works: &[Work], stream: StreamKey) -> CuResult<()
                     let base = base_ns();
                     let at = earliest.saturating_add(base);
                     let (s, e) = if crate::shared::sm_mode() {
-                        let all = crate::shared::SmSet::first(crate::shared::DEVICE_SMS);
-                        let (s, e, used) = dev.run_on_sms(at, d, w.blocks, &w.sms.unwrap_or(all));
+                        let n = crate::shared::DEVICE_SMS;
+                        let allowed = w.sms.map_or(crate::shared::SmSet::first(n), |m| m.sms(n));
+                        let (s, e, used) = dev.run_on_sms(at, d, w.blocks, &allowed);
                         counts::last_kernel_sms(used);
                         (s, e)
                     } else {

@@ -107,12 +107,6 @@ impl SmSet {
         self.0.iter().map(|w| w.count_ones()).sum()
     }
 
-    /// Whether it holds none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Its SMs, in order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         (0..256).filter(|&sm| self.contains(sm))

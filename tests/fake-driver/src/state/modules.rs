@@ -119,8 +119,8 @@ pub struct Work {
     pub args: Option<KernelArgs>,
     /// Blocks in the grid (one a SM, one wave, on the shared device's SMs).
     pub blocks: u64,
-    /// The SMs its launch callback's mask left it (`None`: every SM).
-    pub sms: Option<crate::shared::SmSet>,
+    /// The TPCs its launch callback's mask kept it off (`None`: none).
+    pub sms: Option<crate::callbacks::TpcMask>,
 }
 
 pub(crate) struct Function {

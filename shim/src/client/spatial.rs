@@ -1,0 +1,483 @@
+//! Scheduler v3's SM reservation on the shim's side (issue 23,
+//! `tandem_proto::spatial`): while inference is active on its GPU, a training
+//! client's launches carry a TPC mask that leaves part of the GPU to
+//! inference.
+//!
+//! The mechanism is the driver's launch callback, as libsmctrl (Bakita and
+//! Anderson, RTAS 2023) and LithOS use it: undocumented, so everything about
+//! it is checked and anything unknown switches it off for the process, with
+//! one log line, and the job runs as it does without it.
+//!
+//! * **The probe**, once per process, at the first launch tandemd asks a
+//!   mask of: `cuGetExportTable` with the callback table's id; entry 3
+//!   subscribes [`on_launch`], entry 6 enables it for the descriptor
+//!   callback (domain 0xb, id 1); the device's SM count
+//!   (`cuDeviceGetAttribute`) gives the TPCs to disable
+//!   (`tandem_proto::spatial::reserve_tpcs`, the lowest ones). Only a
+//!   training client that is asked ever subscribes: an inference client's
+//!   launches never meet the callback.
+//! * **A launch**: the session's gate says whether this launch carries the
+//!   mask ([`arm`]); the driver calls [`on_launch`] on the launching thread
+//!   with the launch's descriptor, and the callback writes the mask into it
+//!   only if this thread armed it; after the real call the launch path
+//!   [`disarm`]s, so a launch the driver did not describe (a failed or
+//!   captured one) cannot pass the mask on to a later one.
+//! * **The descriptor**: its version byte at offset 72 picks the layout.
+//!   From 0x40 (Hopper's) to 0x4f: TPCs 0-127's disable bits at offsets 304,
+//!   308, 312 and 316, with the enable bit 31 of the first word; from 0x16 to
+//!   0x3f: TPCs 0-63 at 84 and 88. Any other version (older, or a layout
+//!   newer than Hopper's) is unknown: the launch goes unmasked and the
+//!   mechanism switches off. So does a parameter block shorter than five
+//!   words or a NULL descriptor.
+//!
+//! Launches not masked: cooperative ones (all their blocks must be resident
+//! at once; a grid sized for the whole GPU would no longer fit) and graph
+//! launches (the shim cannot see a graph's kernels at launch; a graph
+//! instantiated at any time runs as the driver built it, unmasked). What the
+//! mask does to a kernel with thread-block clusters, which need whole GPCs,
+//! is not known: such kernels launched with `cuLaunchKernelEx`'s cluster
+//! attribute are left unmasked.
+
+use core::cell::Cell;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use tandem_proto::spatial::{reserve_tpcs, SpatialState};
+use tandem_proto::ControlBlock;
+
+use crate::driver::{self, Support};
+use crate::types::CuResult;
+
+/// The callback table's id (libsmctrl's `callback_funcs_id`).
+const TABLE_ID: [u8; 16] = [
+    0x2c, 0x8e, 0x0a, 0xd8, 0x07, 0x10, 0xab, 0x4e, 0x90, 0xdd, 0x54, 0x71, 0x9f, 0xe5, 0xf7, 0x4b,
+];
+const SUBSCRIBE: usize = 3;
+const ENABLE: usize = 6;
+/// The callback before a launch's descriptor is uploaded.
+const QMD_DOMAIN: c_int = 0xb;
+const QMD_PRE_UPLOAD: c_int = 1;
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+const ATTR_SM_COUNT: c_int = 16;
+
+type Callback = unsafe extern "C" fn(*mut c_void, c_int, c_int, *const c_void);
+type GetExportTable = unsafe extern "C" fn(*mut *const c_void, *const [u8; 16]) -> CuResult;
+type Subscribe = unsafe extern "C" fn(*mut u32, Callback, *mut c_void) -> CuResult;
+type Enable = unsafe extern "C" fn(u32, u32, c_int, c_int) -> CuResult;
+type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
+
+const UNPROBED: u8 = 0;
+const PROBING: u8 = 1;
+const ON: u8 = 2;
+const OFF: u8 = 3;
+/// The process's mechanism: [`UNPROBED`] until the first launch asked to
+/// carry a mask, then [`ON`] or [`OFF`] (for good).
+static STATE: AtomicU8 = AtomicU8::new(UNPROBED);
+/// Why it is off ([`SpatialState::encode`]).
+static WHY_OFF: AtomicU64 = AtomicU64::new(0);
+/// The GPU's SM count, read by the probe.
+static SMS: AtomicU32 = AtomicU32::new(0);
+/// The TPC disable mask the callback writes, TPCs 0-127.
+static MASK: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
+/// The control block the mask was made for and its state reported to
+/// (address; 0: none): a new session's block, or a new reserve, goes
+/// through [`setup`] once.
+static FOR_CB: AtomicUsize = AtomicUsize::new(0);
+static FOR_PERMILLE: AtomicU64 = AtomicU64::new(0);
+
+/// This thread's next launch: [`IDLE`], [`ARMED`] by the gate, [`MASKED`]
+/// or [`DECLINED`] by the callback.
+const IDLE: u8 = 0;
+const ARMED: u8 = 1;
+const MASKED: u8 = 2;
+const DECLINED: u8 = 3;
+
+thread_local! {
+    static NEXT: Cell<u8> = const { Cell::new(IDLE) };
+}
+
+/// Whether launches of the client of `cb` may carry the mask now, its
+/// reservation being `permille`: one Relaxed load of the state and one of
+/// the block it was set up for; the probe and the set-up for a new block
+/// are cold.
+#[inline(always)]
+pub(crate) fn ready(cb: &ControlBlock, permille: u64) -> bool {
+    let state = STATE.load(Ordering::Relaxed);
+    let here = FOR_CB.load(Ordering::Relaxed) == cb as *const ControlBlock as usize;
+    if here && state == ON && FOR_PERMILLE.load(Ordering::Relaxed) == permille {
+        return true;
+    }
+    if here && state == OFF {
+        return false;
+    }
+    setup(cb, permille)
+}
+
+#[cold]
+#[inline(never)]
+fn setup(cb: &ControlBlock, permille: u64) -> bool {
+    let addr = cb as *const ControlBlock as usize;
+    match STATE.load(Ordering::Acquire) {
+        UNPROBED => {
+            if STATE
+                .compare_exchange(UNPROBED, PROBING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // Another thread is probing: this launch goes unmasked.
+                return false;
+            }
+            let end = match probe() {
+                Ok(sms) => {
+                    SMS.store(sms, Ordering::Relaxed);
+                    ON
+                }
+                Err(why) => {
+                    off(why);
+                    OFF
+                }
+            };
+            STATE.store(end, Ordering::Release);
+        }
+        PROBING => return false,
+        _ => {}
+    }
+    if STATE.load(Ordering::Acquire) != ON {
+        if FOR_CB.swap(addr, Ordering::Relaxed) != addr {
+            cb.set_spatial_state(SpatialState::decode(WHY_OFF.load(Ordering::Relaxed)));
+        }
+        return false;
+    }
+    let tpcs = reserve_tpcs(SMS.load(Ordering::Relaxed), permille);
+    let mask = if tpcs >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << tpcs) - 1
+    };
+    for (i, w) in MASK.iter().enumerate() {
+        w.store((mask >> (32 * i)) as u32, Ordering::Relaxed);
+    }
+    FOR_PERMILLE.store(permille, Ordering::Relaxed);
+    FOR_CB.store(addr, Ordering::Relaxed);
+    cb.set_spatial_state(SpatialState::Armed);
+    crate::log!(
+        Debug,
+        "spatial: launches made while inference is active leave TPCs 0-{} of {} SMs to it",
+        tpcs.saturating_sub(1),
+        SMS.load(Ordering::Relaxed)
+    );
+    tpcs > 0
+}
+
+/// Switches the mechanism off for the process, saying why once.
+fn off(why: SpatialState) {
+    WHY_OFF.store(why.encode(), Ordering::Relaxed);
+    let detail = match why {
+        SpatialState::NoTable => "the driver offers no launch-callback table",
+        SpatialState::Refused => "the driver refused the launch callback",
+        SpatialState::NoDevice => "the GPU's SM count is unknown or too small to split",
+        SpatialState::UnknownDescriptor(_) => "a launch descriptor of an unknown layout",
+        SpatialState::Idle | SpatialState::Armed => "",
+    };
+    match why {
+        SpatialState::UnknownDescriptor(v) => crate::log!(
+            Warn,
+            "spatial: {detail} (version {v:#04x}); training runs unmasked, as without it"
+        ),
+        _ => crate::log!(
+            Warn,
+            "spatial: {detail}; training runs unmasked, as without it"
+        ),
+    }
+}
+
+/// The probe: the callback table, the subscription, the SM count.
+fn probe() -> Result<u32, SpatialState> {
+    let get = driver::support(Support::GetExportTable).ok_or(SpatialState::NoTable)?;
+    // SAFETY: the driver's cuGetExportTable has this signature.
+    let get = unsafe { core::mem::transmute::<usize, GetExportTable>(get) };
+    let mut table: *const c_void = core::ptr::null();
+    crate::counters::support_call(Support::GetExportTable);
+    // SAFETY: an out-pointer of ours and a 16-byte id, as cuGetExportTable takes.
+    let rc = unsafe { get(&mut table, &TABLE_ID) };
+    if rc != CuResult::SUCCESS || table.is_null() {
+        return Err(SpatialState::NoTable);
+    }
+    let entry = |i: usize| {
+        // SAFETY: the table of this id has at least 7 entries (libsmctrl reads
+        // entries 3 and 6 of it on every driver since CUDA 6.5).
+        unsafe { table.cast::<usize>().add(i).read() }
+    };
+    let (sub, en) = (entry(SUBSCRIBE), entry(ENABLE));
+    if sub == 0 || en == 0 {
+        return Err(SpatialState::Refused);
+    }
+    // SAFETY: entries 3 and 6 of this table have these signatures (libsmctrl).
+    let (sub, en) = unsafe {
+        (
+            core::mem::transmute::<usize, Subscribe>(sub),
+            core::mem::transmute::<usize, Enable>(en),
+        )
+    };
+    let sms = sm_count().ok_or(SpatialState::NoDevice)?;
+    if reserve_tpcs(sms, 1) == 0 {
+        return Err(SpatialState::NoDevice);
+    }
+    let mut handle = 0u32;
+    // SAFETY: an out-pointer of ours and a callback of the expected type,
+    // which lives as long as the process.
+    if unsafe { sub(&mut handle, on_launch, core::ptr::null_mut()) } != CuResult::SUCCESS {
+        return Err(SpatialState::Refused);
+    }
+    // SAFETY: the handle subscribe gave.
+    if unsafe { en(1, handle, QMD_DOMAIN, QMD_PRE_UPLOAD) } != CuResult::SUCCESS {
+        return Err(SpatialState::Refused);
+    }
+    Ok(sms)
+}
+
+/// The SM count of the current context's device.
+fn sm_count() -> Option<u32> {
+    let dev = driver::support(Support::CtxGetDevice)?;
+    let attr = driver::support(Support::DeviceGetAttribute)?;
+    // SAFETY: the driver's functions of these names have these signatures.
+    let (dev, attr) = unsafe {
+        (
+            core::mem::transmute::<usize, CtxGetDevice>(dev),
+            core::mem::transmute::<usize, DeviceGetAttribute>(attr),
+        )
+    };
+    let mut d: c_int = 0;
+    crate::counters::support_call(Support::CtxGetDevice);
+    // SAFETY: an out-pointer of ours.
+    if unsafe { dev(&mut d) } != CuResult::SUCCESS {
+        return None;
+    }
+    let mut sms: c_int = 0;
+    crate::counters::support_call(Support::DeviceGetAttribute);
+    // SAFETY: an out-pointer of ours and the device the driver named.
+    if unsafe { attr(&mut sms, ATTR_SM_COUNT, d) } != CuResult::SUCCESS {
+        return None;
+    }
+    u32::try_from(sms).ok()
+}
+
+/// This thread's next launch carries the mask.
+#[inline(always)]
+pub(crate) fn arm() {
+    NEXT.with(|n| n.set(ARMED));
+}
+
+/// After an armed launch's real call: whether the callback masked it. A
+/// descriptor it declined switches the mechanism off (one log line) and
+/// reports why in `cb`.
+#[inline(always)]
+pub(crate) fn disarm(cb: &ControlBlock) -> bool {
+    match NEXT.with(|n| n.replace(IDLE)) {
+        MASKED => {
+            cb.count_masked();
+            true
+        }
+        DECLINED => {
+            declined(cb);
+            false
+        }
+        _ => false,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn declined(cb: &ControlBlock) {
+    if STATE.swap(OFF, Ordering::AcqRel) == ON {
+        let why = SpatialState::decode(WHY_OFF.load(Ordering::Relaxed));
+        off(why);
+        cb.set_spatial_state(why);
+    }
+}
+
+/// Where a descriptor of `version` keeps its TPC disable mask: the offsets
+/// of its 32-bit words, and whether it has the enable bit; `None`: a layout
+/// the shim does not know.
+const fn layout(version: u8) -> Option<(&'static [usize], bool)> {
+    match version {
+        0x40..=0x4f => Some((&[304, 308, 312, 316], true)),
+        0x16..=0x3f => Some((&[84, 88], false)),
+        _ => None,
+    }
+}
+
+/// The driver's descriptor callback. Does nothing unless this thread armed
+/// its next launch.
+///
+/// # Safety
+/// Called by the driver with `params` NULL or its parameter block: its first
+/// 4 bytes the block's size, its fifth 8-byte word the descriptor.
+unsafe extern "C" fn on_launch(
+    _user: *mut c_void,
+    domain: c_int,
+    cbid: c_int,
+    params: *const c_void,
+) {
+    if (domain, cbid) != (QMD_DOMAIN, QMD_PRE_UPLOAD) {
+        return;
+    }
+    // `try_with`: a launch from a thread being torn down goes unmasked.
+    let armed = NEXT.try_with(|n| n.get() == ARMED).unwrap_or(false);
+    if !armed {
+        return;
+    }
+    // SAFETY: the driver's parameter block, as documented above.
+    let outcome = unsafe { apply(params) };
+    let _ = NEXT.try_with(|n| n.set(if outcome { MASKED } else { DECLINED }));
+}
+
+/// Writes the mask into the descriptor `params` points at; false when it
+/// cannot (and why, in [`WHY_OFF`]).
+///
+/// # Safety
+/// As [`on_launch`].
+unsafe fn apply(params: *const c_void) -> bool {
+    if params.is_null() {
+        WHY_OFF.store(
+            SpatialState::UnknownDescriptor(0).encode(),
+            Ordering::Relaxed,
+        );
+        return false;
+    }
+    // SAFETY: the block's first 4 bytes are its size.
+    let size = unsafe { params.cast::<u32>().read_unaligned() };
+    let desc = if size as usize >= 5 * 8 {
+        // SAFETY: a block of at least five words has a fifth.
+        unsafe { params.cast::<*mut u8>().add(4).read_unaligned() }
+    } else {
+        core::ptr::null_mut()
+    };
+    if desc.is_null() {
+        WHY_OFF.store(
+            SpatialState::UnknownDescriptor(0).encode(),
+            Ordering::Relaxed,
+        );
+        return false;
+    }
+    // SAFETY: every known descriptor has its version byte at 72.
+    let version = unsafe { desc.add(72).read() };
+    let Some((words, enable)) = layout(version) else {
+        WHY_OFF.store(
+            SpatialState::UnknownDescriptor(version).encode(),
+            Ordering::Relaxed,
+        );
+        return false;
+    };
+    for (i, off) in words.iter().enumerate() {
+        let w = MASK[i].load(Ordering::Relaxed);
+        // SAFETY: the layout of this version has a mask word at `off`.
+        unsafe { desc.add(*off).cast::<u32>().write_unaligned(w) };
+    }
+    if enable {
+        // SAFETY: the first word of a descriptor from version 0x40 on.
+        unsafe {
+            let w0 = desc.cast::<u32>();
+            w0.write_unaligned(w0.read_unaligned() | 0x8000_0000);
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_layouts_of_libsmctrl_are_known() {
+        assert_eq!(layout(0x40).map(|l| l.0.len()), Some(4));
+        assert_eq!(layout(0x4f).map(|l| l.1), Some(true));
+        assert_eq!(layout(0x16).map(|l| l.0), Some(&[84usize, 88][..]));
+        assert_eq!(layout(0x3f).map(|l| l.1), Some(false));
+        for v in [0x00, 0x06, 0x15, 0x50, 0xff] {
+            assert!(layout(v).is_none(), "{v:#x}");
+        }
+    }
+
+    /// A parameter block as the driver passes it: 6 words, the fifth the
+    /// descriptor.
+    fn block(desc: &mut [u8; 512], size: u64) -> [u64; 6] {
+        [size, 0, 0, 0, desc.as_mut_ptr() as u64, 0]
+    }
+
+    #[test]
+    fn the_callback_writes_the_mask_only_into_an_armed_launch_it_knows() {
+        MASK[0].store(0xffff, Ordering::Relaxed);
+        MASK[1].store(0, Ordering::Relaxed);
+        let mut d = [0u8; 512];
+        d[72] = 0x40;
+        let p = block(&mut d, 48);
+        // SAFETY: a valid block and descriptor, as the driver's.
+        unsafe {
+            on_launch(
+                core::ptr::null_mut(),
+                QMD_DOMAIN,
+                QMD_PRE_UPLOAD,
+                p.as_ptr().cast(),
+            )
+        };
+        assert_eq!(d[304..308], [0; 4], "not armed: untouched");
+        arm();
+        // SAFETY: as above; another domain's callback.
+        unsafe { on_launch(core::ptr::null_mut(), 3, 0x36, p.as_ptr().cast()) };
+        assert_eq!(d[304..308], [0; 4], "another callback: untouched");
+        // SAFETY: as above.
+        unsafe {
+            on_launch(
+                core::ptr::null_mut(),
+                QMD_DOMAIN,
+                QMD_PRE_UPLOAD,
+                p.as_ptr().cast(),
+            )
+        };
+        assert_eq!(u32::from_ne_bytes(d[304..308].try_into().unwrap()), 0xffff);
+        assert_eq!(d[3] & 0x80, 0x80, "the enable bit");
+        assert_eq!(NEXT.with(Cell::get), MASKED);
+        NEXT.with(|n| n.set(IDLE));
+
+        let mut old = [0u8; 512];
+        old[72] = 0x06;
+        let p = block(&mut old, 48);
+        arm();
+        // SAFETY: as above.
+        unsafe {
+            on_launch(
+                core::ptr::null_mut(),
+                QMD_DOMAIN,
+                QMD_PRE_UPLOAD,
+                p.as_ptr().cast(),
+            )
+        };
+        assert!(
+            old.iter().enumerate().all(|(i, b)| i == 72 || *b == 0),
+            "left alone"
+        );
+        assert_eq!(NEXT.with(Cell::get), DECLINED);
+        assert_eq!(
+            SpatialState::decode(WHY_OFF.load(Ordering::Relaxed)),
+            SpatialState::UnknownDescriptor(6)
+        );
+
+        let mut d = [0u8; 512];
+        d[72] = 0x40;
+        let p = block(&mut d, 32);
+        arm();
+        // SAFETY: as above; a block too short to hold a descriptor.
+        unsafe {
+            on_launch(
+                core::ptr::null_mut(),
+                QMD_DOMAIN,
+                QMD_PRE_UPLOAD,
+                p.as_ptr().cast(),
+            )
+        };
+        assert_eq!(NEXT.with(Cell::get), DECLINED, "a short block");
+        assert_eq!(d[304..308], [0; 4]);
+        NEXT.with(|n| n.set(IDLE));
+    }
+}

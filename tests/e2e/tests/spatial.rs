@@ -1,0 +1,247 @@
+//! Scheduler v3's SM reservation (issue 23), end to end: tandemd with
+//! `[scheduler] spatial = "auto"` over MPS (the stand-in control program),
+//! an inference job and a training job under the shim, on the fake driver's
+//! shared device placing kernels on its 132 SMs (`FAKECUDA_SHARED_SMS=1`, one
+//! SM per block) and honouring the TPC mask the shim writes from the launch
+//! callback.
+//!
+//! `infer` serves back-to-back requests of 5 kernels of 8 blocks and 200 us
+//! for 3 s; `train`, started once inference has, launches 20 ms kernels of
+//! 1000 blocks (every SM it may use) for 4 s and syncs after each. So a training kernel holds the SMs it was given for
+//! 20 ms, one block each, and an inference kernel needs 8 free SMs:
+//!
+//! * with the reservation, training's launches made while inference is
+//!   active leave TPCs 0-16 (SMs 0-33: a quarter of 66 TPCs, rounded) free,
+//!   and inference's kernels start on them at once;
+//! * without it, each inference kernel waits for the training kernel on its
+//!   SMs to end.
+//!
+//! And it fails open: with no callback table, or a descriptor of a version
+//! the shim does not know, the training job runs unmasked and says so in
+//! one log line.
+
+use tandem_e2e::coord::{
+    client_by_pid, client_env, kv, kv_u64, poll, spawn_host, tandemctl, Proc, Tandemd, TestDir,
+    EXIT, SETTLE,
+};
+use tandem_e2e::mps::{config, path_with_stand_in, DaemonGuard, ENABLE};
+use tandem_e2e::Env;
+
+/// The hold after an inference launch, far longer than a request's sync
+/// wait, so back-to-back requests keep the GPU active on a loaded CI
+/// machine too (as in `sched_local_bound.rs`).
+const HOLD: (&str, &str) = ("request_hold_ns = 1000000", "request_hold_ns = 50000000");
+const AUTO: (&str, &str) = ("spatial = \"off\"", "spatial = \"auto\"");
+const TRAIN_KERNEL_US: f64 = 20_000.0;
+/// SMs 0-33: `tandem_proto::spatial::reserve_tpcs(132, 250)` TPCs.
+const RESERVED_SMS: u64 = 2 * tandem_proto::spatial::reserve_tpcs(132, 250) as u64;
+
+struct Run {
+    /// train's `SMS` line.
+    sms: String,
+    /// infer's `DONE` line.
+    infer: String,
+    /// train's stderr.
+    train_stderr: String,
+    /// The training client's `spatial` in `/stats`, read while it ran.
+    spatial: serde_json::Value,
+    /// `tandemctl status`, right after.
+    status: String,
+}
+
+#[track_caller]
+fn done(p: &mut Proc, what: &str) -> String {
+    let l = p.wait_line("DONE ", EXIT);
+    let st = p.wait_exit(EXIT);
+    assert!(st.success(), "{what} failed ({st}):\n{p}");
+    l
+}
+
+/// Inference, then training beside it; `edits` of the default config
+/// (MPS is always on), `train_vars` for the training job's environment.
+fn run(tag: &str, edits: &[(&str, &str)], train_vars: &[(&str, &str)]) -> Run {
+    let dir = TestDir::new(tag);
+    let _guard = DaemonGuard(dir.path().join("mps"));
+    let mut all = vec![ENABLE, HOLD];
+    all.extend_from_slice(edits);
+    let path = path_with_stand_in();
+    let mut d = Tandemd::spawn_with_env(&dir, &config(&all), &[("PATH", &path)]);
+    d.wait_ready();
+    let dev = dir.path().join("dev");
+    let env = |class: &str| -> Env {
+        client_env(d.socket())
+            .var("FAKECUDA_SHARED_DEVICE", dev.to_str().expect("UTF-8 path"))
+            .var("FAKECUDA_SHARED_SMS", "1")
+            .var("TANDEM_CLASS", class)
+    };
+    let mut infer = spawn_host(
+        "infer",
+        &[
+            "--closed",
+            "--seconds",
+            "3",
+            "--kernels",
+            "5",
+            "--kernel-us",
+            "200",
+            "--blocks",
+            "8",
+        ],
+        &env("inference"),
+    );
+    infer.wait_line("READY ", SETTLE);
+    let mut train_env = env("training");
+    for (k, v) in train_vars {
+        train_env = train_env.var(k, v);
+    }
+    let mut train = spawn_host(
+        "train",
+        &[
+            "--seconds",
+            "4",
+            "--kernel-us",
+            &TRAIN_KERNEL_US.to_string(),
+            "--blocks",
+            "1000",
+            "--sync-every",
+            "1",
+        ],
+        &train_env,
+    );
+    train.wait_line("READY ", SETTLE);
+    // What the shim reports, once its first masked (or refused) launch is
+    // in; not asked: once its first launches are.
+    let asked = edits.contains(&AUTO);
+    let spatial = poll(SETTLE, "the training client's spatial report", || {
+        let st = d.try_stats()?;
+        let c = client_by_pid(&st, train.pid()).ok_or("train not registered yet")?;
+        match c["spatial"]["state"].as_str() {
+            _ if !asked && c["launches"].as_u64() > Some(10) => Ok(c["spatial"].clone()),
+            _ if !asked => Err(format!("{c}")),
+            Some("idle") | None => Err(format!("{c}")),
+            Some("armed") if c["spatial"]["masked_launches"].as_u64() == Some(0) => {
+                Err(format!("{c}"))
+            }
+            Some(_) => Ok(c["spatial"].clone()),
+        }
+    });
+    let status = tandemctl(d.socket(), &["status"])
+        .output()
+        .expect("tandemctl");
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    let _ = done(&mut train, "train");
+    let infer_line = done(&mut infer, "infer");
+    let sms = train
+        .lines("SMS ")
+        .pop()
+        .unwrap_or_else(|| panic!("no SMS line: {train}"));
+    Run {
+        sms,
+        infer: infer_line,
+        train_stderr: train.stderr(),
+        spatial,
+        status,
+    }
+}
+
+fn p50_us(done: &str) -> f64 {
+    kv(done)["p50_us"].parse().expect("p50_us= is a number")
+}
+
+/// The lines of the shim's spatial mechanism in `stderr`.
+fn spatial_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.contains("spatial:")).collect()
+}
+
+#[test]
+fn a_reservation_keeps_training_off_inference_sms_and_inference_starts_at_once() {
+    let on = run("spatial-on", &[AUTO], &[]);
+    assert_eq!(on.spatial["state"], "armed", "{}", on.spatial);
+    assert_eq!(on.spatial["reserve"], 0.25, "{}", on.spatial);
+    assert!(
+        on.spatial["masked_launches"].as_u64() > Some(0),
+        "{}",
+        on.spatial
+    );
+    let part = kv_u64(&on.sms, "part");
+    assert!(part > 0, "no training launch was masked: {}", on.sms);
+    assert_eq!(
+        kv_u64(&on.sms, "part_lowest"),
+        RESERVED_SMS,
+        "a masked training kernel ran on a reserved SM: {}",
+        on.sms
+    );
+    assert!(
+        spatial_lines(&on.train_stderr).is_empty(),
+        "{}",
+        on.train_stderr
+    );
+
+    let off = run("spatial-off", &[], &[]);
+    assert!(off.spatial.is_null(), "not asked: {}", off.spatial);
+    assert!(!off.status.contains("spatial:"), "{}", off.status);
+    assert_eq!(kv_u64(&off.sms, "part"), 0, "{}", off.sms);
+
+    // Requests of 5 x 200 us: with the reservation most start at once; without
+    // it each kernel waits for the 20 ms training kernel on its SMs.
+    let (p_on, p_off) = (p50_us(&on.infer), p50_us(&off.infer));
+    eprintln!(
+        "with the reservation: {} | {} | {}\nwithout: {} | {}",
+        on.infer, on.sms, on.spatial, off.infer, off.sms
+    );
+    assert!(
+        p_on < TRAIN_KERNEL_US / 4.0,
+        "with the reservation, inference still waits for training: {}",
+        on.infer
+    );
+    // At most one training block's wait (the fake's blocks last the whole
+    // 20 ms kernel): the first request, launched beside a training kernel
+    // given every SM before inference was seen; 3x for a loaded machine.
+    let max_on: f64 = kv(&on.infer)["max_us"].parse().expect("max_us=");
+    assert!(max_on < 3.0 * TRAIN_KERNEL_US, "{}", on.infer);
+    assert!(
+        p_off > TRAIN_KERNEL_US / 2.0,
+        "without it, inference should wait for training's SMs: {}",
+        off.infer
+    );
+}
+
+#[test]
+fn without_the_callback_table_training_runs_unmasked_and_says_so_once() {
+    let r = run(
+        "spatial-notable",
+        &[AUTO],
+        &[("FAKECUDA_LAUNCH_CALLBACKS", "0")],
+    );
+    assert_eq!(r.spatial["state"], "no_callback_table", "{}", r.spatial);
+    assert!(
+        r.status.contains("runs unmasked: no_callback_table"),
+        "{}",
+        r.status
+    );
+    assert_eq!(r.spatial["masked_launches"], 0);
+    assert_eq!(kv_u64(&r.sms, "part"), 0, "{}", r.sms);
+    let lines = spatial_lines(&r.train_stderr);
+    assert_eq!(lines.len(), 1, "{}", r.train_stderr);
+    assert!(
+        lines[0].contains("no launch-callback table") && lines[0].contains("unmasked"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[test]
+fn an_unknown_descriptor_version_leaves_training_unmasked_with_one_line() {
+    let r = run(
+        "spatial-oldqmd",
+        &[AUTO],
+        &[("FAKECUDA_QMD_VERSION", "0x06")],
+    );
+    assert_eq!(r.spatial["state"], "unknown_descriptor", "{}", r.spatial);
+    assert_eq!(r.spatial["descriptor_version"], 6, "{}", r.spatial);
+    assert_eq!(r.spatial["masked_launches"], 0);
+    assert_eq!(kv_u64(&r.sms, "part"), 0, "{}", r.sms);
+    let lines = spatial_lines(&r.train_stderr);
+    assert_eq!(lines.len(), 1, "{}", r.train_stderr);
+    assert!(lines[0].contains("version 0x06"), "{}", lines[0]);
+}
