@@ -528,7 +528,7 @@ class StatsPoller:
 
 CLIENT_VIEW_KEYS = ("id", "pid", "class", "class_claimed", "class_reason", "launches",
                     "records", "dropped", "gate_waits", "gate_wait_ns", "gate_timeouts",
-                    "syncs", "sched")
+                    "syncs", "sched", "mps_priority", "spatial")
 
 
 def client_views(final, live, pids):

@@ -15,7 +15,9 @@ daemon), mps_lowprio (training client CUDA_MPS_CLIENT_PRIORITY=1), tandem (tande
 from --bin on a private socket, default config, both jobs under libtandem.so with
 TANDEM_CLASS=inference / training), tandem_mps (tandem over MPS: the same with
 [mps] enabled, so tandemd starts the MPS daemon and training joins it at
-CUDA_MPS_CLIENT_PRIORITY=1).
+CUDA_MPS_CLIENT_PRIORITY=1), tandem_spatial (tandem over MPS with scheduler v3's
+SM reservation, [scheduler] spatial = "auto": while inference is active,
+training's launches leave a quarter of the GPU's TPCs to it, issue 23).
 
 Each job is its own process (`colocation.py worker ...`). Inference: open-loop
 Poisson arrivals from a seeded RNG (one thread sleeps until each arrival; the
@@ -72,14 +74,15 @@ TRAINING = {
     "gpt2_train": {"model": "gpt2", "batch": 8, "seq": 512,
                    "desc": "GPT-2-small causal LM bf16 batch 8 seq 512, AdamW"},
 }
-MODES = ["alone", "plain", "mps", "mps_lowprio", "tandem", "tandem_mps"]
-MPS_MODES = {"mps", "mps_lowprio", "tandem_mps"}
-TANDEM_MODES = {"tandem", "tandem_mps"}
+MODES = ["alone", "plain", "mps", "mps_lowprio", "tandem", "tandem_mps", "tandem_spatial"]
+MPS_MODES = {"mps", "mps_lowprio", "tandem_mps", "tandem_spatial"}
+TANDEM_MODES = {"tandem", "tandem_mps", "tandem_spatial"}
 # tandem over MPS: tandemd owns the MPS daemon (its pipe directory beside its
 # socket) and tells each job how to join (training at low priority), so the
 # benchmark starts no daemon of its own and sets no MPS variable for it.
-TANDEM_OVER_MPS = {"tandem_mps"}
+TANDEM_OVER_MPS = {"tandem_mps", "tandem_spatial"}
 TANDEM_MPS_CONFIG = "[mps]\nenabled = true\n"
+TANDEM_SPATIAL_CONFIG = TANDEM_MPS_CONFIG + "[scheduler]\nspatial = \"auto\"\n"
 
 
 def own_mps(mode):
@@ -89,6 +92,8 @@ def own_mps(mode):
 
 def tandemd_config(mode):
     """The tandemd.toml text of a tandem mode (None: built-in defaults)."""
+    if mode == "tandem_spatial":
+        return TANDEM_SPATIAL_CONFIG
     return TANDEM_MPS_CONFIG if mode in TANDEM_OVER_MPS else None
 TARGET_P99_RATIO = 1.10
 TARGET_TRAIN_FRACTION = 0.80
@@ -215,8 +220,11 @@ def describe_cell(doc, rep, mode, config, bin_dir, cell_dir, rate):
     if mode in TANDEM_MODES:
         _, tandemd, sock = bl.tandemd_paths(bin_dir, os.path.join(cell_dir, "td"))
         if tandemd_config(mode):
+            spatial = ('; [scheduler] spatial = "auto": training leaves SMs to active inference'
+                       if mode == "tandem_spatial" else "")
             lines.append(f"  start tandemd: {tandemd} --config <td>/tandemd.toml ([mps] enabled: "
-                         f"tandemd starts MPS, training joins at priority 1) --socket {sock}")
+                         f"tandemd starts MPS, training joins at priority 1{spatial}) "
+                         f"--socket {sock}")
         else:
             lines.append(f"  start tandemd: {tandemd} --no-config --socket {sock}")
     if own_mps(mode):
@@ -452,7 +460,7 @@ def plot(rows, path, target_train=None):
     ncol = min(3, max(1, len(pairs)))
     nrow = (len(pairs) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4.2 * nrow), squeeze=False)
-    markers = dict(zip(MODES, "o^sDvP"))
+    markers = dict(zip(MODES, "o^sDvPX"))
     for ax, pair in zip([a for row in axes for a in row], pairs):
         pr = [r for r in rows if (r["inference"], r["training"]) == pair
               and r["p99_ratio"] is not None and r["train_fraction"] is not None]

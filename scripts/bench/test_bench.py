@@ -338,8 +338,9 @@ class ColocationPlan(unittest.TestCase):
 
     def test_cells_are_rep_major_with_alone_first_and_modes_rotating(self):
         order = co.cell_order(co.MODES, 3)
-        self.assertEqual(len(order), 18)
-        self.assertEqual([r for r, _ in order], [0] * 6 + [1] * 6 + [2] * 6)
+        n = len(co.MODES)
+        self.assertEqual(len(order), 3 * n)
+        self.assertEqual([r for r, _ in order], [0] * n + [1] * n + [2] * n)
         for rep in range(3):
             modes = [m for r, m in order if r == rep]
             self.assertEqual(modes[0], "alone")
@@ -395,6 +396,13 @@ class ColocationPlan(unittest.TestCase):
         self.assertEqual(co.tandemd_config("tandem_mps"), "[mps]\nenabled = true\n")
         self.assertIsNone(co.tandemd_config("tandem"))
         self.assertFalse(co.own_mps("tandem_mps"))
+        # Issue 23's mode: tandem over MPS with the SM reservation asked for;
+        # the jobs are set up as under tandem_mps.
+        self.assertEqual(envs("tandem_spatial"), tm)
+        self.assertFalse(co.own_mps("tandem_spatial"))
+        import tomllib
+        cfg_sp = tomllib.loads(co.tandemd_config("tandem_spatial"))
+        self.assertEqual(cfg_sp, {"mps": {"enabled": True}, "scheduler": {"spatial": "auto"}})
         self.assertTrue(co.own_mps("mps_lowprio"))
         argv = co.cell_procs(doc, 2, "plain", cfg, "/b", "/w/c", "100")[0][1]
         self.assertEqual(argv[argv.index("--seed") + 1], 1002)  # arrivals differ per rep
@@ -553,7 +561,8 @@ class DryRuns(unittest.TestCase):
                            {"PYTHONPATH": poisoned_path(d)})
         self.assertEqual(p.returncode, 0, p.stderr)
         out = p.stdout
-        self.assertIn("18 cell(s) to run", out)
+        self.assertIn(f"{3 * len(co.MODES)} cell(s) to run", out)
+        self.assertIn('[scheduler] spatial = "auto"', out)
         self.assertIn("nvidia-cuda-mps-control -d", out)
         self.assertIn("CUDA_MPS_CLIENT_PRIORITY=1", out)
         self.assertIn("/b/tandemd --no-config --socket", out)

@@ -418,6 +418,16 @@ class DryRun(unittest.TestCase):
             self.assertEqual(mask["probe"]["green_contexts"], False)
             self.assertIn("cuGreenCtxCreate", mask["probe"]["green_missing"])
             self.assertEqual(mask["problems"], [])
+            # part 4's co-location in issue 23's mode: tandemd accepted the
+            # spatial config, both modes paired with the alone cell; the
+            # fake workers make no CUDA call, so no shim reports the state
+            sp = p4["colocation_spatial"]["result"]
+            self.assertEqual(sp["modes"], ["alone", "mps_lowprio", "tandem_spatial"])
+            sp_pair = sp["pairs"][pv.COLOCATION_PAIRS[0]]
+            self.assertEqual(sp_pair["cells_done"], 3)
+            for mode in pv.SPATIAL_MODES:
+                self.assertIsNotNone(sp_pair["paired"][mode]["reps"][0]["p99_ratio"])
+            self.assertEqual([r["rep"] for r in sp["spatial"]], [0])
             # at most 8 files per part come back: here 3 each
             self.assertEqual(sorted(os.listdir(out)), sorted(
                 f"prove-part{k}.{e}" for k in (1, 2, 3, 4) for e in ("json", "tar.gz", "log")))

@@ -27,7 +27,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::shared::{SmSet, DEVICE_SMS};
+#[cfg(test)]
+use crate::shared::SmSet;
+use crate::shared::{TpcMask, DEVICE_SMS};
 use crate::types::*;
 
 /// The callback table's id (libsmctrl's `callback_funcs_id`).
@@ -156,36 +158,6 @@ fn word(d: &[u8; DESCRIPTOR_BYTES], off: usize) -> u128 {
         d[off + 2],
         d[off + 3],
     ]))
-}
-
-/// A launch's TPC disable bits (bit `k`: TPC `k`, SMs `2k` and `2k + 1`), as its descriptor
-/// left them after the callbacks. Kept as bits: the SMs are worked out only where a kernel is
-/// placed on them ([`TpcMask::sms`]), so a masked launch costs the fake no more than another.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TpcMask(pub u128);
-
-impl TpcMask {
-    /// The SMs of a device of `sms` SMs the mask leaves.
-    pub fn sms(self, sms: u32) -> SmSet {
-        let mut s = SmSet::default();
-        for sm in 0..sms.min(256) {
-            if (sm / 2) >= 128 || self.0 >> (sm / 2) & 1 == 0 {
-                s.insert(sm);
-            }
-        }
-        s
-    }
-
-    /// Whether it leaves no SM of a device of `sms` SMs.
-    pub fn leaves_none(self, sms: u32) -> bool {
-        let tpcs = sms.div_ceil(2).min(128);
-        let all = if tpcs == 128 {
-            u128::MAX
-        } else {
-            (1u128 << tpcs) - 1
-        };
-        self.0 & all == all
-    }
 }
 
 /// A descriptor's TPC disable mask (see the module docs); `None`: no mask (none set, not

@@ -120,7 +120,7 @@ pub struct Work {
     /// Blocks in the grid (one a SM, one wave, on the shared device's SMs).
     pub blocks: u64,
     /// The TPCs its launch callback's mask kept it off (`None`: none).
-    pub sms: Option<crate::callbacks::TpcMask>,
+    pub sms: Option<crate::shared::TpcMask>,
 }
 
 pub(crate) struct Function {
