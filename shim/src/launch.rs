@@ -91,14 +91,17 @@ fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> (u64, bool) {
     }
 }
 
-/// Arms this thread's next launch with the reservation's mask when the gate
-/// asked for it (`mask`) and the launch is not being captured into a graph
+/// Arms this thread's next launch of `f` with the reservation's mask when the
+/// gate asked for it (`mask`), the launch is not being captured into a graph
 /// (a captured launch's descriptor, if the driver builds one then, would be
-/// replayed with the mask long after inference went idle). Returns whether
-/// it armed.
+/// replayed with the mask long after inference went idle) and `f` was not
+/// compiled for thread-block clusters. Returns whether it armed.
 #[inline(always)]
-fn arm(mask: bool, hook: Hook, stream: CUstream) -> bool {
-    if mask && !crate::capture::is_capturing(stream, hook.info().per_thread) {
+fn arm(mask: bool, hook: Hook, stream: CUstream, f: CUfunction) -> bool {
+    if mask
+        && !crate::capture::is_capturing(stream, hook.info().per_thread)
+        && !crate::client::clustered(f)
+    {
         spatial::arm();
         true
     } else {
@@ -141,7 +144,7 @@ pub unsafe fn kernel(
 ) -> CuResult {
     let (func_id, mask) = gate(client, f, [gx, gy, gz]);
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
-    let armed = arm(mask, hook, stream);
+    let armed = arm(mask, hook, stream, f);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
     disarm(armed, client);
@@ -229,7 +232,7 @@ pub unsafe fn kernel_ex(
     // A cooperative or clustered launch is never masked (`crate::client::spatial`).
     // SAFETY: `c` is the caller's valid config, as above.
     let mask = mask && cfg.is_some_and(|c| unsafe { attrs(c) } == Attrs::default());
-    let armed = arm(mask, hook, stream);
+    let armed = arm(mask, hook, stream, f);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
     disarm(armed, client);

@@ -77,15 +77,18 @@ struct sh_gpu {
     unsigned blocks;
 };
 
-static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
+/* Loads a fake module with one kernel `name` of `ns` nanoseconds and `attrs` (the fake's
+ * image attributes, e.g. "cluster=2"; "" for none), on a fresh stream. */
+static inline int sh_gpu_init_with(struct sh_gpu *g, const char *name, uint64_t ns,
+                                   const char *attrs)
 {
     static char image[256];
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
     static const uint32_t zero[SH_WORDS];
-    snprintf(image, sizeof(image), "tandem-fake-module v1\nkernel %s %" PRIu64 " add_u32\n", name,
-             ns);
+    snprintf(image, sizeof(image), "tandem-fake-module v1\nkernel %s %" PRIu64 " add_u32 %s\n",
+             name, ns, attrs);
     wl_drv_init(&g->d, "linked");
     resolve_linked(&g->d, 0);
     SH_CK(((PFN_cuInit)g->d.fn[SLOT_cuInit])(0));
@@ -107,6 +110,11 @@ static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
     g->launches = 0;
     g->blocks = 1;
     return WL_EXIT_OK;
+}
+
+static inline int sh_gpu_init(struct sh_gpu *g, const char *name, uint64_t ns)
+{
+    return sh_gpu_init_with(g, name, ns, "");
 }
 
 /* Launch number k (from 1): buf[i] += k * 2654435761 (the fake applies it at launch). */

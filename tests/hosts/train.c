@@ -1,10 +1,12 @@
 /*
  * train: a throughput job for the scheduling tests.
  *
- *   train [--seconds S] [--count N] [--kernel-us U] [--blocks B] [--sync-every M] [--gap-us G]
+ *   train [--seconds S] [--count N] [--kernel-us U] [--blocks B] [--cluster W] [--sync-every M]
+ *         [--gap-us G]
  *
- * Launches kernels of U microseconds (default 5000) and B blocks (default 1) on one stream, one after
- * another, synchronising the stream after every M launches (default 4; 0 =
+ * Launches kernels of U microseconds (default 5000) and B blocks (default 1) on one stream, one
+ * after another (--cluster W: a kernel compiled for thread-block clusters W blocks wide, as the
+ * fake's cuFuncGetAttribute reports it), synchronising the stream after every M launches (default 4; 0 =
  * never, not even at the end), until S seconds have passed (default 3) or N
  * launches are done, whichever comes first (N 0 = no limit). --gap-us G spends
  * G microseconds on the CPU (a sleep) before each launch: the host-side work
@@ -32,7 +34,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: train [--seconds S] [--count N] [--kernel-us U] [--blocks B] "
-                    "[--sync-every M] [--gap-us G]\n");
+                    "[--cluster W] [--sync-every M] [--gap-us G]\n");
     return WL_EXIT_USAGE;
 }
 
@@ -40,7 +42,7 @@ int main(int argc, char **argv)
 {
     double seconds = 3, kernel_us = 5000, gap_us = 0;
     unsigned long long count = 0;
-    unsigned long sync_every = 4, blocks = 1;
+    unsigned long sync_every = 4, blocks = 1, cluster = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -54,6 +56,8 @@ int main(int argc, char **argv)
             kernel_us = atof(v);
         else if (strcmp(a, "--blocks") == 0)
             blocks = strtoul(v, NULL, 10);
+        else if (strcmp(a, "--cluster") == 0)
+            cluster = strtoul(v, NULL, 10);
         else if (strcmp(a, "--sync-every") == 0)
             sync_every = strtoul(v, NULL, 10);
         else if (strcmp(a, "--gap-us") == 0)
@@ -65,7 +69,10 @@ int main(int argc, char **argv)
         return usage();
 
     struct sh_gpu g;
-    int rc = sh_gpu_init(&g, "train_kernel", (uint64_t)(kernel_us * 1000.0));
+    char attrs[32] = "";
+    if (cluster)
+        snprintf(attrs, sizeof attrs, "cluster=%lu", cluster);
+    int rc = sh_gpu_init_with(&g, "train_kernel", (uint64_t)(kernel_us * 1000.0), attrs);
     if (rc)
         return rc;
     g.blocks = (unsigned)blocks;

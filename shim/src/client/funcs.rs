@@ -13,7 +13,7 @@
 //! more, to the new coordinator, on the function's next launch.
 
 use core::ffi::{c_char, c_int, CStr};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use tandem_proto::wire::{self, Message, MAX_DEVICE_NAME_LEN, MAX_FUNC_NAME_LEN};
 use tandem_proto::FUNC_ID_UNNAMED;
@@ -35,13 +35,21 @@ struct Slot {
     id: AtomicU64,
     /// The session generation its FuncName was sent in (0 = none).
     sent: AtomicU32,
+    /// Whether it was compiled for thread-block clusters
+    /// ([`CLUSTER_UNKNOWN`] until first asked, by [`clustered`]).
+    cluster: AtomicU8,
 }
+
+const CLUSTER_UNKNOWN: u8 = 0;
+const CLUSTER_NONE: u8 = 1;
+const CLUSTER_YES: u8 = 2;
 
 static TABLE: [Slot; CAPACITY] = [const {
     Slot {
         key: AtomicUsize::new(0),
         id: AtomicU64::new(0),
         sent: AtomicU32::new(0),
+        cluster: AtomicU8::new(CLUSTER_UNKNOWN),
     }
 }; CAPACITY];
 
@@ -82,6 +90,58 @@ pub fn id(s: &Session, f: CUfunction) -> u64 {
         i = (i + 1) & MASK;
     }
     unnamed(key)
+}
+
+/// Whether `f` was compiled for thread-block clusters (a required cluster
+/// size, `__cluster_dims__`), which the SM reservation leaves unmasked
+/// (`super::spatial`). Asked of the driver once per function (three
+/// `cuFuncGetAttribute`s; a driver without the attributes, before CUDA 12:
+/// no) and kept in the function's slot; only launches that would carry the
+/// mask ask, so other launches pay nothing.
+pub(crate) fn clustered(f: CUfunction) -> bool {
+    let key = f as usize;
+    let mut i = home(key);
+    for _ in 0..PROBES {
+        let slot = &TABLE[i];
+        match slot.key.load(Ordering::Acquire) {
+            k if k == key => {
+                return match slot.cluster.load(Ordering::Relaxed) {
+                    CLUSTER_NONE => false,
+                    CLUSTER_YES => true,
+                    _ => {
+                        let yes = cluster_dims(key);
+                        let v = if yes { CLUSTER_YES } else { CLUSTER_NONE };
+                        slot.cluster.store(v, Ordering::Relaxed);
+                        yes
+                    }
+                };
+            }
+            0 => break,
+            _ => i = (i + 1) & MASK,
+        }
+    }
+    // Not in the table (full): ask every time.
+    cluster_dims(key)
+}
+
+/// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`, `_HEIGHT`, `_DEPTH` (cuda.h, 12.0).
+const ATTR_CLUSTER_DIMS: [c_int; 3] = [11, 12, 13];
+
+#[cold]
+#[inline(never)]
+fn cluster_dims(key: usize) -> bool {
+    let Some(p) = driver::support(Support::FuncGetAttribute) else {
+        return false;
+    };
+    // SAFETY: as in `attrs_of`.
+    let get = unsafe { core::mem::transmute::<usize, FuncGetAttribute>(p) };
+    ATTR_CLUSTER_DIMS.iter().any(|&attr| {
+        let mut v: c_int = 0;
+        crate::counters::support_call(Support::FuncGetAttribute);
+        // SAFETY: `key` is a CUfunction the program is launching; `v` is ours.
+        let rc = unsafe { get(&mut v, attr, key as CUfunction) };
+        rc == CuResult::SUCCESS && v > 1
+    })
 }
 
 type FuncGetName = unsafe extern "C" fn(*mut *const c_char, CUfunction) -> CuResult;

@@ -43,6 +43,7 @@ mod config;
 mod connect;
 pub mod features;
 mod funcs;
+pub(crate) use funcs::clustered;
 mod gate;
 mod interval;
 mod local;

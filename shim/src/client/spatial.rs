@@ -35,8 +35,9 @@
 //! launches (the shim cannot see a graph's kernels at launch; a graph
 //! instantiated at any time runs as the driver built it, unmasked). What the
 //! mask does to a kernel with thread-block clusters, which need whole GPCs,
-//! is not known: such kernels launched with `cuLaunchKernelEx`'s cluster
-//! attribute are left unmasked.
+//! is not known: such kernels are left unmasked, whether the cluster comes
+//! from `cuLaunchKernelEx`'s attribute or was compiled in (the function's
+//! required cluster size, `super::funcs::clustered`).
 
 use core::cell::Cell;
 use core::ffi::{c_int, c_void};

@@ -5,10 +5,11 @@
 //! Image (NUL-terminated text):
 //! ```text
 //! tandem-fake-module v1
-//! kernel <name> <duration_ns> <op> [regs=N] [smem=M]
+//! kernel <name> <duration_ns> <op> [regs=N] [smem=M] [cluster=W]
 //! ```
 //! `regs` and `smem` (default 0) are what `cuFuncGetAttribute` reports as the kernel's registers
-//! per thread and static shared memory per block.
+//! per thread and static shared memory per block; `cluster` (default 0: none) its compile-time
+//! thread-block cluster's width (height and depth 1).
 //! ops: `noop`; `add_u32` (params `CUdeviceptr ptr, unsigned n, unsigned value`: `ptr[i] += value`,
 //! wrapping); `fill_u32` (same params: `ptr[i] = value`); `sum_u32` (params `CUdeviceptr out,
 //! CUdeviceptr in, unsigned n`: `out[0] = in[0] + ... + in[n-1]`, wrapping; `in` is only read).
@@ -49,6 +50,7 @@ pub unsafe fn module_load_data(out: *mut Handle, image: *const c_void) -> CuResu
                 op: d.op,
                 regs: d.regs,
                 smem: d.smem,
+                cluster: d.cluster,
             },
         );
         funcs.push((d.name, f));
@@ -117,7 +119,9 @@ pub unsafe fn func_get_name(out: *mut *const c_char, f: Handle) -> CuResult<()> 
 }
 
 /// `cuFuncGetAttribute`: the image's `regs` and `smem` (attributes 4 and 1), 1024 threads per
-/// block (0), no constant or local memory (2, 3); any other attribute is refused.
+/// block (0), no constant or local memory (2, 3), its `cluster` as the required cluster width
+/// (11; height and depth, 12 and 13, 1 with a cluster, else 0) and whether a cluster size must
+/// be set (10: 0); any other attribute is refused.
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write.
@@ -132,6 +136,9 @@ pub unsafe fn func_get_attribute(out: *mut c_int, attrib: c_int, f: Handle) -> C
         1 => func.smem,
         2 | 3 => 0,
         4 => func.regs,
+        10 => 0,
+        11 => func.cluster,
+        12 | 13 => u32::from(func.cluster > 0),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     // SAFETY: non-NULL, caller contract.
@@ -386,7 +393,7 @@ mod tests {
                    \n\
                    # a comment\n\
                    kernel add 250000 add_u32 regs=96 smem=4096\r\n\
-                   kernel fill 0 fill_u32 smem=512\n\
+                   kernel fill 0 fill_u32 smem=512 cluster=2\n\
                    kernel sum 20000 sum_u32\n";
         let ks = parse_image(img).expect("valid image");
         assert_eq!(
@@ -398,6 +405,7 @@ mod tests {
                     op: Op::Noop,
                     regs: 0,
                     smem: 0,
+                    cluster: 0,
                 },
                 KernelDef {
                     name: "add".into(),
@@ -405,6 +413,7 @@ mod tests {
                     op: Op::AddU32,
                     regs: 96,
                     smem: 4096,
+                    cluster: 0,
                 },
                 KernelDef {
                     name: "fill".into(),
@@ -412,6 +421,7 @@ mod tests {
                     op: Op::FillU32,
                     regs: 0,
                     smem: 512,
+                    cluster: 2,
                 },
                 KernelDef {
                     name: "sum".into(),
@@ -419,6 +429,7 @@ mod tests {
                     op: Op::SumU32,
                     regs: 0,
                     smem: 0,
+                    cluster: 0,
                 },
             ]
         );

@@ -37,6 +37,9 @@ pub struct KernelDef {
     pub regs: u32,
     /// `smem=M`: static shared memory per block, bytes; 0 when not given.
     pub smem: u32,
+    /// `cluster=W`: a compile-time thread-block cluster `W` blocks wide
+    /// (`CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`); 0 when not given: none.
+    pub cluster: u32,
 }
 
 /// Parses a module image. Pure; the error names the offending line.
@@ -55,15 +58,16 @@ pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
         let tokens: Vec<&str> = line.split_whitespace().collect();
         let [kw, name, duration, op, ref attrs @ ..] = tokens[..] else {
             return Err(format!(
-                "line {}: expected `kernel <name> <duration_ns> <op> [regs=N] [smem=M]`",
+                "line {}: expected `kernel <name> <duration_ns> <op> [regs=N] [smem=M] [cluster=W]`",
                 i + 1
             ));
         };
-        let (mut regs, mut smem) = (None, None);
+        let (mut regs, mut smem, mut cluster) = (None, None, None);
         for a in attrs {
             let (slot, v) = match a.split_once('=') {
                 Some(("regs", v)) => (&mut regs, v),
                 Some(("smem", v)) => (&mut smem, v),
+                Some(("cluster", v)) => (&mut cluster, v),
                 _ => return Err(format!("line {}: unknown attribute `{a}`", i + 1)),
             };
             let v = v
@@ -89,6 +93,7 @@ pub fn parse_image(text: &str) -> Result<Vec<KernelDef>, String> {
             op,
             regs: regs.unwrap_or(0),
             smem: smem.unwrap_or(0),
+            cluster: cluster.unwrap_or(0),
         });
     }
     Ok(kernels)
@@ -128,9 +133,11 @@ pub(crate) struct Function {
     pub(crate) name: CString,
     pub(crate) duration_ns: u64,
     pub(crate) op: Op,
-    /// Registers per thread and static shared memory (`cuFuncGetAttribute`).
+    /// Registers per thread, static shared memory and the compile-time
+    /// cluster width (`cuFuncGetAttribute`).
     pub(crate) regs: u32,
     pub(crate) smem: u32,
+    pub(crate) cluster: u32,
 }
 
 pub struct Modules {
