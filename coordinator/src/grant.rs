@@ -52,13 +52,16 @@ use crate::sched::{Allowance, LocalBudget, Output};
 /// stay open, launch limits are lifted, and the local bound is `inflight`
 /// whatever inference does (its priority, not the bound, keeps inference
 /// first; the GPU-sharing model's matrix: gates and limits there cost
-/// training up to half its throughput for no p99 gain).
+/// training up to half its throughput for no p99 gain). With no bound the
+/// budgets are zero (unbounded) but the hold period and default charge
+/// still reach the client: the SM reservation's "inference active" and
+/// its minimum estimate need them.
 pub fn mps_adjust(o: &mut Output, inflight: u64) {
     match o {
         Output::Gate { open, .. } => *open = true,
         Output::Limit { beyond, .. } => *beyond = Allowance::Unlimited,
         Output::Budget { budget, .. } => {
-            *budget = budget.filter(|_| inflight > 0).map(|b| LocalBudget {
+            *budget = budget.map(|b| LocalBudget {
                 idle_ns: inflight,
                 active_ns: inflight,
                 ..b
@@ -230,6 +233,57 @@ mod tests {
     use super::*;
     use tandem_proto::ring::control_block;
     use tandem_proto::{Consumer, Mapping, RingLayout};
+
+    #[test]
+    fn over_mps_training_is_bounded_by_its_inflight_alone_and_keeps_its_hold() {
+        let b = LocalBudget {
+            idle_ns: 4_000_000,
+            active_ns: 500_000,
+            default_est_ns: 50_000,
+            hold_ns: 1_000_000,
+        };
+        let mut o = Output::Budget {
+            client: 1,
+            budget: Some(b),
+        };
+        mps_adjust(&mut o, 2_000_000);
+        let Output::Budget {
+            budget: Some(got), ..
+        } = o
+        else {
+            panic!("{o:?}")
+        };
+        assert_eq!(
+            (got.idle_ns, got.active_ns, got.hold_ns),
+            (2_000_000, 2_000_000, 1_000_000)
+        );
+        let mut o = Output::Budget {
+            client: 1,
+            budget: Some(b),
+        };
+        mps_adjust(&mut o, 0);
+        let Output::Budget {
+            budget: Some(got), ..
+        } = o
+        else {
+            panic!("{o:?}")
+        };
+        let cb = budgets_of(Some(got));
+        assert!(!cb.bounded(), "no in-flight bound: {cb:?}");
+        assert_eq!(cb.hold_ns, 1_000_000, "the hold still reaches the shim");
+        let mut gate = Output::Gate {
+            client: 1,
+            open: false,
+        };
+        mps_adjust(&mut gate, 0);
+        assert_eq!(
+            gate,
+            Output::Gate {
+                client: 1,
+                open: true
+            }
+        );
+    }
 
     #[test]
     fn limits_follow_the_counter_and_the_allowance() {
