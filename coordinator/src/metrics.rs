@@ -145,6 +145,7 @@ pub fn render(s: &Snapshot) -> String {
             }
         }
     }
+    spatial(&mut out, s);
     dedup(&mut out, s);
     follow(&mut out, s);
     fleet::render(&mut out, s);
@@ -389,6 +390,35 @@ fn follow(out: &mut String, s: &Snapshot) {
     }
 }
 
+/// Scheduler v3's SM reservation, per client asked for it: whether its shim
+/// armed it, and the launches it masked (the shim's counts).
+fn spatial(out: &mut String, s: &Snapshot) {
+    type SpatialField = fn(&crate::state::ClientSpatial) -> f64;
+    let fams: [(&str, &str, &str, SpatialField); 2] = [
+        (
+            "tandem_spatial_armed",
+            "gauge",
+            "1 while the client's shim has the SM reservation armed; 0 when it runs unmasked \
+             (not tried yet, or the driver does not offer it).",
+            |sp| f64::from(u8::from(sp.state == "armed")),
+        ),
+        (
+            "tandem_spatial_masked_launches_total",
+            "counter",
+            "Launches the client's shim masked off the SMs left to inference.",
+            |sp| sp.masked_launches as f64,
+        ),
+    ];
+    for (name, ty, help, f) in fams {
+        header(out, name, ty, help);
+        for c in &s.clients {
+            if let Some(sp) = &c.spatial {
+                let _ = writeln!(out, "{name}{{{}}} {}", labels(c), f(sp));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,6 +514,44 @@ mod tests {
         assert!(text.contains("# TYPE tandem_follow_maps_total counter\n"));
         assert!(text.contains("# TYPE tandem_follow_held_total counter\n"));
         assert!(text.contains("# TYPE tandem_follow_mapped_bytes gauge\n"));
+    }
+
+    #[test]
+    fn the_sm_reservation_is_exposed_only_for_clients_asked_for_it() {
+        let mut s = snapshot("");
+        let client = |id: u64, spatial: serde_json::Value| {
+            crate::state::test_client(id, serde_json::json!({"spatial": spatial}))
+        };
+        s.clients = vec![
+            client(
+                1,
+                serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000, "state": "armed",
+                    "descriptor_version": null, "masked_launches": 147}),
+            ),
+            client(
+                2,
+                serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000,
+                    "state": "no_callback_table", "descriptor_version": null,
+                    "masked_launches": 0}),
+            ),
+            client(3, serde_json::Value::Null),
+        ];
+        let text = render(&s);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tandem_spatial"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "tandem_spatial_armed{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 1",
+                "tandem_spatial_armed{client=\"2\",pid=\"12\",class=\"training\",exe=\"/x\"} 0",
+                "tandem_spatial_masked_launches_total{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 147",
+                "tandem_spatial_masked_launches_total{client=\"2\",pid=\"12\",class=\"training\",exe=\"/x\"} 0",
+            ],
+            "{text}"
+        );
+        assert!(text.contains("# TYPE tandem_spatial_masked_launches_total counter\n"));
     }
 
     #[test]

@@ -47,6 +47,8 @@ struct Run {
     spatial: serde_json::Value,
     /// `tandemctl status`, right after.
     status: String,
+    /// `GET /metrics`, right after.
+    metrics: String,
 }
 
 #[track_caller]
@@ -149,6 +151,7 @@ fn run_with(
         .output()
         .expect("tandemctl");
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    let metrics = d.get("/metrics").expect("GET /metrics").body;
     let _ = done(&mut train, "train");
     let infer_line = done(&mut infer, "infer");
     let sms = train
@@ -161,6 +164,7 @@ fn run_with(
         train_stderr: train.stderr(),
         spatial,
         status,
+        metrics,
     }
 }
 
@@ -200,6 +204,10 @@ fn a_reservation_keeps_training_off_inference_sms_and_inference_starts_at_once()
     let off = run("spatial-off", &[], &[]);
     assert!(off.spatial.is_null(), "not asked: {}", off.spatial);
     assert!(!off.status.contains("spatial:"), "{}", off.status);
+    assert!(
+        !off.metrics.contains("\ntandem_spatial_armed{"),
+        "not asked: no series"
+    );
     assert_eq!(kv_u64(&off.sms, "part"), 0, "{}", off.sms);
 
     // Requests of 5 x 200 us: with the reservation most start at once; without
