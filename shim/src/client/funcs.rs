@@ -65,6 +65,31 @@ fn unnamed(key: usize) -> u64 {
     key as u64 | FUNC_ID_UNNAMED
 }
 
+/// Where `key` stands in the table.
+enum Probe {
+    /// Its slot.
+    Found(&'static Slot),
+    /// Not there: an empty slot ends its probe sequence.
+    Absent,
+    /// Not there, and no empty slot within [`PROBES`] of its home.
+    Full,
+}
+
+/// Finds `key`'s slot: loads only.
+#[inline(always)]
+fn probe(key: usize) -> Probe {
+    let mut i = home(key);
+    for _ in 0..PROBES {
+        let slot = &TABLE[i];
+        match slot.key.load(Ordering::Acquire) {
+            k if k == key => return Probe::Found(slot),
+            0 => return Probe::Absent,
+            _ => i = (i + 1) & MASK,
+        }
+    }
+    Probe::Full
+}
+
 /// The stable id of `f`, sending its FuncName first if this session has not
 /// had it. Fast path: loads only.
 #[inline(always)]
@@ -73,23 +98,17 @@ pub fn id(s: &Session, f: CUfunction) -> u64 {
     if key == 0 {
         return unnamed(0);
     }
-    let mut i = home(key);
-    for _ in 0..PROBES {
-        let slot = &TABLE[i];
-        let k = slot.key.load(Ordering::Acquire);
-        if k == key {
+    match probe(key) {
+        Probe::Found(slot) => {
             let id = slot.id.load(Ordering::Acquire);
             if id != 0 && slot.sent.load(Ordering::Relaxed) == s.gen {
                 return id;
             }
-            return found_cold(s, slot, key);
+            found_cold(s, slot, key)
         }
-        if k == 0 {
-            return insert_cold(s, key);
-        }
-        i = (i + 1) & MASK;
+        Probe::Absent => insert_cold(s, key),
+        Probe::Full => unnamed(key),
     }
-    unnamed(key)
 }
 
 /// Whether `f` was compiled for thread-block clusters (a required cluster
@@ -100,28 +119,20 @@ pub fn id(s: &Session, f: CUfunction) -> u64 {
 /// mask ask, so other launches pay nothing.
 pub(crate) fn clustered(f: CUfunction) -> bool {
     let key = f as usize;
-    let mut i = home(key);
-    for _ in 0..PROBES {
-        let slot = &TABLE[i];
-        match slot.key.load(Ordering::Acquire) {
-            k if k == key => {
-                return match slot.cluster.load(Ordering::Relaxed) {
-                    CLUSTER_NONE => false,
-                    CLUSTER_YES => true,
-                    _ => {
-                        let yes = cluster_dims(key);
-                        let v = if yes { CLUSTER_YES } else { CLUSTER_NONE };
-                        slot.cluster.store(v, Ordering::Relaxed);
-                        yes
-                    }
-                };
-            }
-            0 => break,
-            _ => i = (i + 1) & MASK,
+    let Probe::Found(slot) = probe(key) else {
+        // Not in the table (it was full when `id` met the function): ask.
+        return cluster_dims(key);
+    };
+    match slot.cluster.load(Ordering::Relaxed) {
+        CLUSTER_NONE => false,
+        CLUSTER_YES => true,
+        _ => {
+            let yes = cluster_dims(key);
+            let v = if yes { CLUSTER_YES } else { CLUSTER_NONE };
+            slot.cluster.store(v, Ordering::Relaxed);
+            yes
         }
     }
-    // Not in the table (full): ask every time.
-    cluster_dims(key)
 }
 
 /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`, `_HEIGHT`, `_DEPTH` (cuda.h, 12.0).
