@@ -75,7 +75,7 @@ enum Probe {
     Full,
 }
 
-/// Finds `key`'s slot: loads only.
+/// Finds `key`'s slot (`key` not 0, which marks an empty slot): loads only.
 #[inline(always)]
 fn probe(key: usize) -> Probe {
     let mut i = home(key);
@@ -119,6 +119,12 @@ pub fn id(s: &Session, f: CUfunction) -> u64 {
 /// mask ask, so other launches pay nothing.
 pub(crate) fn clustered(f: CUfunction) -> bool {
     let key = f as usize;
+    if key == 0 {
+        // No function (the driver refuses the launch). Key 0 marks an empty
+        // slot: probing for it would cache this answer where a function
+        // inserted later would read it.
+        return false;
+    }
     let Probe::Found(slot) = probe(key) else {
         // Not in the table (it was full when `id` met the function): ask.
         return cluster_dims(key);
