@@ -229,9 +229,13 @@ pub unsafe fn kernel_ex(
     let (func_id, mask) = gate(client, f, grid);
     let stream = cfg.map_or(core::ptr::null_mut(), |c| c.hStream);
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
-    // A cooperative or clustered launch is never masked (`crate::client::spatial`).
+    // Read once, with a session: the record's flags and the mask both need them.
     // SAFETY: `c` is the caller's valid config, as above.
-    let mask = mask && cfg.is_some_and(|c| unsafe { attrs(c) } == Attrs::default());
+    let asked = cfg
+        .filter(|_| client.is_some())
+        .map(|c| unsafe { attrs(c) });
+    // A cooperative or clustered launch is never masked (`crate::client::spatial`).
+    let mask = mask && asked == Some(Attrs::default());
     let armed = arm(mask, hook, stream, f);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
@@ -240,8 +244,7 @@ pub unsafe fn kernel_ex(
         marks::abandon(timing);
     } else {
         if let (Some(s), Some(c)) = (client, cfg) {
-            // SAFETY: `c` is the caller's valid config, as above.
-            let flags = if unsafe { attrs(c) }.cooperative {
+            let flags = if asked.is_some_and(|a| a.cooperative) {
                 FLAG_COOPERATIVE
             } else {
                 0
