@@ -236,39 +236,31 @@ mod tests {
 
     #[test]
     fn over_mps_training_is_bounded_by_its_inflight_alone_and_keeps_its_hold() {
-        let b = LocalBudget {
-            idle_ns: 4_000_000,
-            active_ns: 500_000,
-            default_est_ns: 50_000,
-            hold_ns: 1_000_000,
+        let adjusted = |inflight| {
+            let mut o = Output::Budget {
+                client: 1,
+                budget: Some(LocalBudget {
+                    idle_ns: 4_000_000,
+                    active_ns: 500_000,
+                    default_est_ns: 50_000,
+                    hold_ns: 1_000_000,
+                }),
+            };
+            mps_adjust(&mut o, inflight);
+            let Output::Budget {
+                budget: Some(got), ..
+            } = o
+            else {
+                panic!("{o:?}")
+            };
+            got
         };
-        let mut o = Output::Budget {
-            client: 1,
-            budget: Some(b),
-        };
-        mps_adjust(&mut o, 2_000_000);
-        let Output::Budget {
-            budget: Some(got), ..
-        } = o
-        else {
-            panic!("{o:?}")
-        };
+        let got = adjusted(2_000_000);
         assert_eq!(
             (got.idle_ns, got.active_ns, got.hold_ns),
             (2_000_000, 2_000_000, 1_000_000)
         );
-        let mut o = Output::Budget {
-            client: 1,
-            budget: Some(b),
-        };
-        mps_adjust(&mut o, 0);
-        let Output::Budget {
-            budget: Some(got), ..
-        } = o
-        else {
-            panic!("{o:?}")
-        };
-        let cb = budgets_of(Some(got));
+        let cb = budgets_of(Some(adjusted(0)));
         assert!(!cb.bounded(), "no in-flight bound: {cb:?}");
         assert_eq!(cb.hold_ns, 1_000_000, "the hold still reaches the shim");
         let mut gate = Output::Gate {

@@ -406,6 +406,19 @@ mod tests {
         [size, 0, 0, 0, desc.as_mut_ptr() as u64, 0]
     }
 
+    /// The driver's descriptor callback on block `p`.
+    fn descriptor_callback(p: &[u64; 6]) {
+        // SAFETY: a block made by `block`, whose descriptor outlives the call.
+        unsafe {
+            on_launch(
+                core::ptr::null_mut(),
+                QMD_DOMAIN,
+                QMD_PRE_UPLOAD,
+                p.as_ptr().cast(),
+            )
+        };
+    }
+
     #[test]
     fn the_callback_writes_the_mask_only_into_an_armed_launch_it_knows() {
         MASK[0].store(0xffff, Ordering::Relaxed);
@@ -413,29 +426,13 @@ mod tests {
         let mut d = [0u8; 512];
         d[72] = 0x40;
         let p = block(&mut d, 48);
-        // SAFETY: a valid block and descriptor, as the driver's.
-        unsafe {
-            on_launch(
-                core::ptr::null_mut(),
-                QMD_DOMAIN,
-                QMD_PRE_UPLOAD,
-                p.as_ptr().cast(),
-            )
-        };
+        descriptor_callback(&p);
         assert_eq!(d[304..308], [0; 4], "not armed: untouched");
         arm();
-        // SAFETY: as above; another domain's callback.
+        // SAFETY: as in `descriptor_callback`; another domain's callback.
         unsafe { on_launch(core::ptr::null_mut(), 3, 0x36, p.as_ptr().cast()) };
         assert_eq!(d[304..308], [0; 4], "another callback: untouched");
-        // SAFETY: as above.
-        unsafe {
-            on_launch(
-                core::ptr::null_mut(),
-                QMD_DOMAIN,
-                QMD_PRE_UPLOAD,
-                p.as_ptr().cast(),
-            )
-        };
+        descriptor_callback(&p);
         assert_eq!(u32::from_ne_bytes(d[304..308].try_into().unwrap()), 0xffff);
         assert_eq!(d[3] & 0x80, 0x80, "the enable bit");
         assert_eq!(NEXT.with(Cell::get), MASKED);
@@ -445,15 +442,7 @@ mod tests {
         old[72] = 0x06;
         let p = block(&mut old, 48);
         arm();
-        // SAFETY: as above.
-        unsafe {
-            on_launch(
-                core::ptr::null_mut(),
-                QMD_DOMAIN,
-                QMD_PRE_UPLOAD,
-                p.as_ptr().cast(),
-            )
-        };
+        descriptor_callback(&p);
         assert!(
             old.iter().enumerate().all(|(i, b)| i == 72 || *b == 0),
             "left alone"
@@ -468,15 +457,8 @@ mod tests {
         d[72] = 0x40;
         let p = block(&mut d, 32);
         arm();
-        // SAFETY: as above; a block too short to hold a descriptor.
-        unsafe {
-            on_launch(
-                core::ptr::null_mut(),
-                QMD_DOMAIN,
-                QMD_PRE_UPLOAD,
-                p.as_ptr().cast(),
-            )
-        };
+        // A block too short to hold a descriptor.
+        descriptor_callback(&p);
         assert_eq!(NEXT.with(Cell::get), DECLINED, "a short block");
         assert_eq!(d[304..308], [0; 4]);
         NEXT.with(|n| n.set(IDLE));

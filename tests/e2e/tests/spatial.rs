@@ -177,6 +177,15 @@ fn spatial_lines(stderr: &str) -> Vec<&str> {
     stderr.lines().filter(|l| l.contains("spatial:")).collect()
 }
 
+/// Checks that no training launch of `r` was masked, by the shim's count and
+/// by where the fake placed the kernels; returns the shim's spatial lines.
+#[track_caller]
+fn unmasked(r: &Run) -> Vec<&str> {
+    assert_eq!(r.spatial["masked_launches"], 0, "{}", r.spatial);
+    assert_eq!(kv_u64(&r.sms, "part"), 0, "{}", r.sms);
+    spatial_lines(&r.train_stderr)
+}
+
 #[test]
 fn a_reservation_keeps_training_off_inference_sms_and_inference_starts_at_once() {
     let on = run("spatial-on", &[AUTO], &[]);
@@ -247,9 +256,7 @@ fn without_the_callback_table_training_runs_unmasked_and_says_so_once() {
         "{}",
         r.status
     );
-    assert_eq!(r.spatial["masked_launches"], 0);
-    assert_eq!(kv_u64(&r.sms, "part"), 0, "{}", r.sms);
-    let lines = spatial_lines(&r.train_stderr);
+    let lines = unmasked(&r);
     assert_eq!(lines.len(), 1, "{}", r.train_stderr);
     assert!(
         lines[0].contains("no launch-callback table") && lines[0].contains("unmasked"),
@@ -267,9 +274,7 @@ fn an_unknown_descriptor_version_leaves_training_unmasked_with_one_line() {
     );
     assert_eq!(r.spatial["state"], "unknown_descriptor", "{}", r.spatial);
     assert_eq!(r.spatial["descriptor_version"], 6, "{}", r.spatial);
-    assert_eq!(r.spatial["masked_launches"], 0);
-    assert_eq!(kv_u64(&r.sms, "part"), 0, "{}", r.sms);
-    let lines = spatial_lines(&r.train_stderr);
+    let lines = unmasked(&r);
     assert_eq!(lines.len(), 1, "{}", r.train_stderr);
     assert!(lines[0].contains("version 0x06"), "{}", lines[0]);
 }
@@ -282,11 +287,5 @@ fn an_unknown_descriptor_version_leaves_training_unmasked_with_one_line() {
 fn a_kernel_compiled_for_clusters_is_never_masked() {
     let r = run_with("spatial-cluster", &[AUTO], &[], &["--cluster", "2"]);
     assert_eq!(r.spatial["state"], "armed", "{}", r.spatial);
-    assert_eq!(r.spatial["masked_launches"], 0, "{}", r.spatial);
-    assert_eq!(kv_u64(&r.sms, "part"), 0, "{}", r.sms);
-    assert!(
-        spatial_lines(&r.train_stderr).is_empty(),
-        "{}",
-        r.train_stderr
-    );
+    assert!(unmasked(&r).is_empty(), "{}", r.train_stderr);
 }
