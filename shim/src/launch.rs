@@ -147,6 +147,7 @@ pub unsafe fn kernel(
     let armed = arm(mask, hook, stream, f);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
+    marks::launch_returned(timing);
     disarm(armed, client);
     if ran(hook, rc, stream) {
         if let Some(s) = client {
@@ -239,6 +240,7 @@ pub unsafe fn kernel_ex(
     let armed = arm(mask, hook, stream, f);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
+    marks::launch_returned(timing);
     disarm(armed, client);
     if !ran(hook, rc, stream) {
         marks::abandon(timing);
@@ -297,6 +299,7 @@ pub unsafe fn cooperative(
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params) };
+    marks::launch_returned(timing);
     if !ran(hook, rc, stream) {
         marks::abandon(timing);
     } else {

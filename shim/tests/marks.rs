@@ -159,7 +159,8 @@ fn median(mut v: Vec<u64>) -> u64 {
 /// that, each timing here was 0.9-2.0% long on a quiet 2-core machine, up
 /// to 11% on a loaded one). What is left is the difference between the two
 /// calls' tails, a few hundred ns (-0.5% to +0.2% seen, under the leak
-/// checker too): all but one timing within 5% (room for a preemption),
+/// checker too; -0.86% on the CI machine while the lead also held the
+/// shim's capture query after the launch): all but one timing within 5% (room for a preemption),
 /// their median within 0.75%.
 #[test]
 fn timed_marks_measure_a_short_kernel_of_a_launch_bound_job() {

@@ -173,8 +173,26 @@ fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool)
         return UNTIMED;
     }
     slot.t0.store(monotonic_ns(), Ordering::Relaxed);
+    slot.t1.store(0, Ordering::Relaxed);
     slot.idle.store(u32::from(idle), Ordering::Relaxed);
     seq
+}
+
+/// Right after the launch call returned, before anything else: the time
+/// the timed launch's lead ends (the capture query and the record that
+/// follow are the shim's, not the launch's: counted, they took up to 0.9%
+/// off a 100 us kernel's timing on a loaded machine).
+#[inline(always)]
+pub fn launch_returned(token: u64) {
+    if token != 0 && token != UNTIMED {
+        returned(token);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn returned(token: u64) {
+    slot_of(token).t1.store(monotonic_ns(), Ordering::Relaxed);
 }
 
 /// After a kernel launch that reached the GPU (`now`: its record's
@@ -252,10 +270,14 @@ fn finish_timed(s: &Session, per_thread: bool, stream: CUstream, now: u64, token
             OUTSTANDING.load(Ordering::Relaxed),
         );
     }
+    let t1 = match slot.t1.load(Ordering::Relaxed) {
+        0 => now,
+        t1 => t1,
+    };
     let lead = lead_ns(
         slot.idle.load(Ordering::Relaxed) != 0,
         slot.t0.load(Ordering::Relaxed),
-        now,
+        t1,
         start_done,
     );
     slot.lead

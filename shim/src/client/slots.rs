@@ -38,6 +38,9 @@ pub(super) struct Slot {
     /// The host clock (monotonic ns) right after `start`'s record returned
     /// (set by `marks::begin_timed`).
     pub(super) t0: AtomicU64,
+    /// The host clock right after the launch call returned, before the
+    /// shim's own work after it (set by `marks::launch_returned`), or 0.
+    pub(super) t1: AtomicU64,
     /// What the watcher subtracts from a bracketed launch's elapsed time (the
     /// host time between `start` completing and the launch reaching the
     /// driver), or `timing::UNKNOWN_LEAD`: report the mark untimed (set by
@@ -58,6 +61,7 @@ pub(super) static POOL: [Slot; SLOTS] = [const {
         end: AtomicUsize::new(0),
         idle: AtomicU32::new(0),
         t0: AtomicU64::new(0),
+        t1: AtomicU64::new(0),
         lead: AtomicU64::new(0),
     }
 }; SLOTS];

@@ -12,8 +12,8 @@
 //! submissions (the launch path, the driver call): tens of percent of a
 //! 10 us kernel. So the start event's record is preceded by a
 //! `cuStreamQuery` of the stream and followed by a clock read (t0), and
-//! after the launch (t1: the launch record's timestamp, read right after
-//! the launch returned) a `cuEventQuery` of the start event settles how
+//! after the launch (t1: a clock read right after the launch call
+//! returned, before the shim's own capture query and record) a `cuEventQuery` of the start event settles how
 //! much to take off ([`lead_ns`]): not complete, the kernel queued right
 //! behind it (nothing); complete on a stream that was idle, t1 - t0;
 //! complete on one that was busy, the stream drained between the query and
