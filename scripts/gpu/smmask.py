@@ -34,9 +34,12 @@ Each writes DIR/smmask-<part>.json. The mechanisms:
   is left alone: the fail-open the shim must keep.
 
 The probe kernel records each block's `%smid`; blocks spin about 50 us so
-that they spread over the SMs at once. TPC k is taken as SMs 2k and 2k + 1
-(two SMs a TPC on Ampere and Hopper); the record keeps the raw SM ids, so a
-different numbering shows.
+that they spread over the SMs at once. The callback part is judged by how
+many SMs the masked run leaves, not which ([`judge_mask`]): libsmctrl's
+README says Hopper's descriptors number the mask's TPCs before
+floorsweeping (so bit k need not be SMs 2k and 2k + 1, and some bits may
+name TPCs the GPU does not have), and `%smid` is not physical under MPS.
+The record keeps the raw SM ids and says which numbering showed.
 
 With --dry-run (the fake driver, no PTX): the probe runs, the kernel parts
 report "skipped".
@@ -298,18 +301,47 @@ def part_callback(drv, info, dry):
     hook.armed = True
     masked = drv.run_probe(4 * info["sms"])
     hook.armed = False
-    off_sms = set(range(2 * off_tpcs))
-    on_off = sorted(set(masked["sms"]) & off_sms)
     applied = [r for r in hook.seen if "masked_tpcs" in r]
-    problems = []
+    verdict = judge_mask(info["sms"], off_tpcs, before["sms"], masked["sms"], bool(applied))
     if not applied:
-        problems.append("the callback never masked a launch: "
-                        + json.dumps(hook.seen[-3:]))
-    elif on_off:
-        problems.append(f"masked blocks ran on disabled SMs {on_off[:16]}")
+        verdict["problems"].insert(0, "the callback never masked a launch: "
+                                   + json.dumps(hook.seen[-3:]))
     return {"supported": True, "disabled_tpcs": off_tpcs, "unmasked": before, "masked": masked,
-            "blocks_on_disabled_sms": on_off, "callbacks": hook.seen[-8:],
-            "confined": bool(applied) and not on_off, "problems": problems}
+            "callbacks": hook.seen[-8:], **verdict}
+
+
+def judge_mask(sms, off_tpcs, unmasked, masked, applied):
+    """Whether the masked probe run was confined, judged by how many SMs it
+    left, not by which: libsmctrl's README says the mask bits of Hopper's
+    descriptors (version 0x40 on) count TPCs before floorsweeping, so bit k
+    need not be SMs 2k and 2k + 1 of `%smid` (nor are `%smid`s physical
+    under MPS). Confined: the mask was written, and the masked run left
+    between 1 and `off_tpcs` TPCs' worth of the SMs the unmasked run
+    reached (fewer than `off_tpcs` when some of the bits fall on TPCs this
+    GPU does not have). `numbering` says whether the SMs left were SMs
+    0 to 2 x off_tpcs - 1."""
+    reached, kept = set(unmasked), set(masked)
+    left = sorted(reached - kept)
+    problems = []
+    if len(reached) < sms:
+        problems.append(f"the unmasked run reached {len(reached)} of {sms} SMs: "
+                        "the SMs a mask leaves cannot all be told")
+    if applied and not left:
+        problems.append("the mask was written, and the masked blocks still reached every SM")
+    elif applied and len(left) > 2 * off_tpcs:
+        problems.append(f"{off_tpcs} TPCs masked, and the masked blocks left {len(left)} SMs")
+    confined = applied and 0 < len(left) <= 2 * off_tpcs and not problems
+    if not left:
+        numbering = None
+    elif left == list(range(2 * off_tpcs)):
+        numbering = "tpc k is SMs 2k and 2k+1"
+    else:
+        numbering = "other"
+    return {"sms_left": left, "sms_left_count": len(left),
+            "bits_on_absent_tpcs": off_tpcs - len(left) // 2 if confined else None,
+            "numbering": numbering,
+            "blocks_outside_unmasked_sms": sorted(kept - reached),
+            "confined": confined, "problems": problems}
 
 
 PARTS = {"probe": part_probe, "plain": part_plain, "green": part_green,

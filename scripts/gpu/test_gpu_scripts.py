@@ -424,3 +424,31 @@ class SmMask(unittest.TestCase):
         self.params[0], self.params[4] = 48, 0
         self.assertIn("NULL", self.call(hook)["left_alone"])
         self.assertEqual(self.word(84), 0)
+
+    def test_a_mask_is_judged_by_how_many_sms_it_left_not_which(self):
+        judge = self.sm.judge_mask
+        every = list(range(16))
+        # TPC k = SMs 2k, 2k+1: 2 TPCs masked leave SMs 0-3.
+        v = judge(16, 2, every, every[4:], True)
+        self.assertTrue(v["confined"], v)
+        self.assertEqual((v["sms_left_count"], v["numbering"]), (4, "tpc k is SMs 2k and 2k+1"))
+        self.assertEqual(v["bits_on_absent_tpcs"], 0)
+        # Hopper's bits count TPCs before floorsweeping: 3 bits masked, one of
+        # them a TPC the GPU lacks, leave 4 SMs elsewhere: still confined.
+        v = judge(16, 3, every, [s for s in every if s not in (6, 7, 10, 11)], True)
+        self.assertTrue(v["confined"], v)
+        self.assertEqual((v["numbering"], v["bits_on_absent_tpcs"]), ("other", 1))
+        # The mask written and every SM still reached: not confined, a problem.
+        v = judge(16, 2, every, every, True)
+        self.assertFalse(v["confined"])
+        self.assertIn("still reached every SM", v["problems"][0])
+        # More SMs left than the mask can account for.
+        v = judge(16, 2, every, every[6:], True)
+        self.assertFalse(v["confined"])
+        self.assertIn("left 6 SMs", v["problems"][0])
+        # An unmasked run that missed SMs cannot judge which a mask left.
+        v = judge(16, 2, every[1:], every[4:], True)
+        self.assertFalse(v["confined"])
+        self.assertIn("reached 15 of 16", v["problems"][0])
+        # Never written: not confined, whatever the SMs say.
+        self.assertFalse(judge(16, 2, every, every[4:], False)["confined"])

@@ -13,7 +13,9 @@
 //!   subscribes [`on_launch`], entry 6 enables it for the descriptor
 //!   callback (domain 0xb, id 1); the device's SM count
 //!   (`cuDeviceGetAttribute`) gives the TPCs to disable
-//!   (`tandem_proto::spatial::reserve_tpcs`, the lowest ones). Only a
+//!   (`tandem_proto::spatial::reserve_tpcs`, the lowest ones; on Hopper the
+//!   bits count TPCs before floorsweeping, libsmctrl's README says, so some
+//!   may name TPCs the GPU lacks and leave inference fewer SMs). Only a
 //!   training client that is asked ever subscribes: an inference client's
 //!   launches never meet the callback.
 //! * **A launch**: the session's gate says whether this launch carries the
