@@ -264,12 +264,18 @@ class MaskHook:
         mask = (1 << self.off_tpcs) - 1
         if ver >= 0x40:
             words = (304, 308, 312, 316)
-            ctypes.c_uint32.from_address(tmd).value |= 0x80000000
+            rec["enable_bit_before"] = bool(ctypes.c_uint32.from_address(tmd).value >> 31)
         elif ver >= 0x16:
             words = (84, 88)
         else:
             rec["left_alone"] = f"descriptor version {ver:#x} has no TPC mask"
             return
+        # What the driver put there itself (a stream mask, MPS's provisioning):
+        # the shim keeps it and adds its own; this records whether there is any.
+        rec["words_before"] = [f"{ctypes.c_uint32.from_address(tmd + off).value:#x}"
+                               for off in words]
+        if ver >= 0x40:
+            ctypes.c_uint32.from_address(tmd).value |= 0x80000000
         for i, off in enumerate(words):
             ctypes.c_uint32.from_address(tmd + off).value = (mask >> (32 * i)) & 0xFFFFFFFF
         rec["masked_tpcs"] = self.off_tpcs

@@ -393,10 +393,13 @@ class SmMask(unittest.TestCase):
 
     def test_a_hopper_descriptor_gets_the_mask_and_its_enable_bit(self):
         self.tmd[72] = 0x40
+        self.tmd[316] = 0x7
         hook = self.sm.MaskHook(40)
         hook.armed = True
         rec = self.call(hook)
         self.assertEqual(rec["masked_tpcs"], 40)
+        self.assertEqual(rec["words_before"], ["0x0", "0x0", "0x0", "0x7"])
+        self.assertFalse(rec["enable_bit_before"])
         self.assertEqual((self.word(304), self.word(308)), (0xFFFFFFFF, 0xFF))
         self.assertEqual((self.word(312), self.word(316)), (0, 0), "TPCs 64-127 enabled")
         self.assertEqual(self.word(0) & 0x80000000, 0x80000000)

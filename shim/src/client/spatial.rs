@@ -24,7 +24,10 @@
 //!   only if this thread armed it; after the real call the launch path
 //!   [`disarm`]s, so a launch the driver did not describe (a failed or
 //!   captured one) cannot pass the mask on to a later one.
-//! * **The descriptor**: its version byte at offset 72 picks the layout.
+//! * **The descriptor**: the mask is added to any already there (a stream
+//!   mask, MPS's own), never enabling a TPC another disabled, and a launch
+//!   the two together would leave no TPC goes unmasked. Its version byte
+//!   at offset 72 picks the layout.
 //!   From 0x40 (Hopper's) to 0x4f: TPCs 0-127's disable bits at offsets 304,
 //!   308, 312 and 316, with the enable bit 31 of the first word; from 0x16 to
 //!   0x3f: TPCs 0-63 at 84 and 88. Any other version (older, or a layout
@@ -89,12 +92,15 @@ static MASK: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
 static FOR_CB: AtomicUsize = AtomicUsize::new(0);
 static FOR_PERMILLE: AtomicU64 = AtomicU64::new(0);
 
-/// This thread's next launch: [`IDLE`], [`ARMED`] by the gate, [`MASKED`]
-/// or [`DECLINED`] by the callback.
+/// This thread's next launch: [`IDLE`], [`ARMED`] by the gate, [`MASKED`],
+/// [`DECLINED`] or [`LEFT`] by the callback.
 const IDLE: u8 = 0;
 const ARMED: u8 = 1;
 const MASKED: u8 = 2;
 const DECLINED: u8 = 3;
+/// The callback left a launch alone that another mask already confines so
+/// far that ours would leave it no TPC: unmasked, the mechanism stays on.
+const LEFT: u8 = 4;
 
 thread_local! {
     static NEXT: Cell<u8> = const { Cell::new(IDLE) };
@@ -332,21 +338,27 @@ unsafe extern "C" fn on_launch(
     }
     // SAFETY: the driver's parameter block, as documented above.
     let outcome = unsafe { apply(params) };
-    let _ = NEXT.try_with(|n| n.set(if outcome { MASKED } else { DECLINED }));
+    let _ = NEXT.try_with(|n| n.set(outcome));
 }
 
-/// Writes the mask into the descriptor `params` points at; false when it
-/// cannot (and why, in [`WHY_OFF`]).
+/// Adds the mask to the descriptor `params` points at: [`MASKED`];
+/// [`DECLINED`] when it cannot (and why, in [`WHY_OFF`]); [`LEFT`] when a
+/// mask already there and ours would together disable every TPC.
+///
+/// A mask already in the descriptor (a stream mask, MPS's provisioning, a
+/// later driver's own) is kept: the shim only ever adds disabled TPCs,
+/// never enables one. From version 0x40 the words count only with the
+/// enable bit set.
 ///
 /// # Safety
 /// As [`on_launch`].
-unsafe fn apply(params: *const c_void) -> bool {
+unsafe fn apply(params: *const c_void) -> u8 {
     if params.is_null() {
         WHY_OFF.store(
             SpatialState::UnknownDescriptor(0).encode(),
             Ordering::Relaxed,
         );
-        return false;
+        return DECLINED;
     }
     // SAFETY: the block's first 4 bytes are its size.
     let size = unsafe { params.cast::<u32>().read_unaligned() };
@@ -361,7 +373,7 @@ unsafe fn apply(params: *const c_void) -> bool {
             SpatialState::UnknownDescriptor(0).encode(),
             Ordering::Relaxed,
         );
-        return false;
+        return DECLINED;
     }
     // SAFETY: every known descriptor has its version byte at 72.
     let version = unsafe { desc.add(72).read() };
@@ -370,22 +382,42 @@ unsafe fn apply(params: *const c_void) -> bool {
             SpatialState::UnknownDescriptor(version).encode(),
             Ordering::Relaxed,
         );
-        return false;
+        return DECLINED;
     };
+    let w0 = desc.cast::<u32>();
+    // SAFETY: every known descriptor has a first word.
+    let first = unsafe { w0.read_unaligned() };
+    let theirs_valid = !enable || first & ENABLE_BIT != 0;
+    let (mut theirs, mut ours) = (0u128, 0u128);
     for (i, off) in words.iter().enumerate() {
-        let w = MASK[i].load(Ordering::Relaxed);
-        // SAFETY: the layout of this version has a mask word at `off`.
-        unsafe { desc.add(*off).cast::<u32>().write_unaligned(w) };
+        if theirs_valid {
+            // SAFETY: the layout of this version has a mask word at `off`.
+            let w = unsafe { desc.add(*off).cast::<u32>().read_unaligned() };
+            theirs |= u128::from(w) << (32 * i);
+        }
+        ours |= u128::from(MASK[i].load(Ordering::Relaxed)) << (32 * i);
+    }
+    let both = theirs | ours;
+    if theirs != 0 && both.count_ones() >= SMS.load(Ordering::Relaxed) / 2 {
+        return LEFT;
+    }
+    for (i, off) in words.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe {
+            desc.add(*off)
+                .cast::<u32>()
+                .write_unaligned((both >> (32 * i)) as u32)
+        };
     }
     if enable {
-        // SAFETY: the first word of a descriptor from version 0x40 on.
-        unsafe {
-            let w0 = desc.cast::<u32>();
-            w0.write_unaligned(w0.read_unaligned() | 0x8000_0000);
-        }
+        // SAFETY: the first word, as above.
+        unsafe { w0.write_unaligned(first | ENABLE_BIT) };
     }
-    true
+    MASKED
 }
+
+/// A version 0x40+ descriptor's mask enable bit, in its first word.
+const ENABLE_BIT: u32 = 0x8000_0000;
 
 #[cfg(test)]
 mod tests {
@@ -463,6 +495,44 @@ mod tests {
         descriptor_callback(&p);
         assert_eq!(NEXT.with(Cell::get), DECLINED, "a short block");
         assert_eq!(d[304..308], [0; 4]);
+        NEXT.with(|n| n.set(IDLE));
+
+        // A mask already there is kept, ours added (TPCs 0-15 ours, 40-47
+        // theirs, of a 132-SM GPU's 66)...
+        SMS.store(132, Ordering::Relaxed);
+        let word = |d: &[u8; 512], at: usize| u32::from_ne_bytes(d[at..at + 4].try_into().unwrap());
+        let mut d = [0u8; 512];
+        d[72] = 0x40;
+        d[308..312].copy_from_slice(&0xff00u32.to_ne_bytes());
+        d[3] = 0x80;
+        let p = block(&mut d, 48);
+        arm();
+        descriptor_callback(&p);
+        assert_eq!(NEXT.with(Cell::get), MASKED);
+        assert_eq!((word(&d, 304), word(&d, 308)), (0xffff, 0xff00));
+        NEXT.with(|n| n.set(IDLE));
+        // ... but only with the enable bit: without it the words mean nothing.
+        let mut d = [0u8; 512];
+        d[72] = 0x40;
+        d[308..312].copy_from_slice(&0xff00u32.to_ne_bytes());
+        let p = block(&mut d, 48);
+        arm();
+        descriptor_callback(&p);
+        assert_eq!((word(&d, 304), word(&d, 308)), (0xffff, 0));
+        NEXT.with(|n| n.set(IDLE));
+        // A mask that with ours would leave no TPC: the launch is left alone,
+        // and the mechanism stays on (an Ampere layout: 64 TPC bits; a GPU
+        // of 60 TPCs).
+        SMS.store(120, Ordering::Relaxed);
+        let mut d = [0u8; 512];
+        d[72] = 0x20;
+        d[84..88].copy_from_slice(&0xfff0_0000u32.to_ne_bytes());
+        d[88..92].copy_from_slice(&0xffff_ffffu32.to_ne_bytes());
+        let p = block(&mut d, 48);
+        arm();
+        descriptor_callback(&p);
+        assert_eq!(NEXT.with(Cell::get), LEFT);
+        assert_eq!((word(&d, 84), word(&d, 88)), (0xfff0_0000, 0xffff_ffff));
         NEXT.with(|n| n.set(IDLE));
     }
 }
