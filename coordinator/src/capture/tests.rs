@@ -356,6 +356,49 @@ fn the_sync_scale_leaves_timed_kernels_alone() {
     );
 }
 
+/// A GPU-bound step of ten 100 us kernels timed on the GPU and one 20 us
+/// kernel never timed, whose sync returns 1 ms after the GPU finished (a
+/// copy, the sync's own return: time no kernel explains). The syncs' scale
+/// would give all of that 1 ms to the one free kernel (then 1 ms long, the
+/// step's sum 5% long); its share of the step is too small to solve for,
+/// so it keeps what its marks and the syncs' scale over all kernels say
+/// (about 40 us here: that scale, taken before the timings, holds the
+/// unexplained time too).
+#[test]
+fn time_no_kernel_explains_is_not_given_to_a_few_untimed_kernels() {
+    use tandem_proto::record::FLAG_TIMED;
+    let mut r = Vec::new();
+    let (mut t, mut seq) = (1_000_000u64, 0u64);
+    for _ in 0..6 {
+        let mut gpu = t;
+        for i in 0..11u64 {
+            let (f, ns) = if i == 5 { (2, 20_000) } else { (1, 100_000) };
+            let at = t + i * 1_000;
+            r.push(launch(f, at));
+            gpu = gpu.max(at) + ns;
+            seq += 1;
+            r.push(mark(EventKind::MARK, seq, at + 10));
+            let mut done = mark(EventKind::MARK_DONE, seq, gpu + 5_000);
+            if f == 1 {
+                done.flags = FLAG_TIMED;
+                done.bytes = ns;
+            }
+            r.push(done);
+        }
+        r.push(rec(EventKind::SYNC_BEGIN, t + 12_000));
+        r.push(rec(EventKind::SYNC_END, gpu + 1_000_000));
+        t = gpu + 1_100_000;
+    }
+    r.sort_by_key(|x| x.ts_ns);
+    let fitted = fit(&r);
+    assert_eq!(fitted.duration(&Key::of(&launch(1, 0))).0, 100_000);
+    let free = fitted.duration(&Key::of(&launch(2, 0))).0;
+    assert!(
+        (20_000..100_000).contains(&free),
+        "the untimed kernel: {free} ns"
+    );
+}
+
 #[test]
 fn an_isolated_kernel_is_measured_from_its_launch_not_from_the_idle_gpu() {
     // Launch-bound: 50 us kernels launched every 1 ms, a sync after each
@@ -528,6 +571,17 @@ fn a_keys_timings_give_its_median_unless_they_disagree() {
     two.sort_unstable();
     let got = durations::representative(&two);
     assert_eq!(got, 6_600_000, "the mean of the two modes");
+    // Two kernels, one sampled in 9 of 11 timings: the quartiles agree, the
+    // gap between the modes says two kernels (the mean, not one mode).
+    let mut skewed = vec![47_000u64; 9];
+    skewed.extend([92_000, 92_000]);
+    let got = durations::representative(&skewed);
+    assert_eq!(got, (8 * 47_000 + 92_000) / 9, "the trimmed mean");
+    // One preempted timing at each end is one kernel still.
+    let mut preempted = vec![100_000u64; 9];
+    preempted.insert(0, 20_000);
+    preempted.push(400_000);
+    assert_eq!(durations::representative(&preempted), 100_000);
 }
 
 /// Two kernels that share a key (function, grid and block), 1 ms at a

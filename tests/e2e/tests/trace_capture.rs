@@ -67,6 +67,7 @@ fn a_replayed_training_step_is_captured_with_its_kernels_and_kernel_time() {
         "4",
         Duration::from_secs(3),
     );
+    kernel_report("resnet50_train", &source, &captured);
     check(&source, &captured);
 }
 
