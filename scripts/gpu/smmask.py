@@ -14,6 +14,8 @@ its own result:
     smmask.py --part plain    --out DIR   # the probe kernel unconfined: the SMs it reaches
     smmask.py --part green    --out DIR   # in a green context of half the SMs (documented API)
     smmask.py --part callback --out DIR   # under a TPC mask set in the launch callback
+    smmask.py --part cupti_after  --out DIR  # the callback subscribed after torch.profiler ran
+    smmask.py --part cupti_before --out DIR  # ... and before it: does the profiler still see kernels?
 
 Each writes DIR/smmask-<part>.json. The mechanisms:
 
@@ -350,8 +352,81 @@ def judge_mask(sms, off_tpcs, unmasked, masked, applied):
             "confined": confined, "problems": problems}
 
 
+def subscribe_hook(drv):
+    """Subscribes a disarmed MaskHook as the shim's probe does: (hook, None)
+    or (None, why)."""
+    tbl, why = drv.export_table()
+    if tbl is None:
+        return None, why
+    entries = ctypes.cast(tbl, ctypes.POINTER(ctypes.c_void_p))
+    subscribe = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), MaskHook.CB,
+                                 ctypes.c_void_p)(entries[3])
+    enable = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int,
+                              ctypes.c_int)(entries[6])
+    hook = MaskHook(1)
+    handle = ctypes.c_uint32()
+    rc = subscribe(ctypes.byref(handle), hook.cb, None)
+    if rc:
+        return None, f"subscribe returned {rc}"
+    rc = enable(1, handle.value, QMD_DOMAIN, QMD_PRE_UPLOAD)
+    if rc:
+        return None, f"enable returned {rc}"
+    return hook, None
+
+
+def profiled_kernels():
+    """CUDA kernels torch.profiler (Kineto, on CUPTI) records around a few
+    matmuls, or None without torch or a GPU."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    a = torch.randn(256, 256, device="cuda")
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(4):
+            a = a @ a
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return sum(1 for e in prof.events() if getattr(e, "device_type", None) == cuda)
+
+
+def part_cupti(drv, info, dry, order):
+    """Whether a profiler on CUPTI (torch.profiler) and the shim's launch
+    callback get along in one process: `order` "profiler_first" profiles,
+    subscribes as the shim's probe does, profiles again; "callback_first"
+    subscribes, then profiles. Losing the profiler's kernels is a problem
+    (a training job's own profiling would break under tandem's SM
+    reservation); a refused subscription is recorded (the shim would run
+    unmasked, its fail-open)."""
+    if dry:
+        return {"skipped": "dry run: no profiler on the fake driver", "problems": []}
+    out, problems = {"order": order}, []
+    if order == "profiler_first":
+        out["kernels_before"] = profiled_kernels()
+        if out["kernels_before"] is None:
+            return {"skipped": "no torch with CUDA here", "problems": []}
+    hook, why = subscribe_hook(drv)
+    out["subscribed"] = hook is not None
+    out["subscribe_why"] = why
+    out["kernels"] = profiled_kernels()
+    if out["kernels"] is None:
+        return {"skipped": "no torch with CUDA here", "problems": []}
+    if not out["kernels"] and out.get("kernels_before", 1):
+        problems.append("torch.profiler recorded no CUDA kernel beside the launch callback"
+                        + (f" ({out['kernels_before']} before it)" if order == "profiler_first"
+                           else ""))
+    out["problems"] = problems
+    return out
+
+
 PARTS = {"probe": part_probe, "plain": part_plain, "green": part_green,
-         "callback": part_callback}
+         "callback": part_callback,
+         "cupti_after": lambda d, i, dry: part_cupti(d, i, dry, "profiler_first"),
+         "cupti_before": lambda d, i, dry: part_cupti(d, i, dry, "callback_first")}
 
 
 def main(argv):

@@ -428,6 +428,30 @@ class SmMask(unittest.TestCase):
         self.assertIn("NULL", self.call(hook)["left_alone"])
         self.assertEqual(self.word(84), 0)
 
+    def test_a_profiler_that_loses_its_kernels_beside_the_callback_is_a_problem(self):
+        sm = self.sm
+        saved = sm.profiled_kernels, sm.subscribe_hook
+        try:
+            counts = iter([5, 0])
+            sm.profiled_kernels = lambda: next(counts)
+            sm.subscribe_hook = lambda drv: (object(), None)
+            got = sm.part_cupti(None, {}, False, "profiler_first")
+            self.assertEqual((got["kernels_before"], got["kernels"]), (5, 0))
+            self.assertIn("no CUDA kernel beside the launch callback (5 before it)",
+                          got["problems"][0])
+            # The callback refused, the profiler fine: recorded, no problem.
+            sm.profiled_kernels = lambda: 4
+            sm.subscribe_hook = lambda drv: (None, "subscribe returned 1")
+            got = sm.part_cupti(None, {}, False, "callback_first")
+            self.assertEqual((got["subscribed"], got["kernels"], got["problems"]),
+                             (False, 4, []))
+            # No torch here: skipped, whatever the order.
+            sm.profiled_kernels = lambda: None
+            for order in ("profiler_first", "callback_first"):
+                self.assertIn("no torch", sm.part_cupti(None, {}, False, order)["skipped"])
+        finally:
+            sm.profiled_kernels, sm.subscribe_hook = saved
+
     def test_a_mask_is_judged_by_how_many_sms_it_left_not_which(self):
         judge = self.sm.judge_mask
         every = list(range(16))

@@ -417,6 +417,8 @@ class DryRun(unittest.TestCase):
             self.assertIn("no PTX", mask["callback"]["skipped"])
             self.assertEqual(mask["probe"]["green_contexts"], False)
             self.assertIn("cuGreenCtxCreate", mask["probe"]["green_missing"])
+            for part in ("cupti_after", "cupti_before"):
+                self.assertIn("dry run", mask[part]["skipped"])
             self.assertEqual(mask["problems"], [])
             # part 4's co-location in issue 23's mode: tandemd accepted the
             # spatial config, both modes paired with the alone cell; the
