@@ -1,12 +1,12 @@
 //! The `tandem-trace/1` document of one client from a copy of its window.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
 
-use super::durations::{fit, is_launch, lower_median, Fitted, Found, Key};
+use super::durations::{fit_at, is_launch, shared_keys, Fitted, Found, Key};
 use super::unit::{median_unit, requests, steps, Unit};
 
 /// What the trace describes, besides its records.
@@ -68,13 +68,14 @@ pub fn build(
             "client {id} has reported no complete request in the last {secs} s"
         )));
     };
-    let fitted = fit(records);
-    let positions = by_position(records, &units, &unit, &fitted);
+    let shared = shared_keys(records);
+    let positions = positions(records, &units, &shared);
+    let fitted = fit_at(records, &positions);
     let mut ops = ops_of(
         &records[unit.first..unit.end],
         &unit,
         &fitted,
-        &positions,
+        &shared,
         &func,
     );
     let mut notes = format!(
@@ -119,51 +120,32 @@ struct Ops {
     counts: [usize; 3],
 }
 
-/// For each launch of `unit`, in order: where its key's timings disagree
-/// (`Fitted::shared`: several kernels share the function, grid and block,
-/// an encoder's and a decoder's weight gradients), the median of the timings of the launches
-/// at its position in every unit (request or step) with its key there: the
-/// position tells them apart; else `None` (the key's own duration).
-fn by_position(
-    records: &[Record],
-    units: &[Unit],
-    unit: &Unit,
-    fitted: &Fitted,
-) -> Vec<Option<u64>> {
-    let launches_of = |u: &Unit| -> Vec<usize> {
-        (u.first..u.end)
-            .filter(|&i| is_launch(records[i].kind))
-            .collect()
-    };
-    let rep = launches_of(unit);
-    let keys: Vec<Key> = rep.iter().map(|&i| Key::of(&records[i])).collect();
-    let mut at: Vec<Vec<u64>> = vec![Vec::new(); rep.len()];
-    if !fitted.shared.is_empty() {
-        for u in units {
-            for (k, i) in launches_of(u).into_iter().enumerate().take(rep.len()) {
-                if !fitted.shared.contains(&keys[k]) || Key::of(&records[i]) != keys[k] {
-                    continue;
-                }
-                if let Some(&ns) = fitted.timed_at.get(&i) {
-                    at[k].push(ns);
-                }
+/// The launches of `units` whose key several kernels share (`shared`: the
+/// fit then learns them per position): record index -> the launch's
+/// ordinal in its unit. The position tells them apart (an encoder's and a
+/// decoder's weight gradients).
+fn positions(records: &[Record], units: &[Unit], shared: &HashSet<Key>) -> HashMap<usize, u32> {
+    let mut out = HashMap::new();
+    if shared.is_empty() {
+        return out;
+    }
+    for u in units {
+        let launches = (u.first..u.end).filter(|&i| is_launch(records[i].kind));
+        for (k, i) in launches.enumerate() {
+            if shared.contains(&Key::of(&records[i])) {
+                out.insert(i, u32::try_from(k).unwrap_or(u32::MAX));
             }
         }
     }
-    at.into_iter()
-        .map(|mut v| {
-            v.sort_unstable();
-            lower_median(&v)
-        })
-        .collect()
+    out
 }
 
-/// The ops of one unit's records (`positions`: [`by_position`]'s).
+/// The ops of one unit's records (`shared`: the keys fitted per position).
 fn ops_of(
     records: &[Record],
     unit: &Unit,
     fitted: &Fitted,
-    positions: &[Option<u64>],
+    shared: &HashSet<Key>,
     func: &impl Fn(u64) -> Option<(String, Option<FuncAttrs>)>,
 ) -> Ops {
     let mut nth = 0;
@@ -182,9 +164,10 @@ fn ops_of(
         match EventKind::from_raw(r.kind) {
             Some(k) if k.is_launch() => {
                 let key = Key::of(r);
-                let (ns, found) = match positions.get(nth).copied().flatten() {
-                    Some(ns) => (ns, Found::Measured),
-                    None => fitted.duration(&key),
+                let (ns, found) = if shared.contains(&key) {
+                    fitted.duration_at(&key, nth)
+                } else {
+                    fitted.duration(&key)
                 };
                 nth += 1;
                 out.counts[match found {

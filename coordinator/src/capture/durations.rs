@@ -31,6 +31,11 @@ impl Key {
     }
 }
 
+/// What the fit learns one duration for: a launch's key, and for the keys
+/// several kernels share, its position in its request or step (the
+/// launch's ordinal there), which tells them apart.
+pub type Ident = (Key, Option<u32>);
+
 /// Whether a record of `kind` is a launch (one op of the trace).
 #[must_use]
 pub fn is_launch(kind: u16) -> bool {
@@ -57,6 +62,8 @@ struct Segment {
 #[derive(Debug, Default)]
 pub struct Fitted {
     by_key: HashMap<Key, u64>,
+    /// Per position of a shared key ([`Ident`]).
+    by_position: HashMap<Ident, u64>,
     by_func: HashMap<u64, u64>,
     /// The shim's timings: the index of the launch record each timed, and
     /// its GPU ns.
@@ -90,6 +97,16 @@ impl Fitted {
         }
     }
 
+    /// The duration of the launch of `key` at `position` of its unit (where
+    /// the fit was given positions), else as [`Self::duration`].
+    #[must_use]
+    pub fn duration_at(&self, key: &Key, position: u32) -> (u64, Found) {
+        match self.by_position.get(&(*key, Some(position))) {
+            Some(&ns) => (ns, Found::Measured),
+            None => self.duration(key),
+        }
+    }
+
     /// Kernels measured.
     #[must_use]
     pub fn measured(&self) -> usize {
@@ -100,7 +117,7 @@ impl Fitted {
 /// The segments of `records` (oldest first) and their launches' keys and
 /// times. A segment needs the drain point before it, so the launches before
 /// the window's first drain point are measured by none.
-fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
+fn segments(records: &[Record], at: &HashMap<usize, u32>) -> (Vec<(u64, Ident)>, Vec<Segment>) {
     let mut launches = Vec::new();
     let mut segs = Vec::new();
     // Mark sequence number -> launches before it.
@@ -132,9 +149,9 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
             _ => (ts, by_mark),
         });
     };
-    for r in records {
+    for (i, r) in records.iter().enumerate() {
         match EventKind::from_raw(r.kind) {
-            Some(k) if k.is_launch() => launches.push((r.ts_ns, Key::of(r))),
+            Some(k) if k.is_launch() => launches.push((r.ts_ns, (Key::of(r), at.get(&i).copied()))),
             Some(EventKind::MARK) => {
                 marks.insert(r.func_id, launches.len());
             }
@@ -162,23 +179,36 @@ fn segments(records: &[Record]) -> (Vec<(u64, Key)>, Vec<Segment>) {
 /// timing long or short by the preemption), and one such must not move the
 /// kernel's time.
 /// Also the keys whose timings disagree. `at`: [`timings`]'s.
-fn timed(records: &[Record], at: &[(usize, u64)]) -> (HashMap<Key, (u64, u64)>, HashSet<Key>) {
-    let mut all: HashMap<Key, Vec<u64>> = HashMap::new();
+fn timed(
+    records: &[Record],
+    at: &[(usize, u64)],
+    positions: &HashMap<usize, u32>,
+) -> (HashMap<Ident, (u64, u64)>, HashSet<Key>) {
+    let mut all: HashMap<Ident, Vec<u64>> = HashMap::new();
     for &(i, ns) in at {
-        all.entry(Key::of(&records[i])).or_default().push(ns);
+        all.entry((Key::of(&records[i]), positions.get(&i).copied()))
+            .or_default()
+            .push(ns);
     }
     let mut shared = HashSet::new();
-    let per_key = all
+    let per_ident = all
         .into_iter()
-        .map(|(k, mut v)| {
+        .map(|(id, mut v)| {
             v.sort_unstable();
             if !agree(&v) {
-                shared.insert(k);
+                shared.insert(id.0);
             }
-            (k, (representative(&v), v.len() as u64))
+            (id, (representative(&v), v.len() as u64))
         })
         .collect();
-    (per_key, shared)
+    (per_ident, shared)
+}
+
+/// The keys several kernels share: those whose timings disagree
+/// ([`agree`]), which the fit then learns per position.
+#[must_use]
+pub fn shared_keys(records: &[Record]) -> HashSet<Key> {
+    timed(records, &timings(records), &HashMap::new()).1
 }
 
 /// Each timing in `records`: the index of the launch record it timed, and
@@ -256,8 +286,17 @@ pub(super) fn representative(v: &[u64]) -> u64 {
 /// kernel is then scaled so that the syncs' segments keep their length.
 #[must_use]
 pub fn fit(records: &[Record]) -> Fitted {
-    let (launches, segs) = segments(records);
-    let mut index: HashMap<Key, usize> = HashMap::new();
+    fit_at(records, &HashMap::new())
+}
+
+/// [`fit`], with a duration per position for the launches `positions`
+/// names (record index: the launch's ordinal in its request or step; the
+/// launches of [`shared_keys`]): each is then timed, or fitted to the
+/// drain points, on its own.
+#[must_use]
+pub fn fit_at(records: &[Record], positions: &HashMap<usize, u32>) -> Fitted {
+    let (launches, segs) = segments(records, positions);
+    let mut index: HashMap<Ident, usize> = HashMap::new();
     let kernel: Vec<usize> = launches
         .iter()
         .map(|(_, k)| {
@@ -302,13 +341,33 @@ pub fn fit(records: &[Record]) -> Fitted {
     // scale once more, over all (a job that syncs keeps its measured total:
     // the timings fix the proportions, not the sum).
     let at = timings(records);
-    let (timed, shared) = timed(records, &at);
+    let (by_key, shared) = timed(records, &at, &HashMap::new());
+    let (timed, _) = timed(records, &at, positions);
     let mut fixed = vec![false; d.len()];
     for (key, &(median, _)) in &timed {
         if let Some(&k) = index.get(key) {
             d[k] = median as f64;
             fixed[k] = true;
         }
+    }
+    // A position of a shared key that no timing reached: from its key's
+    // timings, then solved with every other kernel's duration held, on the
+    // drain points around it (the marks' segments hold few such kernels
+    // among timed ones).
+    let solve: Vec<bool> = {
+        let mut v = vec![false; d.len()];
+        for (id, &k) in &index {
+            if id.1.is_some() && !fixed[k] {
+                if let Some(&(ns, _)) = by_key.get(&(id.0, None)) {
+                    d[k] = ns as f64;
+                }
+                v[k] = true;
+            }
+        }
+        v
+    };
+    if solve.contains(&true) {
+        d = rounds_free(&segs, &times, &kernel, d, &solve);
     }
     if fixed.contains(&true) {
         let mut factors: Vec<f64> = syncs
@@ -324,24 +383,35 @@ pub fn fit(records: &[Record]) -> Fitted {
         }
     }
     let mut fitted = Fitted::default();
+    // Per function and per key: the mean over their launches.
     let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
-    for (key, &(median, count)) in &timed {
-        if !index.contains_key(key) {
-            fitted.by_key.insert(*key, median);
-            let f = per_func.entry(key.func_id).or_default();
-            f.0 += median as f64 * count as f64;
-            f.1 += count as f64;
+    let mut per_key: HashMap<Key, (f64, f64)> = HashMap::new();
+    let mut add = |id: &Ident, ns: f64, count: f64, fitted: &mut Fitted| {
+        if id.1.is_some() {
+            fitted.by_position.insert(*id, ns.round() as u64);
+        }
+        let f = per_func.entry(id.0.func_id).or_default();
+        f.0 += ns * count;
+        f.1 += count;
+        let f = per_key.entry(id.0).or_default();
+        f.0 += ns * count;
+        f.1 += count;
+    };
+    for (id, &(median, count)) in &timed {
+        if !index.contains_key(id) {
+            add(id, median as f64, count as f64, &mut fitted);
         }
     }
-    for (key, &k) in &index {
-        let known = n[k] > 0.0 || timed.contains_key(key);
+    for (id, &k) in &index {
+        let known = n[k] > 0.0 || timed.contains_key(id);
         if known && d[k] >= 0.5 {
-            fitted.by_key.insert(*key, d[k].round() as u64);
-            let f = per_func.entry(key.func_id).or_default();
-            f.0 += d[k] * n[k].max(1.0);
-            f.1 += n[k].max(1.0);
+            add(id, d[k], n[k].max(1.0), &mut fitted);
         }
     }
+    fitted.by_key = per_key
+        .into_iter()
+        .map(|(k, (sum, c))| (k, (sum / c).round() as u64))
+        .collect();
     fitted.timed_at = at.into_iter().collect();
     fitted.shared = shared;
     fitted.by_func = per_func
@@ -388,6 +458,45 @@ fn rounds(segs: &[Segment], times: &[f64], kernel: &[usize], mut d: Vec<f64>) ->
     (d, sse)
 }
 
+/// [`ROUNDS`] of the fit of the durations `solve` marks, every other held:
+/// each segment's [`factor_free`] (with the others as fixed), each solved
+/// duration the mean of its scaled shares.
+fn rounds_free(
+    segs: &[Segment],
+    times: &[f64],
+    kernel: &[usize],
+    mut d: Vec<f64>,
+    solve: &[bool],
+) -> Vec<f64> {
+    let held: Vec<bool> = solve.iter().map(|s| !s).collect();
+    let mut num = vec![0f64; d.len()];
+    let mut den = vec![0f64; d.len()];
+    for _ in 0..ROUNDS {
+        num.iter_mut().for_each(|x| *x = 0.0);
+        den.iter_mut().for_each(|x| *x = 0.0);
+        for s in segs {
+            if !kernel[s.a..s.b].iter().any(|&k| solve[k]) {
+                continue;
+            }
+            let Some(x) = scale_free(s, times, kernel, &d, &held) else {
+                continue;
+            };
+            for &k in &kernel[s.a..s.b] {
+                if solve[k] {
+                    num[k] += d[k] * x;
+                    den[k] += 1.0;
+                }
+            }
+        }
+        for k in 0..d.len() {
+            if den[k] > 0.0 {
+                d[k] = num[k] / den[k];
+            }
+        }
+    }
+    d
+}
+
 /// The factor by which `d`'s durations of `s`'s launches must be scaled for
 /// its simulated end to be its measured end (see [`rounds`]), if positive.
 fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> Option<f64> {
@@ -426,6 +535,27 @@ fn factor_free(
     d: &[f64],
     fixed: &[bool],
 ) -> Option<f64> {
+    let (u, f) = kernel[s.a..s.b].iter().fold((0.0, 0.0), |(u, f), &k| {
+        if fixed[k] {
+            (u, f + d[k])
+        } else {
+            (u + d[k], f)
+        }
+    });
+    if u < MIN_FREE_SHARE * (u + f) {
+        return None;
+    }
+    scale_free(s, times, kernel, d, fixed)
+}
+
+/// [`factor_free`] without its least share.
+fn scale_free(
+    s: &Segment,
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    fixed: &[bool],
+) -> Option<f64> {
     let end = s.end as f64;
     let (mut f, mut u, mut x) = (0.0, 0.0, f64::INFINITY);
     let line = |from: f64, f: f64, u: f64, x: &mut f64| {
@@ -443,9 +573,6 @@ fn factor_free(
         line(times[i], f, u, &mut x);
     }
     line(s.start as f64, f, u, &mut x);
-    if u < MIN_FREE_SHARE * (u + f) {
-        return None;
-    }
     (x.is_finite() && x > 0.0).then_some(x)
 }
 

@@ -42,10 +42,15 @@
 //! a poll interval long (the syncs still give the scale). But a kernel the
 //! shim timed on the GPU (a MARK_DONE with `FLAG_TIMED`: the shim brackets
 //! one launch per mark interval with events, more while the GPU is behind)
-//! takes the median of its timings (their trimmed mean where they disagree:
-//! kernels sharing a key, `durations::representative`), whatever the fit
-//! says, and the syncs' scale is solved for the
-//! kernels not timed with the timed ones fixed (`durations.rs`).
+//! takes the median of its timings, whatever the fit says. Where a key's
+//! timings disagree (two modes, `durations::agree`), several kernels share
+//! it, and the fit learns that key per position in the request or step
+//! (the launch's ordinal): a position timed takes its own timings' median;
+//! one no timing reached starts from the key's trimmed mean and is solved
+//! on the marks' segments with every other duration held. Then the syncs'
+//! scale is solved for the kernels not timed with the timed ones fixed,
+//! where they hold a quarter of a sync segment's kernel time or more
+//! (`durations.rs`).
 //!
 //! tandemd asks the shim for marks only of training clients for its own
 //! use (`[scheduler] mark_every_ns`); `[trace] mark_every_ns` (1 ms by

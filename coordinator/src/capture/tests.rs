@@ -629,3 +629,58 @@ fn kernels_sharing_a_key_keep_their_own_times_by_position() {
     assert_eq!(ns.len(), 4, "{ns:?}");
     assert_eq!((ns[1], ns[3]), (1_000_000, 10_000_000), "{ns:?}");
 }
+
+/// As above, but the 10 ms kernel is never timed (its key's timings all
+/// say 1 ms, and one more timed kernel of the key at another position
+/// makes it shared): a mark after every launch, seen 20 us late. Fitted
+/// per position with every other duration held, it takes the drain
+/// points' 10 ms; by its key it would take the timed kernels' 1 ms.
+#[test]
+fn a_position_no_timing_reached_is_fitted_on_its_own() {
+    use tandem_proto::record::FLAG_TIMED;
+    let mut r = Vec::new();
+    let (mut t, mut seq) = (1_000_000u64, 0u64);
+    let step = [
+        (1, 50_000, true),
+        (7, 1_000_000, true),
+        (2, 50_000, true),
+        (7, 10_000_000, false),
+        (7, 3_000_000, true),
+    ];
+    for _ in 0..8 {
+        let mut gpu = t;
+        for (i, &(f, ns, timed)) in step.iter().enumerate() {
+            let at = t + i as u64 * 1_000;
+            r.push(launch(f, at));
+            gpu = gpu.max(at) + ns;
+            seq += 1;
+            r.push(mark(EventKind::MARK, seq, at + 10));
+            let mut done = mark(EventKind::MARK_DONE, seq, gpu + 20_000);
+            if timed {
+                done.flags = FLAG_TIMED;
+                done.bytes = ns;
+            }
+            r.push(done);
+        }
+        r.push(rec(EventKind::SYNC_BEGIN, t + 6_000));
+        r.push(rec(EventKind::SYNC_END, gpu + 5_000));
+        t = gpu + 3_000_000;
+    }
+    r.sort_by_key(|x| x.ts_ns);
+    let src = Source {
+        client: 4,
+        job: "train".into(),
+        class: JobClass::Training,
+        device: String::new(),
+        seconds: 10,
+        idle_gap_ns: 2_000_000,
+    };
+    let trace = build(&src, &r, |_| None).unwrap();
+    let ns: Vec<u64> = trace.kernels().map(|k| k.duration_ns).collect();
+    assert_eq!(ns.len(), 5, "{ns:?}");
+    assert_eq!((ns[1], ns[4]), (1_000_000, 3_000_000), "timed: {ns:?}");
+    assert!(
+        ns[3].abs_diff(10_000_000) < 200_000,
+        "the untimed position: {ns:?}"
+    );
+}
