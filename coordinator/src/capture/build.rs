@@ -6,7 +6,8 @@ use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
 
-use super::durations::{fit_at, is_launch, shared_keys, Fitted, Found, Key};
+use super::durations::{fit_at, shared_keys, Fitted, Found};
+use super::key::{is_launch, Key};
 use super::unit::{median_unit, requests, steps, Unit};
 
 /// What the trace describes, besides its records.

@@ -84,10 +84,13 @@ use tandem_proto::{EventKind, Record};
 
 mod build;
 mod durations;
+mod key;
+mod solve;
 mod unit;
 
 pub use build::{build, Missing, Source};
-pub use durations::{fit, is_launch, Fitted, Found, Key};
+pub use durations::{fit, Fitted, Found};
+pub use key::{is_launch, Key};
 pub use unit::{median_unit, requests, step_period, steps, Unit};
 
 /// Most records one client's window may hold (`[trace] window`).

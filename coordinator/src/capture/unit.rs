@@ -3,7 +3,7 @@
 
 use tandem_proto::{EventKind, Record};
 
-use super::durations::{is_launch, Key};
+use super::key::{is_launch, Key};
 
 /// One request or step: `records[first..end]`, from `begin_ns` (its
 /// arrival, or the end of what came before it) to `end_ns`.

@@ -1,0 +1,278 @@
+//! The drain points (completion marks and syncs), the segments of launches
+//! they end, and the fits over them: a segment's factor, the rounds that
+//! share each segment's time among its kernels, and the same with some
+//! durations held (the method is in the [module docs](super)).
+
+use std::collections::HashMap;
+
+use tandem_proto::{EventKind, Record};
+
+use super::key::{Ident, Key};
+
+/// Rounds of the fit.
+pub(super) const ROUNDS: usize = 30;
+
+/// Launches since one drain point, ended by the next.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Segment {
+    /// Its launches: `launches[a..b]`.
+    pub(super) a: usize,
+    pub(super) b: usize,
+    /// When the GPU had done everything before it (the previous drain point).
+    pub(super) start: u64,
+    /// When it had done all of it.
+    pub(super) end: u64,
+}
+
+/// The segments of `records` (oldest first) and their launches' keys and
+/// times. A segment needs the drain point before it, so the launches before
+/// the window's first drain point are measured by none.
+pub(super) fn segments(
+    records: &[Record],
+    at: &HashMap<usize, u32>,
+) -> (Vec<(u64, Ident)>, Vec<Segment>) {
+    let mut launches = Vec::new();
+    let mut segs = Vec::new();
+    // Mark sequence number -> launches before it.
+    let mut marks: HashMap<u64, usize> = HashMap::new();
+    let mut drained = 0usize;
+    // The last drain point: its time and whether a mark's.
+    let mut drain_ts: Option<(u64, bool)> = None;
+    let mut point = |n: usize,
+                     ts: u64,
+                     by_mark: bool,
+                     drained: &mut usize,
+                     drain_ts: &mut Option<(u64, bool)>| {
+        if n < *drained {
+            return;
+        }
+        if let Some((start, _)) = *drain_ts {
+            if n > *drained && ts > start {
+                segs.push(Segment {
+                    a: *drained,
+                    b: n,
+                    start,
+                    end: ts,
+                });
+            }
+        }
+        *drained = n;
+        *drain_ts = Some(match *drain_ts {
+            Some((d, m)) if d > ts => (d, m),
+            _ => (ts, by_mark),
+        });
+    };
+    for (i, r) in records.iter().enumerate() {
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => launches.push((r.ts_ns, (Key::of(r), at.get(&i).copied()))),
+            Some(EventKind::MARK) => {
+                marks.insert(r.func_id, launches.len());
+            }
+            Some(EventKind::MARK_DONE) => {
+                if let Some(n) = marks.remove(&r.func_id) {
+                    point(n, r.ts_ns, true, &mut drained, &mut drain_ts);
+                }
+            }
+            Some(EventKind::SYNC_END) => {
+                point(launches.len(), r.ts_ns, false, &mut drained, &mut drain_ts);
+            }
+            _ => {}
+        }
+    }
+    (launches, segs)
+}
+
+/// [`ROUNDS`] of the fit from `d`; the durations and the sum of squared misses of the segments' ends.
+///
+/// A segment's simulated end with its kernels' durations scaled by `x` is
+/// the latest of `start + x * S(a)` and, for each launch `i`, `t(i) + x *
+/// S(i)` (`S(i)`: the durations from launch `i` to the segment's end): a
+/// maximum of lines rising in `x`, which first reaches the measured end at
+/// the least of the lines' own solutions. Each kernel's share of the
+/// segment is its duration times that `x`; its new duration the mean of
+/// its shares.
+pub(super) fn rounds(
+    segs: &[Segment],
+    times: &[f64],
+    kernel: &[usize],
+    mut d: Vec<f64>,
+) -> (Vec<f64>, f64) {
+    let mut num = vec![0f64; d.len()];
+    let mut den = vec![0f64; d.len()];
+    let mut sse = 0.0;
+    for _ in 0..ROUNDS {
+        num.iter_mut().for_each(|x| *x = 0.0);
+        den.iter_mut().for_each(|x| *x = 0.0);
+        sse = 0.0;
+        for s in segs {
+            let Some(x) = factor(s, times, kernel, &d) else {
+                continue;
+            };
+            let sim = simulated_end(s, times, kernel, &d);
+            sse += (sim - s.end as f64) * (sim - s.end as f64);
+            for &k in &kernel[s.a..s.b] {
+                num[k] += d[k] * x;
+                den[k] += 1.0;
+            }
+        }
+        for k in 0..d.len() {
+            if den[k] > 0.0 {
+                d[k] = num[k] / den[k];
+            }
+        }
+    }
+    (d, sse)
+}
+
+/// [`ROUNDS`] of the fit of the durations `solve` marks, every other held:
+/// each segment's [`factor_free`] (with the others as fixed), each solved
+/// duration the mean of its scaled shares.
+pub(super) fn rounds_free(
+    segs: &[Segment],
+    times: &[f64],
+    kernel: &[usize],
+    mut d: Vec<f64>,
+    solve: &[bool],
+) -> Vec<f64> {
+    let held: Vec<bool> = solve.iter().map(|s| !s).collect();
+    let mut num = vec![0f64; d.len()];
+    let mut den = vec![0f64; d.len()];
+    for _ in 0..ROUNDS {
+        num.iter_mut().for_each(|x| *x = 0.0);
+        den.iter_mut().for_each(|x| *x = 0.0);
+        for s in segs {
+            if !kernel[s.a..s.b].iter().any(|&k| solve[k]) {
+                continue;
+            }
+            let Some(x) = scale_free(s, times, kernel, &d, &held) else {
+                continue;
+            };
+            for &k in &kernel[s.a..s.b] {
+                if solve[k] {
+                    num[k] += d[k] * x;
+                    den[k] += 1.0;
+                }
+            }
+        }
+        for k in 0..d.len() {
+            if den[k] > 0.0 {
+                d[k] = num[k] / den[k];
+            }
+        }
+    }
+    d
+}
+
+/// The factor by which `d`'s durations of `s`'s launches must be scaled for
+/// its simulated end to be its measured end (see [`rounds`]), if positive.
+pub(super) fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> Option<f64> {
+    let end = s.end as f64;
+    let (mut suffix, mut x) = (0.0, f64::INFINITY);
+    for i in (s.a..s.b).rev() {
+        suffix += d[kernel[i]];
+        if suffix > 0.0 {
+            x = x.min((end - times[i]) / suffix);
+        }
+    }
+    if suffix > 0.0 {
+        x = x.min((end - s.start as f64) / suffix);
+    }
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// The least share of a sync segment's kernel time the free durations must
+/// hold for the syncs' scale to be solved for them. The time of a segment
+/// no kernel explains (a copy, the sync's own return, the timings' small
+/// errors) goes wholly to its free kernels: where they are a sliver of it,
+/// a few untimed kernels took it all (ResNet50 training's first
+/// convolution, 147 us, came back 0.28 to 1.28 ms and the step's sum up to
+/// +3.8%).
+pub(super) const MIN_FREE_SHARE: f64 = 0.25;
+
+/// As [`factor`], scaling only the durations not `fixed`: each line is
+/// `t(i) + F(i) + x * U(i)` (`F`, `U`: the fixed and the free durations from
+/// launch `i` to the segment's end). `None` where the free durations hold
+/// less than [`MIN_FREE_SHARE`] of `s`'s kernel time (none at all
+/// included), or the fixed ones alone overrun its end.
+pub(super) fn factor_free(
+    s: &Segment,
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    fixed: &[bool],
+) -> Option<f64> {
+    let (u, f) = kernel[s.a..s.b].iter().fold((0.0, 0.0), |(u, f), &k| {
+        if fixed[k] {
+            (u, f + d[k])
+        } else {
+            (u + d[k], f)
+        }
+    });
+    if u < MIN_FREE_SHARE * (u + f) {
+        return None;
+    }
+    scale_free(s, times, kernel, d, fixed)
+}
+
+/// [`factor_free`] without its least share.
+pub(super) fn scale_free(
+    s: &Segment,
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    fixed: &[bool],
+) -> Option<f64> {
+    let end = s.end as f64;
+    let (mut f, mut u, mut x) = (0.0, 0.0, f64::INFINITY);
+    let line = |from: f64, f: f64, u: f64, x: &mut f64| {
+        if u > 0.0 {
+            *x = x.min((end - from - f) / u);
+        }
+    };
+    for i in (s.a..s.b).rev() {
+        let k = kernel[i];
+        if fixed[k] {
+            f += d[k];
+        } else {
+            u += d[k];
+        }
+        line(times[i], f, u, &mut x);
+    }
+    line(s.start as f64, f, u, &mut x);
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// When `s`'s launches would have completed with durations `d`.
+pub(super) fn simulated_end(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> f64 {
+    let mut c = s.start as f64;
+    for i in s.a..s.b {
+        c = c.max(times[i]) + d[kernel[i]];
+    }
+    c
+}
+
+/// The segments from one sync's return to the next (marks ignored).
+pub(super) fn sync_segments(records: &[Record]) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let (mut n, mut prev): (usize, Option<(u64, usize)>) = (0, None);
+    for r in records {
+        match EventKind::from_raw(r.kind) {
+            Some(k) if k.is_launch() => n += 1,
+            Some(EventKind::SYNC_END) => {
+                if let Some((start, a)) = prev {
+                    if n > a && r.ts_ns > start {
+                        out.push(Segment {
+                            a,
+                            b: n,
+                            start,
+                            end: r.ts_ns,
+                        });
+                    }
+                }
+                prev = Some((r.ts_ns, n));
+            }
+            _ => {}
+        }
+    }
+    out
+}
