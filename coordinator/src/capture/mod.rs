@@ -46,8 +46,9 @@
 //! timings disagree (two modes, `durations::agree`), several kernels share
 //! it, and the fit learns that key per position in the request or step
 //! (the launch's ordinal): a position timed takes its own timings' median;
-//! one no timing reached starts from the key's trimmed mean and is solved
-//! on the marks' segments with every other duration held. Then the syncs'
+//! one no timing reached starts from the key's trimmed mean and, where that
+//! is the marks' resolution (200 us) or more, is solved on the marks'
+//! segments with every other duration held. Then the syncs'
 //! scale is solved for the kernels not timed with the timed ones fixed,
 //! where they hold a quarter of a sync segment's kernel time or more
 //! (`durations.rs`).
