@@ -376,7 +376,8 @@ def subscribe_hook(drv):
 
 def profiled_kernels():
     """CUDA kernels torch.profiler (Kineto, on CUPTI) records around a few
-    matmuls, or None without torch or a GPU."""
+    matmuls; None without torch or a GPU; the error's text where profiling
+    raised."""
     try:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -384,14 +385,17 @@ def profiled_kernels():
         return None
     if not torch.cuda.is_available():
         return None
-    a = torch.randn(256, 256, device="cuda")
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(4):
-            a = a @ a
+    try:
+        a = torch.randn(256, 256, device="cuda")
         torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    return sum(1 for e in prof.events() if getattr(e, "device_type", None) == cuda)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(4):
+                a = a @ a
+            torch.cuda.synchronize()
+        cuda = torch.autograd.DeviceType.CUDA
+        return sum(1 for e in prof.events() if getattr(e, "device_type", None) == cuda)
+    except Exception as e:  # any failure of the profiler is the finding
+        return f"{type(e).__name__}: {e}"
 
 
 def part_cupti(drv, info, dry, order):
@@ -409,13 +413,20 @@ def part_cupti(drv, info, dry, order):
         out["kernels_before"] = profiled_kernels()
         if out["kernels_before"] is None:
             return {"skipped": "no torch with CUDA here", "problems": []}
+        if isinstance(out["kernels_before"], str):
+            return {"skipped": "torch.profiler failed on its own: " + out["kernels_before"],
+                    "problems": []}
     hook, why = subscribe_hook(drv)
     out["subscribed"] = hook is not None
     out["subscribe_why"] = why
     out["kernels"] = profiled_kernels()
     if out["kernels"] is None:
         return {"skipped": "no torch with CUDA here", "problems": []}
-    if not out["kernels"] and out.get("kernels_before", 1):
+    if isinstance(out["kernels"], str):
+        out["profiler_error"], out["kernels"] = out["kernels"], 0
+        problems.append("torch.profiler failed beside the launch callback: "
+                        + out["profiler_error"])
+    elif not out["kernels"] and out.get("kernels_before", 1):
         problems.append("torch.profiler recorded no CUDA kernel beside the launch callback"
                         + (f" ({out['kernels_before']} before it)" if order == "profiler_first"
                            else ""))

@@ -445,6 +445,13 @@ class SmMask(unittest.TestCase):
             got = sm.part_cupti(None, {}, False, "callback_first")
             self.assertEqual((got["subscribed"], got["kernels"], got["problems"]),
                              (False, 4, []))
+            # The profiler raising beside the callback is the finding, named.
+            counts = iter([6, "RuntimeError: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"])
+            sm.profiled_kernels = lambda: next(counts)
+            sm.subscribe_hook = lambda drv: (object(), None)
+            got = sm.part_cupti(None, {}, False, "profiler_first")
+            self.assertIn("failed beside the launch callback: RuntimeError", got["problems"][0])
+            self.assertEqual(got["kernels"], 0)
             # No torch here: skipped, whatever the order.
             sm.profiled_kernels = lambda: None
             for order in ("profiler_first", "callback_first"):
