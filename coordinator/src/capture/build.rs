@@ -6,7 +6,7 @@ use tandem_proto::wire::FuncAttrs;
 use tandem_proto::{EventKind, Record};
 use tandem_trace::{JobClass, Kernel, Op, Trace, FORMAT, MAX_STREAMS};
 
-use super::durations::{fit_at, shared_keys, Fitted, Found};
+use super::durations::{fit_at, Fitted, Found, Timings};
 use super::key::{is_launch, Key};
 use super::unit::{median_unit, requests, steps, Unit};
 
@@ -69,14 +69,14 @@ pub fn build(
             "client {id} has reported no complete request in the last {secs} s"
         )));
     };
-    let shared = shared_keys(records);
-    let positions = positions(records, &units, &shared);
-    let fitted = fit_at(records, &positions);
+    let timings = Timings::of(records);
+    let positions = positions(records, &units, &timings.shared);
+    let fitted = fit_at(records, &timings, &positions);
     let mut ops = ops_of(
         &records[unit.first..unit.end],
         &unit,
         &fitted,
-        &shared,
+        &timings.shared,
         &func,
     );
     let mut notes = format!(

@@ -18,12 +18,30 @@ pub struct Fitted {
     /// Per position of a shared key ([`Ident`]).
     by_position: HashMap<Ident, u64>,
     by_func: HashMap<u64, u64>,
-    /// The shim's timings: the index of the launch record each timed, and
-    /// its GPU ns.
-    pub timed_at: HashMap<usize, u64>,
-    /// The keys whose timings disagree (the upper quartile over 1.5 times
-    /// the lower): several kernels share each.
+}
+
+/// The shim's timings in a window, read once for the request or step's
+/// positions and for the fit.
+#[derive(Debug)]
+pub struct Timings {
+    /// Each timing: the index of the launch record it timed, and its GPU ns
+    /// ([`timings`]).
+    at: Vec<(usize, u64)>,
+    /// Per key: the timings' [`representative`] and how many.
+    by_key: HashMap<Ident, (u64, u64)>,
+    /// The keys whose timings disagree ([`agree`]): several kernels share
+    /// each, and the fit learns them per position.
     pub shared: HashSet<Key>,
+}
+
+impl Timings {
+    /// The timings of `records`.
+    #[must_use]
+    pub fn of(records: &[Record]) -> Timings {
+        let at = timings(records);
+        let (by_key, shared) = timed(records, &at, &HashMap::new());
+        Timings { at, by_key, shared }
+    }
 }
 
 /// How a launch's duration was found.
@@ -102,13 +120,6 @@ fn timed(
     (per_ident, shared)
 }
 
-/// The keys several kernels share: those whose timings disagree
-/// ([`agree`]), which the fit then learns per position.
-#[must_use]
-pub fn shared_keys(records: &[Record]) -> HashSet<Key> {
-    timed(records, &timings(records), &HashMap::new()).1
-}
-
 /// Each timing in `records`: the index of the launch record it timed, and
 /// its GPU ns (see [`timed`]).
 fn timings(records: &[Record]) -> Vec<(usize, u64)> {
@@ -144,6 +155,15 @@ fn timings(records: &[Record]) -> Vec<(usize, u64)> {
 pub(super) fn lower_median<T: Copy>(sorted: &[T]) -> Option<T> {
     sorted.get(sorted.len().checked_sub(1)? / 2).copied()
 }
+
+/// The least share of a sync segment's kernel time the free durations must
+/// hold for the syncs' scale to be solved for them. The time of a segment
+/// no kernel explains (a copy, the sync's own return, the timings' small
+/// errors) goes wholly to its free kernels: where they are a sliver of it,
+/// a few untimed kernels took it all (ResNet50 training's first
+/// convolution, 147 us, came back 0.28 to 1.28 ms and the step's sum up to
+/// +3.8%).
+const MIN_FREE_SHARE: f64 = 0.25;
 
 /// The marks' resolution, ns: the shim's watcher polls them every 200 us,
 /// so a mark's completion is seen up to that late (more while the watcher
@@ -189,15 +209,15 @@ pub(super) fn representative(v: &[u64]) -> u64 {
 /// kernel is then scaled so that the syncs' segments keep their length.
 #[must_use]
 pub fn fit(records: &[Record]) -> Fitted {
-    fit_at(records, &HashMap::new())
+    fit_at(records, &Timings::of(records), &HashMap::new())
 }
 
 /// [`fit`], with a duration per position for the launches `positions`
 /// names (record index: the launch's ordinal in its request or step; the
-/// launches of [`shared_keys`]): each is then timed, or fitted to the
-/// drain points, on its own.
+/// launches of [`Timings::shared`]): each is then timed, or fitted to the
+/// drain points, on its own. `t`: the timings of `records`.
 #[must_use]
-pub fn fit_at(records: &[Record], positions: &HashMap<usize, u32>) -> Fitted {
+pub fn fit_at(records: &[Record], t: &Timings, positions: &HashMap<usize, u32>) -> Fitted {
     let (launches, segs) = segments(records, positions);
     let mut index: HashMap<Ident, usize> = HashMap::new();
     let kernel: Vec<usize> = launches
@@ -243,11 +263,15 @@ pub fn fit_at(records: &[Record], positions: &HashMap<usize, u32>) -> Fitted {
     // The kernels timed on the GPU take their timings; then the syncs'
     // scale once more, over all (a job that syncs keeps its measured total:
     // the timings fix the proportions, not the sum).
-    let at = timings(records);
-    let (by_key, shared) = timed(records, &at, &HashMap::new());
-    let (timed, _) = timed(records, &at, positions);
+    let by_position;
+    let timed = if positions.is_empty() {
+        &t.by_key
+    } else {
+        by_position = timed(records, &t.at, positions).0;
+        &by_position
+    };
     let mut fixed = vec![false; d.len()];
-    for (key, &(median, _)) in &timed {
+    for (key, &(median, _)) in timed {
         if let Some(&k) = index.get(key) {
             d[k] = median as f64;
             fixed[k] = true;
@@ -263,7 +287,7 @@ pub fn fit_at(records: &[Record], positions: &HashMap<usize, u32>) -> Fitted {
         let mut v = vec![false; d.len()];
         for (id, &k) in &index {
             if id.1.is_some() && !fixed[k] {
-                if let Some(&(ns, _)) = by_key.get(&(id.0, None)) {
+                if let Some(&(ns, _)) = t.by_key.get(&(id.0, None)) {
                     d[k] = ns as f64;
                 }
                 v[k] = d[k] >= MARK_RESOLUTION_NS;
@@ -277,7 +301,7 @@ pub fn fit_at(records: &[Record], positions: &HashMap<usize, u32>) -> Fitted {
     if fixed.contains(&true) {
         let mut factors: Vec<f64> = syncs
             .iter()
-            .filter_map(|s| factor_free(s, &times, &kernel, &d, &fixed))
+            .filter_map(|s| factor_free(s, &times, &kernel, &d, &fixed, MIN_FREE_SHARE))
             .collect();
         factors.sort_by(f64::total_cmp);
         if let Some(x) = lower_median(&factors) {
@@ -287,41 +311,56 @@ pub fn fit_at(records: &[Record], positions: &HashMap<usize, u32>) -> Fitted {
                 .for_each(|(v, _)| *v *= x);
         }
     }
-    let mut fitted = Fitted::default();
+    let mut by_position = HashMap::new();
     // Per function and per key: the mean over their launches.
-    let mut per_func: HashMap<u64, (f64, f64)> = HashMap::new();
-    let mut per_key: HashMap<Key, (f64, f64)> = HashMap::new();
-    let mut add = |id: &Ident, ns: f64, count: f64, fitted: &mut Fitted| {
+    let mut per_func = Means::default();
+    let mut per_key = Means::default();
+    let mut add = |id: &Ident, ns: f64, count: f64| {
         if id.1.is_some() {
-            fitted.by_position.insert(*id, ns.round() as u64);
+            by_position.insert(*id, ns.round() as u64);
         }
-        let f = per_func.entry(id.0.func_id).or_default();
-        f.0 += ns * count;
-        f.1 += count;
-        let f = per_key.entry(id.0).or_default();
-        f.0 += ns * count;
-        f.1 += count;
+        per_func.add(id.0.func_id, ns, count);
+        per_key.add(id.0, ns, count);
     };
-    for (id, &(median, count)) in &timed {
+    for (id, &(median, count)) in timed {
         if !index.contains_key(id) {
-            add(id, median as f64, count as f64, &mut fitted);
+            add(id, median as f64, count as f64);
         }
     }
     for (id, &k) in &index {
         let known = n[k] > 0.0 || timed.contains_key(id);
         if known && d[k] >= 0.5 {
-            add(id, d[k], n[k].max(1.0), &mut fitted);
+            add(id, d[k], n[k].max(1.0));
         }
     }
-    fitted.by_key = per_key
-        .into_iter()
-        .map(|(k, (sum, c))| (k, (sum / c).round() as u64))
-        .collect();
-    fitted.timed_at = at.into_iter().collect();
-    fitted.shared = shared;
-    fitted.by_func = per_func
-        .into_iter()
-        .map(|(f, (sum, c))| (f, (sum / c).round() as u64))
-        .collect();
-    fitted
+    Fitted {
+        by_key: per_key.means(),
+        by_position,
+        by_func: per_func.means(),
+    }
+}
+
+/// Launch-weighted means per key: the sum and the weight so far.
+struct Means<K>(HashMap<K, (f64, f64)>);
+
+impl<K> Default for Means<K> {
+    fn default() -> Self {
+        Means(HashMap::new())
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Means<K> {
+    fn add(&mut self, k: K, ns: f64, count: f64) {
+        let e = self.0.entry(k).or_default();
+        e.0 += ns * count;
+        e.1 += count;
+    }
+
+    /// The means, rounded to whole ns.
+    fn means(self) -> HashMap<K, u64> {
+        self.0
+            .into_iter()
+            .map(|(k, (sum, c))| (k, (sum / c).round() as u64))
+            .collect()
+    }
 }

@@ -125,7 +125,8 @@ pub(super) fn rounds(
 }
 
 /// [`ROUNDS`] of the fit of the durations `solve` marks, every other held:
-/// each segment's [`factor_free`] (with the others as fixed), each solved
+/// each segment's [`factor_free`] (with the others as fixed, whatever their
+/// share), each solved
 /// duration the mean of its scaled shares.
 pub(super) fn rounds_free(
     segs: &[Segment],
@@ -144,7 +145,7 @@ pub(super) fn rounds_free(
             if !kernel[s.a..s.b].iter().any(|&k| solve[k]) {
                 continue;
             }
-            let Some(x) = scale_free(s, times, kernel, &d, &held) else {
+            let Some(x) = factor_free(s, times, kernel, &d, &held, 0.0) else {
                 continue;
             };
             for &k in &kernel[s.a..s.b] {
@@ -180,47 +181,18 @@ pub(super) fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) ->
     (x.is_finite() && x > 0.0).then_some(x)
 }
 
-/// The least share of a sync segment's kernel time the free durations must
-/// hold for the syncs' scale to be solved for them. The time of a segment
-/// no kernel explains (a copy, the sync's own return, the timings' small
-/// errors) goes wholly to its free kernels: where they are a sliver of it,
-/// a few untimed kernels took it all (ResNet50 training's first
-/// convolution, 147 us, came back 0.28 to 1.28 ms and the step's sum up to
-/// +3.8%).
-pub(super) const MIN_FREE_SHARE: f64 = 0.25;
-
 /// As [`factor`], scaling only the durations not `fixed`: each line is
 /// `t(i) + F(i) + x * U(i)` (`F`, `U`: the fixed and the free durations from
 /// launch `i` to the segment's end). `None` where the free durations hold
-/// less than [`MIN_FREE_SHARE`] of `s`'s kernel time (none at all
-/// included), or the fixed ones alone overrun its end.
+/// less than `min_share` of `s`'s kernel time (none at all included), or
+/// the fixed ones alone overrun its end.
 pub(super) fn factor_free(
     s: &Segment,
     times: &[f64],
     kernel: &[usize],
     d: &[f64],
     fixed: &[bool],
-) -> Option<f64> {
-    let (u, f) = kernel[s.a..s.b].iter().fold((0.0, 0.0), |(u, f), &k| {
-        if fixed[k] {
-            (u, f + d[k])
-        } else {
-            (u + d[k], f)
-        }
-    });
-    if u < MIN_FREE_SHARE * (u + f) {
-        return None;
-    }
-    scale_free(s, times, kernel, d, fixed)
-}
-
-/// [`factor_free`] without its least share.
-pub(super) fn scale_free(
-    s: &Segment,
-    times: &[f64],
-    kernel: &[usize],
-    d: &[f64],
-    fixed: &[bool],
+    min_share: f64,
 ) -> Option<f64> {
     let end = s.end as f64;
     let (mut f, mut u, mut x) = (0.0, 0.0, f64::INFINITY);
@@ -237,6 +209,9 @@ pub(super) fn scale_free(
             u += d[k];
         }
         line(times[i], f, u, &mut x);
+    }
+    if u < min_share * (u + f) {
+        return None;
     }
     line(s.start as f64, f, u, &mut x);
     (x.is_finite() && x > 0.0).then_some(x)
