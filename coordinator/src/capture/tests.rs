@@ -20,6 +20,61 @@ fn mark(kind: EventKind, seq: u64, ts: u64) -> Record {
     r
 }
 
+/// `steps` GPU-bound steps of `kernels` (function, GPU ns, timed), launched
+/// 1 us apart from 1 ms on, a mark after each launch seen `late` ns after
+/// the GPU got there (timed by the shim where the kernel is), then a sync
+/// that returns `sync_late` ns after the GPU finished; the next step starts
+/// `next` ns after the GPU finished. Oldest first.
+fn marked_steps(
+    kernels: &[(u64, u64, bool)],
+    steps: u64,
+    late: u64,
+    sync_late: u64,
+    next: u64,
+) -> Vec<Record> {
+    let mut r = Vec::new();
+    let (mut t, mut seq) = (1_000_000u64, 0u64);
+    for _ in 0..steps {
+        let mut gpu = t;
+        for (i, &(f, ns, timed)) in kernels.iter().enumerate() {
+            let at = t + i as u64 * 1_000;
+            r.push(launch(f, at));
+            gpu = gpu.max(at) + ns;
+            seq += 1;
+            r.push(mark(EventKind::MARK, seq, at + 10));
+            let mut done = mark(EventKind::MARK_DONE, seq, gpu + late);
+            if timed {
+                done.flags = tandem_proto::record::FLAG_TIMED;
+                done.bytes = ns;
+            }
+            r.push(done);
+        }
+        r.push(rec(
+            EventKind::SYNC_BEGIN,
+            t + (kernels.len() as u64 + 1) * 1_000,
+        ));
+        r.push(rec(EventKind::SYNC_END, gpu + sync_late));
+        t = gpu + next;
+    }
+    r.sort_by_key(|x| x.ts_ns);
+    r
+}
+
+/// The kernel durations of the trace `build` makes of a training job's
+/// `records`.
+fn training_durations(records: &[Record]) -> Vec<u64> {
+    let src = Source {
+        client: 4,
+        job: "train".into(),
+        class: JobClass::Training,
+        device: String::new(),
+        seconds: 10,
+        idle_gap_ns: 2_000_000,
+    };
+    let trace = build(&src, records, |_| None).unwrap();
+    trace.kernels().map(|k| k.duration_ns).collect()
+}
+
 #[test]
 fn the_window_keeps_the_last_records_and_no_allocations_or_frees() {
     let mut w = Window::new(3);
@@ -366,30 +421,16 @@ fn the_sync_scale_leaves_timed_kernels_alone() {
 /// unexplained time too).
 #[test]
 fn time_no_kernel_explains_is_not_given_to_a_few_untimed_kernels() {
-    use tandem_proto::record::FLAG_TIMED;
-    let mut r = Vec::new();
-    let (mut t, mut seq) = (1_000_000u64, 0u64);
-    for _ in 0..6 {
-        let mut gpu = t;
-        for i in 0..11u64 {
-            let (f, ns) = if i == 5 { (2, 20_000) } else { (1, 100_000) };
-            let at = t + i * 1_000;
-            r.push(launch(f, at));
-            gpu = gpu.max(at) + ns;
-            seq += 1;
-            r.push(mark(EventKind::MARK, seq, at + 10));
-            let mut done = mark(EventKind::MARK_DONE, seq, gpu + 5_000);
-            if f == 1 {
-                done.flags = FLAG_TIMED;
-                done.bytes = ns;
+    let step: Vec<(u64, u64, bool)> = (0..11)
+        .map(|i| {
+            if i == 5 {
+                (2, 20_000, false)
+            } else {
+                (1, 100_000, true)
             }
-            r.push(done);
-        }
-        r.push(rec(EventKind::SYNC_BEGIN, t + 12_000));
-        r.push(rec(EventKind::SYNC_END, gpu + 1_000_000));
-        t = gpu + 1_100_000;
-    }
-    r.sort_by_key(|x| x.ts_ns);
+        })
+        .collect();
+    let r = marked_steps(&step, 6, 5_000, 1_000_000, 1_100_000);
     let fitted = fit(&r);
     assert_eq!(fitted.duration(&Key::of(&launch(1, 0))).0, 100_000);
     let free = fitted.duration(&Key::of(&launch(2, 0))).0;
@@ -616,16 +657,7 @@ fn kernels_sharing_a_key_keep_their_own_times_by_position() {
         r.push(rec(EventKind::SYNC_END, t));
         t += 3_000_000;
     }
-    let src = Source {
-        client: 4,
-        job: "train".into(),
-        class: JobClass::Training,
-        device: String::new(),
-        seconds: 10,
-        idle_gap_ns: 2_000_000,
-    };
-    let trace = build(&src, &r, |_| None).unwrap();
-    let ns: Vec<u64> = trace.kernels().map(|k| k.duration_ns).collect();
+    let ns = training_durations(&r);
     assert_eq!(ns.len(), 4, "{ns:?}");
     assert_eq!((ns[1], ns[3]), (1_000_000, 10_000_000), "{ns:?}");
 }
@@ -637,9 +669,6 @@ fn kernels_sharing_a_key_keep_their_own_times_by_position() {
 /// points' 10 ms; by its key it would take the timed kernels' 1 ms.
 #[test]
 fn a_position_no_timing_reached_is_fitted_on_its_own() {
-    use tandem_proto::record::FLAG_TIMED;
-    let mut r = Vec::new();
-    let (mut t, mut seq) = (1_000_000u64, 0u64);
     let step = [
         (1, 50_000, true),
         (7, 1_000_000, true),
@@ -647,36 +676,7 @@ fn a_position_no_timing_reached_is_fitted_on_its_own() {
         (7, 10_000_000, false),
         (7, 3_000_000, true),
     ];
-    for _ in 0..8 {
-        let mut gpu = t;
-        for (i, &(f, ns, timed)) in step.iter().enumerate() {
-            let at = t + i as u64 * 1_000;
-            r.push(launch(f, at));
-            gpu = gpu.max(at) + ns;
-            seq += 1;
-            r.push(mark(EventKind::MARK, seq, at + 10));
-            let mut done = mark(EventKind::MARK_DONE, seq, gpu + 20_000);
-            if timed {
-                done.flags = FLAG_TIMED;
-                done.bytes = ns;
-            }
-            r.push(done);
-        }
-        r.push(rec(EventKind::SYNC_BEGIN, t + 6_000));
-        r.push(rec(EventKind::SYNC_END, gpu + 5_000));
-        t = gpu + 3_000_000;
-    }
-    r.sort_by_key(|x| x.ts_ns);
-    let src = Source {
-        client: 4,
-        job: "train".into(),
-        class: JobClass::Training,
-        device: String::new(),
-        seconds: 10,
-        idle_gap_ns: 2_000_000,
-    };
-    let trace = build(&src, &r, |_| None).unwrap();
-    let ns: Vec<u64> = trace.kernels().map(|k| k.duration_ns).collect();
+    let ns = training_durations(&marked_steps(&step, 8, 20_000, 5_000, 3_000_000));
     assert_eq!(ns.len(), 5, "{ns:?}");
     assert_eq!((ns[1], ns[4]), (1_000_000, 3_000_000), "timed: {ns:?}");
     assert!(
