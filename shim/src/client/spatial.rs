@@ -453,6 +453,31 @@ mod tests {
         };
     }
 
+    /// A zeroed descriptor of `version` with `words` (offset, value) in it.
+    fn descriptor(version: u8, words: &[(usize, u32)]) -> [u8; 512] {
+        let mut d = [0u8; 512];
+        for &(at, w) in words {
+            d[at..at + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        d[72] = version;
+        d
+    }
+
+    /// The 32-bit word of `d` at `at`.
+    fn word(d: &[u8; 512], at: usize) -> u32 {
+        u32::from_ne_bytes(d[at..at + 4].try_into().unwrap())
+    }
+
+    /// An armed launch's descriptor callback on `d`, in a parameter block of
+    /// `size` bytes: what the callback made of the launch (the thread's next
+    /// launch is idle again).
+    fn armed_callback(d: &mut [u8; 512], size: u64) -> u8 {
+        let p = block(d, size);
+        arm();
+        descriptor_callback(&p);
+        NEXT.with(|n| n.replace(IDLE))
+    }
+
     #[test]
     fn the_callback_writes_the_mask_only_into_an_armed_launch_it_knows() {
         MASK[0].store(0xffff, Ordering::Relaxed);
@@ -472,67 +497,38 @@ mod tests {
         assert_eq!(NEXT.with(Cell::get), MASKED);
         NEXT.with(|n| n.set(IDLE));
 
-        let mut old = [0u8; 512];
-        old[72] = 0x06;
-        let p = block(&mut old, 48);
-        arm();
-        descriptor_callback(&p);
+        let mut old = descriptor(0x06, &[]);
+        assert_eq!(armed_callback(&mut old, 48), DECLINED);
         assert!(
             old.iter().enumerate().all(|(i, b)| i == 72 || *b == 0),
             "left alone"
         );
-        assert_eq!(NEXT.with(Cell::get), DECLINED);
         assert_eq!(
             SpatialState::decode(WHY_OFF.load(Ordering::Relaxed)),
             SpatialState::UnknownDescriptor(6)
         );
 
-        let mut d = [0u8; 512];
-        d[72] = 0x40;
-        let p = block(&mut d, 32);
-        arm();
         // A block too short to hold a descriptor.
-        descriptor_callback(&p);
-        assert_eq!(NEXT.with(Cell::get), DECLINED, "a short block");
+        let mut d = descriptor(0x40, &[]);
+        assert_eq!(armed_callback(&mut d, 32), DECLINED, "a short block");
         assert_eq!(d[304..308], [0; 4]);
-        NEXT.with(|n| n.set(IDLE));
 
         // A mask already there is kept, ours added (TPCs 0-15 ours, 40-47
         // theirs, of a 132-SM GPU's 66)...
         SMS.store(132, Ordering::Relaxed);
-        let word = |d: &[u8; 512], at: usize| u32::from_ne_bytes(d[at..at + 4].try_into().unwrap());
-        let mut d = [0u8; 512];
-        d[72] = 0x40;
-        d[308..312].copy_from_slice(&0xff00u32.to_ne_bytes());
-        d[3] = 0x80;
-        let p = block(&mut d, 48);
-        arm();
-        descriptor_callback(&p);
-        assert_eq!(NEXT.with(Cell::get), MASKED);
+        let mut d = descriptor(0x40, &[(308, 0xff00), (0, 0x8000_0000)]);
+        assert_eq!(armed_callback(&mut d, 48), MASKED);
         assert_eq!((word(&d, 304), word(&d, 308)), (0xffff, 0xff00));
-        NEXT.with(|n| n.set(IDLE));
         // ... but only with the enable bit: without it the words mean nothing.
-        let mut d = [0u8; 512];
-        d[72] = 0x40;
-        d[308..312].copy_from_slice(&0xff00u32.to_ne_bytes());
-        let p = block(&mut d, 48);
-        arm();
-        descriptor_callback(&p);
+        let mut d = descriptor(0x40, &[(308, 0xff00)]);
+        assert_eq!(armed_callback(&mut d, 48), MASKED);
         assert_eq!((word(&d, 304), word(&d, 308)), (0xffff, 0));
-        NEXT.with(|n| n.set(IDLE));
         // A mask that with ours would leave no TPC: the launch is left alone,
         // and the mechanism stays on (an Ampere layout: 64 TPC bits; a GPU
         // of 60 TPCs).
         SMS.store(120, Ordering::Relaxed);
-        let mut d = [0u8; 512];
-        d[72] = 0x20;
-        d[84..88].copy_from_slice(&0xfff0_0000u32.to_ne_bytes());
-        d[88..92].copy_from_slice(&0xffff_ffffu32.to_ne_bytes());
-        let p = block(&mut d, 48);
-        arm();
-        descriptor_callback(&p);
-        assert_eq!(NEXT.with(Cell::get), LEFT);
+        let mut d = descriptor(0x20, &[(84, 0xfff0_0000), (88, 0xffff_ffff)]);
+        assert_eq!(armed_callback(&mut d, 48), LEFT);
         assert_eq!((word(&d, 84), word(&d, 88)), (0xfff0_0000, 0xffff_ffff));
-        NEXT.with(|n| n.set(IDLE));
     }
 }
