@@ -290,20 +290,11 @@ def part_callback(drv, info, dry):
     if dry:
         return {"supported": True, "skipped": "dry run: the fake driver runs no PTX",
                 "problems": []}
-    entries = ctypes.cast(tbl, ctypes.POINTER(ctypes.c_void_p))
-    subscribe = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), MaskHook.CB,
-                                 ctypes.c_void_p)(entries[3])
-    enable = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int,
-                              ctypes.c_int)(entries[6])
     off_tpcs = max(1, info["sms"] // 4 // 2)
     hook = MaskHook(off_tpcs)
-    handle = ctypes.c_uint32()
-    rc = subscribe(ctypes.byref(handle), hook.cb, None)
-    if rc:
-        return {"supported": False, "why": f"subscribe returned {rc}", "problems": []}
-    rc = enable(1, handle.value, QMD_DOMAIN, QMD_PRE_UPLOAD)
-    if rc:
-        return {"supported": False, "why": f"enable returned {rc}", "problems": []}
+    why = subscribe(tbl, hook)
+    if why:
+        return {"supported": False, "why": why, "problems": []}
     drv.primary_context()
     before = drv.run_probe(4 * info["sms"])
     hook.armed = True
@@ -352,26 +343,33 @@ def judge_mask(sms, off_tpcs, unmasked, masked, applied):
             "confined": confined, "problems": problems}
 
 
+def subscribe(tbl, hook):
+    """Subscribes `hook` to the descriptor callback through the callback
+    table `tbl` (entry 3 subscribes, entry 6 enables): None, or why not."""
+    entries = ctypes.cast(tbl, ctypes.POINTER(ctypes.c_void_p))
+    sub = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), MaskHook.CB,
+                           ctypes.c_void_p)(entries[3])
+    enable = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int,
+                              ctypes.c_int)(entries[6])
+    handle = ctypes.c_uint32()
+    rc = sub(ctypes.byref(handle), hook.cb, None)
+    if rc:
+        return f"subscribe returned {rc}"
+    rc = enable(1, handle.value, QMD_DOMAIN, QMD_PRE_UPLOAD)
+    if rc:
+        return f"enable returned {rc}"
+    return None
+
+
 def subscribe_hook(drv):
     """Subscribes a disarmed MaskHook as the shim's probe does: (hook, None)
     or (None, why)."""
     tbl, why = drv.export_table()
     if tbl is None:
         return None, why
-    entries = ctypes.cast(tbl, ctypes.POINTER(ctypes.c_void_p))
-    subscribe = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), MaskHook.CB,
-                                 ctypes.c_void_p)(entries[3])
-    enable = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int,
-                              ctypes.c_int)(entries[6])
     hook = MaskHook(1)
-    handle = ctypes.c_uint32()
-    rc = subscribe(ctypes.byref(handle), hook.cb, None)
-    if rc:
-        return None, f"subscribe returned {rc}"
-    rc = enable(1, handle.value, QMD_DOMAIN, QMD_PRE_UPLOAD)
-    if rc:
-        return None, f"enable returned {rc}"
-    return hook, None
+    why = subscribe(tbl, hook)
+    return (None, why) if why else (hook, None)
 
 
 def profiled_kernels():
