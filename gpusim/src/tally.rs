@@ -30,6 +30,17 @@
 //! * **Time-slicing** is the `default` result set: both processes on the GPU
 //!   with no MPS daemon (`parse.py`: `time_slicing_run_res =
 //!   baseline_res.get(key)`).
+//! * **MPS + priority** gave the training process `CUDA_MPS_CLIENT_PRIORITY=1`
+//!   and the inference process `2` (`python/bench_utils/bench.py`,
+//!   `run_benchmark_suite`: `set_priority(1)` on the training benchmark,
+//!   `set_priority(2)` on the inference one; `launch_benchmark` writes the
+//!   benchmark's priority into the variable when MPS + priority is on). The
+//!   MPS documentation names the values 0 (normal) and 1 (below normal).
+//!   If the driver reads 2 as below normal, both clients ran at the same
+//!   priority and these rows measure MPS at two equal priorities, not
+//!   training below inference; that would explain why priority barely moves
+//!   them. No GPU run has said which: `scripts/gpu/mps_priority.py` (prove
+//!   part 4) measures it.
 //! * **Throughputs** are fractions of the job alone, iterations over elapsed
 //!   time, rounded to 0.01 (`parse.py`, `compute_relative_tp`). The artifact
 //!   publishes no absolute training throughput: `single-job-perf.csv` has

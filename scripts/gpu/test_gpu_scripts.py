@@ -486,3 +486,48 @@ class SmMask(unittest.TestCase):
         self.assertIn("reached 15 of 16", v["problems"][0])
         # Never written: not confined, whatever the SMs say.
         self.assertFalse(judge(16, 2, every, every[4:], False)["confined"])
+
+
+class MpsPriority(unittest.TestCase):
+    """mps_priority.py's reading of the probe's waits: which of the model's
+    rules each pattern of waits supports (the GPU run gives the waits)."""
+
+    def setUp(self):
+        import mps_priority
+
+        self.mp = mps_priority
+
+    def runs(self, **waits_us):
+        """Each config's probe latencies: 200 samples at 20 us alone, plus a
+        spread of waits up to the given one."""
+        out = {"alone": {"latency_us": [20.0] * 200}}
+        for name, top in waits_us.items():
+            out[name] = {"latency_us": [20.0 + top * (i + 1) / 200 for i in range(200)]}
+        return out
+
+    def test_strict_priority_and_two_read_as_normal(self):
+        s = self.mp.summarise(self.runs(equal=1000, lowprio=50, both_low=1000, tally=50,
+                                        resident=1900))
+        f = s["findings"]
+        self.assertTrue(f["strict"])
+        self.assertGreater(f["priority_p99_gain"], 10)
+        self.assertEqual(f["priority_2_reads_as"], "normal (0)")
+        self.assertAlmostEqual(f["resident_p99_over_block"], 0.94, places=2)
+        self.assertIn("reads as normal (0)", " ".join(s["headline"]))
+
+    def test_two_read_as_below_normal_when_the_probe_waits_as_both_low(self):
+        f = self.mp.summarise(self.runs(equal=1000, lowprio=50, both_low=1000,
+                                        tally=950))["findings"]
+        self.assertEqual(f["priority_2_reads_as"], "below normal (1)")
+
+    def test_a_priority_that_moves_nothing_is_neither_strict_nor_telling(self):
+        f = self.mp.summarise(self.runs(equal=1000, lowprio=900, both_low=1000,
+                                        tally=950))["findings"]
+        self.assertFalse(f["strict"])
+        self.assertLess(f["priority_p99_gain"], 1.2)
+        self.assertTrue(f["priority_2_reads_as"].startswith("indistinguishable"))
+
+    def test_findings_need_their_configs(self):
+        f = self.mp.summarise(self.runs(equal=1000))["findings"]
+        self.assertEqual(set(f), {"alone_p50_us"})
+        self.assertEqual(self.mp.summarise({})["headline"], ["no probe timings alone"])
