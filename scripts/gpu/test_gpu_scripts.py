@@ -527,7 +527,16 @@ class MpsPriority(unittest.TestCase):
         self.assertLess(f["priority_p99_gain"], 1.2)
         self.assertTrue(f["priority_2_reads_as"].startswith("indistinguishable"))
 
+    def test_strict_allows_for_the_probes_own_jitter_alone(self):
+        runs = self.runs(equal=1000, lowprio=150)
+        self.assertFalse(self.mp.summarise(runs)["findings"]["strict"])
+        # The same waits over a probe that alone spreads 100 us at its p99.
+        runs["alone"]["latency_us"] = [20.0] * 190 + [120.0] * 10
+        f = self.mp.summarise(runs)["findings"]
+        self.assertEqual(f["alone_jitter_us"], 100.0)
+        self.assertTrue(f["strict"])
+
     def test_findings_need_their_configs(self):
         f = self.mp.summarise(self.runs(equal=1000))["findings"]
-        self.assertEqual(set(f), {"alone_p50_us"})
+        self.assertEqual(set(f), {"alone_p50_us", "alone_jitter_us"})
         self.assertEqual(self.mp.summarise({})["headline"], ["no probe timings alone"])
