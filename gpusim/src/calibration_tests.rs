@@ -96,6 +96,43 @@ fn a100_interference_brings_the_llama_mps_priority_points_in() {
     }
 }
 
+/// The A100 points carry Tally's mean-latency ratio beside the p99 (its
+/// CSV's `avg` over the alone run's), the H100's none; the model's rows
+/// carry their own, paired by seed like the p99 (1 exactly alone), and the
+/// calibration table shows both.
+#[test]
+fn mean_ratios_are_carried_beside_the_p99_and_shown() {
+    let t = targets();
+    let ts = t
+        .iter()
+        .find(|t| t.inference == "bert_ort" && t.training == "resnet50_b128" && t.mode == "plain")
+        .unwrap();
+    // Tally's CSV: 10.983 ms avg time-sliced over 4.05 ms alone.
+    assert_eq!(ts.mean_ratio, Some(2.71));
+    assert!(t
+        .iter()
+        .all(|t| t.mean_ratio.is_some() == (t.device == Device::A100)));
+    let rows = run_matrix(
+        &MatrixCfg {
+            pairs: vec![("resnet50_b4".into(), "resnet50_train".into())],
+            modes: vec!["alone".into(), "plain".into()],
+            ..reduced_matrix(Device::H100, Device::H100.params())
+        },
+        Some(traces()),
+    )
+    .unwrap();
+    assert_eq!(rows[0].mean_ratio, Some(1.0));
+    let plain = rows[1].mean_ratio.unwrap();
+    assert!(plain > 1.5, "time-slicing's mean ratio {plain}");
+    let (fits, bad) = check(&rows);
+    let table = crate::report::markdown(&rows, &fits, &bad, "test", 0.0, &[]);
+    assert!(table.contains("| model mean ratio | measured |"), "{table}");
+    assert!(
+        table.contains(&format!("| {plain:.2} | - | fit |")),
+        "{table}"
+    );
+}
+
 fn row(set: &str, inf: &str, train: &str, mode: &str, p99: f64, kept: f64) -> Row {
     Row {
         set: set.into(),
@@ -105,6 +142,7 @@ fn row(set: &str, inf: &str, train: &str, mode: &str, p99: f64, kept: f64) -> Ro
         p50_ms: None,
         p99_ms: None,
         p99_ratio: Some(p99),
+        mean_ratio: None,
         train_fraction: Some(kept),
         p99_ratio_min: None,
         p99_ratio_max: None,

@@ -48,16 +48,59 @@ pub fn alone_service_ms(m: &MatrixCfg, trace: &Trace) -> f64 {
     percentile(&out[0].latencies_ms, 50.0).unwrap_or(f64::NAN)
 }
 
-/// One run's figures: (p50, p99, steps/s, unfinished, switches, requests).
-pub(super) type Cell = (Option<f64>, Option<f64>, Option<f64>, usize, u64, usize);
+/// One run's figures.
+#[derive(Clone, Copy, Debug)]
+pub struct Cell {
+    /// Inference latency p50, ms.
+    pub p50: Option<f64>,
+    /// Inference latency p99, ms.
+    pub p99: Option<f64>,
+    /// Inference mean latency, ms.
+    pub mean: Option<f64>,
+    /// Training steps/s.
+    pub steps_per_s: Option<f64>,
+    /// Requests never served.
+    pub unfinished: usize,
+    /// Context switches (time-slicing).
+    pub switches: u64,
+    /// Requests measured.
+    pub requests: usize,
+}
 
-/// The latency percentile the set's measurements report (service time on
-/// the A100: Tally times a request from its start to its result).
-fn latency_pct(m: &MatrixCfg, o: &crate::job::Outcome, q: f64) -> Option<f64> {
+impl Cell {
+    /// An inference run's latencies with a training run's throughput (how
+    /// the alone cell pairs the two jobs, each run by itself).
+    #[must_use]
+    pub fn alone_pair(inf: &Cell, train: &Cell) -> Cell {
+        Cell {
+            steps_per_s: train.steps_per_s,
+            switches: 0,
+            ..*inf
+        }
+    }
+}
+
+/// The latencies the set's measurements report (service time on the A100:
+/// Tally times a request from its start to its result).
+fn latencies<'a>(m: &MatrixCfg, o: &'a crate::job::Outcome) -> &'a [f64] {
     if m.device.service_latency() {
-        percentile(&o.service_ms, q)
+        &o.service_ms
     } else {
-        o.percentile(q)
+        &o.latencies_ms
+    }
+}
+
+/// A run's cell: its inference job `o`'s latencies, training's throughput.
+fn figures(m: &MatrixCfg, o: &crate::job::Outcome, steps_per_s: Option<f64>, sw: u64) -> Cell {
+    let lat = latencies(m, o);
+    Cell {
+        p50: percentile(lat, 50.0),
+        p99: percentile(lat, 99.0),
+        mean: (!lat.is_empty()).then(|| lat.iter().sum::<f64>() / lat.len() as f64),
+        steps_per_s,
+        unfinished: o.unfinished,
+        switches: sw,
+        requests: o.latencies_ms.len(),
     }
 }
 
@@ -76,14 +119,7 @@ pub fn alone(m: &MatrixCfg, spec: &JobSpec, window_ns: u64, seed: u64) -> Cell {
         &[Placement { priority: 0 }],
         &mut Off,
     );
-    (
-        latency_pct(m, &o[0], 50.0),
-        latency_pct(m, &o[0], 99.0),
-        o[0].steps_per_s,
-        o[0].unfinished,
-        0,
-        o[0].latencies_ms.len(),
-    )
+    figures(m, &o[0], o[0].steps_per_s, 0)
 }
 
 /// Runs one cell: `mode` for one seed (`alone`: inference alone for the
@@ -111,13 +147,10 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
     let go = |plain: bool, place: &[Placement], t: &mut dyn TandemSide| {
         run(&window(plain), &both, place, t)
     };
-    let pct = |o: &crate::job::Outcome, q: f64| latency_pct(m, o, q);
     let ((outs, sw), train_idx) = match mode {
         "alone" => {
             let w = m.window_for(inf.rate_per_s);
-            let i = alone(m, inf, w, seed);
-            let t = alone(m, train, w, seed);
-            return (i.0, i.1, t.2, i.3, 0, i.5);
+            return Cell::alone_pair(&alone(m, inf, w, seed), &alone(m, train, w, seed));
         }
         "plain" => (go(true, &normal, &mut Off), 1),
         "mps" => (go(false, &normal, &mut Off), 1),
@@ -175,14 +208,7 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
         }
         other => panic!("unknown mode {other}"),
     };
-    (
-        pct(&outs[0], 50.0),
-        pct(&outs[0], 99.0),
-        outs[train_idx].steps_per_s,
-        outs[0].unfinished,
-        sw,
-        outs[0].latencies_ms.len(),
-    )
+    figures(m, &outs[0], outs[train_idx].steps_per_s, sw)
 }
 
 pub(super) fn note(mode: &str) -> &'static str {

@@ -22,11 +22,11 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use self::cell::{alone, alone_service_ms, cell};
+pub use self::cell::{alone, alone_service_ms, cell, Cell};
 pub use self::config::{MatrixCfg, TandemCfg, CANDIDATE_MODES, MODES};
 pub use self::device::{load_trace, Device, A100_INFERENCE, A100_TRAINING, INFERENCE, TRAINING};
 
-use self::cell::{note, Cell};
+use self::cell::note;
 use crate::job::{percentile, JobSpec};
 use crate::params::MODEL_VERSION;
 
@@ -47,6 +47,9 @@ pub struct Row {
     pub p99_ms: Option<f64>,
     /// p99 over the alone p99.
     pub p99_ratio: Option<f64>,
+    /// Mean latency over the alone mean (paired by seed, median), what
+    /// Tally's table also reports beside its p99.
+    pub mean_ratio: Option<f64>,
     /// Training steps/s over alone.
     pub train_fraction: Option<f64>,
     /// Min of the paired p99 ratios over seeds (each seed's p99 over the
@@ -212,7 +215,7 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                     let (i, t) = alone_of[p * m.seeds.len() + s];
                     let i = results[i].expect("every alone run ran");
                     let t = results[t].expect("every alone run ran");
-                    (i.0, i.1, t.2, i.3, 0, i.5)
+                    Cell::alone_pair(&i, &t)
                 } else {
                     let k = n_alone + (p * (modes.len() - 1) + md - 1) * m.seeds.len() + s;
                     results[k].expect("every cell ran")
@@ -223,12 +226,17 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
     let mut rows = Vec::new();
     for (p, (i, t)) in m.pairs.iter().enumerate() {
         let alone = get(p, 0);
-        let alone_p99 = median(&alone.iter().filter_map(|c| c.1).collect::<Vec<_>>());
-        let alone_sps = median(&alone.iter().filter_map(|c| c.2).collect::<Vec<_>>());
+        let alone_p99 = median(&alone.iter().filter_map(|c| c.p99).collect::<Vec<_>>());
+        let alone_sps = median(
+            &alone
+                .iter()
+                .filter_map(|c| c.steps_per_s)
+                .collect::<Vec<_>>(),
+        );
         for (md, mode) in modes.iter().enumerate() {
             let cells = get(p, md);
-            let p99s: Vec<f64> = cells.iter().filter_map(|c| c.1).collect();
-            let sps: Vec<f64> = cells.iter().filter_map(|c| c.2).collect();
+            let p99s: Vec<f64> = cells.iter().filter_map(|c| c.p99).collect();
+            let sps: Vec<f64> = cells.iter().filter_map(|c| c.steps_per_s).collect();
             // Paired: each seed against the same seed's alone run.
             let paired = |f: fn(&Cell) -> Option<f64>| -> Vec<f64> {
                 cells
@@ -237,11 +245,12 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                     .filter_map(|(c, a)| f(c).zip(f(a)).map(|(x, y)| x / y))
                     .collect()
             };
-            let ratios = paired(|c| c.1);
-            let fracs = paired(|c| c.2);
-            let mut reqs: Vec<usize> = cells.iter().map(|c| c.5).collect();
+            let ratios = paired(|c| c.p99);
+            let fracs = paired(|c| c.steps_per_s);
+            let means = paired(|c| c.mean);
+            let mut reqs: Vec<usize> = cells.iter().map(|c| c.requests).collect();
             reqs.sort_unstable();
-            let mut sw: Vec<u64> = cells.iter().map(|c| c.4).collect();
+            let mut sw: Vec<u64> = cells.iter().map(|c| c.switches).collect();
             sw.sort_unstable();
             let minmax = |v: &[f64]| {
                 (
@@ -258,9 +267,10 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                 inference: i.clone(),
                 training: t.clone(),
                 mode: (*mode).to_string(),
-                p50_ms: median(&cells.iter().filter_map(|c| c.0).collect::<Vec<_>>()),
+                p50_ms: median(&cells.iter().filter_map(|c| c.p50).collect::<Vec<_>>()),
                 p99_ms: p99,
                 p99_ratio: median(&ratios),
+                mean_ratio: median(&means),
                 train_fraction: median(&fracs),
                 p99_ratio_min: rmin,
                 p99_ratio_max: rmax,
@@ -271,7 +281,7 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                 alone_steps_per_s: alone_sps,
                 train_steps_per_s: sps_med,
                 rate_rps: pairs[p].inf.rate_per_s,
-                unfinished_requests: cells.iter().map(|c| c.3).sum(),
+                unfinished_requests: cells.iter().map(|c| c.unfinished).sum(),
                 switches: sw[sw.len() / 2],
                 reps: cells.len(),
                 source: pairs[p].source.clone(),

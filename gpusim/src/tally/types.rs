@@ -67,4 +67,10 @@ impl TallyPair {
     pub fn p99_ratio(&self, m: usize) -> f64 {
         self.modes[m].p99_ms / self.alone.p99_ms
     }
+
+    /// The inference mean latency in mode `m` over the alone mean.
+    #[must_use]
+    pub fn mean_ratio(&self, m: usize) -> f64 {
+        self.modes[m].avg_ms / self.alone.avg_ms
+    }
 }
