@@ -39,7 +39,7 @@
 //!   If the driver reads 2 as below normal, both clients ran at the same
 //!   priority and these rows measure MPS at two equal priorities, not
 //!   training below inference; that would explain why priority barely moves
-//!   them. No GPU run has said which: `scripts/gpu/mps_priority.py` (prove
+//!   them. No GPU run has said which: `scripts/gpu/engine_rules.py` (prove
 //!   part 4) measures it.
 //! * **Throughputs** are fractions of the job alone, iterations over elapsed
 //!   time, rounded to 0.01 (`parse.py`, `compute_relative_tp`). The artifact

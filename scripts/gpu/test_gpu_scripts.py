@@ -488,14 +488,15 @@ class SmMask(unittest.TestCase):
         self.assertFalse(judge(16, 2, every, every[4:], False)["confined"])
 
 
-class MpsPriority(unittest.TestCase):
-    """mps_priority.py's reading of the probe's waits: which of the model's
-    rules each pattern of waits supports (the GPU run gives the waits)."""
+class EngineRules(unittest.TestCase):
+    """engine_rules.py's reading of its measurements: which of the model's
+    rules each pattern supports (the GPU run gives the figures), and its
+    copy kernel's PTX agreeing with the LLVM source it is generated from."""
 
     def setUp(self):
-        import mps_priority
+        import engine_rules
 
-        self.mp = mps_priority
+        self.mp = engine_rules
 
     def runs(self, **waits_us):
         """Each config's probe latencies: 200 samples at 20 us alone, plus a
@@ -506,7 +507,7 @@ class MpsPriority(unittest.TestCase):
         return out
 
     def test_strict_priority_and_two_read_as_normal(self):
-        s = self.mp.summarise(self.runs(equal=1000, lowprio=50, both_low=1000, tally=50,
+        s = self.mp.mps_summary(self.runs(equal=1000, lowprio=50, both_low=1000, tally=50,
                                         resident=1900))
         f = s["findings"]
         self.assertTrue(f["strict"])
@@ -516,12 +517,12 @@ class MpsPriority(unittest.TestCase):
         self.assertIn("reads as normal (0)", " ".join(s["headline"]))
 
     def test_two_read_as_below_normal_when_the_probe_waits_as_both_low(self):
-        f = self.mp.summarise(self.runs(equal=1000, lowprio=50, both_low=1000,
+        f = self.mp.mps_summary(self.runs(equal=1000, lowprio=50, both_low=1000,
                                         tally=950))["findings"]
         self.assertEqual(f["priority_2_reads_as"], "below normal (1)")
 
     def test_a_priority_that_moves_nothing_is_neither_strict_nor_telling(self):
-        f = self.mp.summarise(self.runs(equal=1000, lowprio=900, both_low=1000,
+        f = self.mp.mps_summary(self.runs(equal=1000, lowprio=900, both_low=1000,
                                         tally=950))["findings"]
         self.assertFalse(f["strict"])
         self.assertLess(f["priority_p99_gain"], 1.2)
@@ -529,14 +530,49 @@ class MpsPriority(unittest.TestCase):
 
     def test_strict_allows_for_the_probes_own_jitter_alone(self):
         runs = self.runs(equal=1000, lowprio=150)
-        self.assertFalse(self.mp.summarise(runs)["findings"]["strict"])
+        self.assertFalse(self.mp.mps_summary(runs)["findings"]["strict"])
         # The same waits over a probe that alone spreads 100 us at its p99.
         runs["alone"]["latency_us"] = [20.0] * 190 + [120.0] * 10
-        f = self.mp.summarise(runs)["findings"]
+        f = self.mp.mps_summary(runs)["findings"]
         self.assertEqual(f["alone_jitter_us"], 100.0)
         self.assertTrue(f["strict"])
 
+    def test_the_copys_bandwidth_by_sms_names_where_it_saturates(self):
+        # 132 SMs; one SM pulls 50 GB/s, DRAM saturates at 3,000 from 60.
+        rungs = [{"blocks": k, "sms": min(k, 132), "gb_per_s": min(3000.0, 50.0 * k)}
+                 for k in self.mp.sm_ladder(132)]
+        f = self.mp.bandwidth_findings(rungs, 132)
+        self.assertEqual(f["best_gb_per_s"], 3000.0)
+        self.assertEqual(f["sms_for_90pct"], 64)
+        self.assertEqual(f["half_over_whole"], 1.0)
+        self.assertEqual(f["one_sm_gb_per_s"], 50.0)
+        self.assertEqual(f["packed"], [])
+        # The engine's rule today: bandwidth in proportion to the SMs.
+        rungs = [dict(r, gb_per_s=3000.0 * min(r["blocks"], 132) / 132) for r in rungs]
+        f = self.mp.bandwidth_findings(rungs, 132)
+        self.assertEqual(f["sms_for_90pct"], 128)  # the first rung at 90% or more
+        self.assertEqual(f["half_over_whole"], 0.5)
+        # Blocks the GPU packed two to an SM count as the SMs they used.
+        rungs[0:3] = [{"blocks": 4, "sms": 2, "gb_per_s": 3000.0}]
+        f = self.mp.bandwidth_findings(rungs, 132)
+        self.assertEqual(f["packed"], [4])
+        self.assertEqual(f["sms_for_90pct"], 2)
+
+    def test_the_ladder_runs_powers_of_two_half_whole_and_every_slot(self):
+        self.assertEqual(self.mp.sm_ladder(132),
+                         [1, 2, 4, 8, 16, 32, 64, 66, 128, 132, 264])
+        self.assertEqual(self.mp.sm_ladder(108)[-3:], [64, 108, 216])
+
+    def test_the_committed_ptx_is_what_llc_makes_of_the_source(self):
+        ptx = self.mp.ptx_from_ll()
+        if ptx is None:
+            self.skipTest("llc is not installed")
+        with open(self.mp.STREAM_PTX) as f:
+            self.assertEqual(f.read(), ptx,
+                             "stream.ptx is stale: python3 scripts/gpu/engine_rules.py "
+                             "--regenerate-ptx")
+
     def test_findings_need_their_configs(self):
-        f = self.mp.summarise(self.runs(equal=1000))["findings"]
+        f = self.mp.mps_summary(self.runs(equal=1000))["findings"]
         self.assertEqual(set(f), {"alone_p50_us", "alone_jitter_us"})
-        self.assertEqual(self.mp.summarise({})["headline"], ["no probe timings alone"])
+        self.assertEqual(self.mp.mps_summary({})["headline"], ["no probe timings alone"])

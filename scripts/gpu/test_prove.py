@@ -420,15 +420,18 @@ class DryRun(unittest.TestCase):
             for part in ("cupti_after", "cupti_before"):
                 self.assertIn("dry run", mask[part]["skipped"])
             self.assertEqual(mask["problems"], [])
-            # part 4's MPS priority probe against the fake driver and
-            # tests/fake-mps-control: every config's clients ran (the fake's
-            # waits measure nothing), the findings were read from them
-            prio = p4["mps_priority"]["result"]
-            self.assertEqual(prio["problems"], [])
-            self.assertEqual(set(prio["waits"]),
+            # part 4's engine rules against the fake driver and
+            # tests/fake-mps-control: the copy ran on every rung and every
+            # MPS config's clients ran (the fake's figures measure nothing),
+            # the findings were read from them
+            rules = p4["engine_rules"]["result"]
+            self.assertEqual(rules["problems"], [])
+            self.assertIn("best_gb_per_s", rules["bandwidth"])
+            self.assertEqual(set(rules["waits"]),
                              {"equal", "lowprio", "both_low", "tally", "resident"})
-            self.assertIn("priority_2_reads_as", prio["findings"])
-            self.assertIn("probe wait p50/p99 us", prio["headline"][0])
+            self.assertIn("priority_2_reads_as", rules["mps"])
+            self.assertIn("copy bandwidth: best", rules["headline"][0])
+            self.assertIn("probe wait p50/p99 us", rules["headline"][1])
             # part 4's co-location in issue 23's mode: tandemd accepted the
             # spatial config, both modes paired with the alone cell; the
             # fake workers make no CUDA call, so no shim reports the state
