@@ -8,6 +8,10 @@
 //! tandem-sim predict --job FILE... --add FILE [--json] [--why]  # see predict::cli
 //! ```
 //!
+//! Every argument must be one the command takes: a misspelt option, a
+//! missing or malformed value, or a pair or mode no device set has is an
+//! error (exit 2) before any work; `--help` prints the usage.
+//!
 //! `matrix` writes `matrix.json`, `matrix.md` and `holdout.md` into `--out`
 //! and exits 1 when a calibration rule is broken (`--reduced`: only the
 //! measured pairs in the baseline modes, one seed; what `cargo test` runs).
@@ -19,15 +23,105 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tandem_gpusim::calibration::{check, holdout, reduced_matrix};
-use tandem_gpusim::matrix::{load_trace, run_matrix, Device, MatrixCfg};
+use tandem_gpusim::matrix::{load_trace, run_matrix, Device, MatrixCfg, MODES};
 use tandem_gpusim::measured;
 use tandem_gpusim::params::{Params, MODEL_VERSION};
 use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
 
+fn usage_text() -> String {
+    format!("usage: tandem-sim matrix [--reduced] [--device h100|a100|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]... [--sched KEY=VALUE]... [--spatial KEY=VALUE]... [--mps-inflight-ns N] [--mps-v1-gates on|off] [--v1-gates on|off]\n       tandem-sim traces [--traces DIR] [--device D] [--set KEY=VALUE]...\n       tandem-sim check-trace FILE\n       tandem-sim synthetic-trace JOB [--device h100|a100] [--traces DIR] [--set KEY=VALUE]...\n       {}", tandem_gpusim::predict::cli::USAGE)
+}
+
 fn usage() -> ExitCode {
-    eprintln!("usage: tandem-sim matrix [--reduced] [--device h100|a100|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]...\n       tandem-sim traces [--traces DIR]\n       tandem-sim check-trace FILE\n       tandem-sim synthetic-trace JOB [--device h100|a100]\n       {}", tandem_gpusim::predict::cli::USAGE);
+    eprintln!("{}", usage_text());
     ExitCode::from(2)
+}
+
+/// A usage error: its line, then the usage.
+fn misuse(e: &str) -> ExitCode {
+    eprintln!("tandem-sim: {e}");
+    usage()
+}
+
+/// The options a command takes: those followed by a value, those alone,
+/// and whether a positional argument (a FILE or JOB) comes first.
+fn options(cmd: &str) -> Option<(&'static [&'static str], &'static [&'static str], bool)> {
+    const MATRIX: &[&str] = &[
+        "--device",
+        "--out",
+        "--traces",
+        "--seeds",
+        "--window-s",
+        "--min-requests",
+        "--threads",
+        "--pairs",
+        "--modes",
+        "--set",
+        "--sched",
+        "--mps-inflight-ns",
+        "--mps-v1-gates",
+        "--v1-gates",
+        "--spatial",
+    ];
+    const JOBS: &[&str] = &["--traces", "--device", "--set"];
+    match cmd {
+        "matrix" => Some((MATRIX, &["--reduced"], false)),
+        "traces" => Some((JOBS, &[], false)),
+        "synthetic-trace" => Some((JOBS, &[], true)),
+        "check-trace" => Some((&[], &[], true)),
+        _ => None,
+    }
+}
+
+/// Every argument after `cmd` is one of its options (with its value where
+/// it takes one) or its positional argument, first: a misspelt option or
+/// a missing value is an error, never silently ignored.
+fn check_args(cmd: &str, rest: &[String]) -> Result<(), String> {
+    let Some((valued, bare, positional)) = options(cmd) else {
+        return Err(format!("unknown command {cmd:?}"));
+    };
+    let mut i = 0;
+    if positional {
+        match rest.first() {
+            Some(p) if !p.starts_with('-') => i = 1,
+            _ => {
+                let what = if cmd == "check-trace" { "FILE" } else { "JOB" };
+                return Err(format!("{cmd} needs its {what} first"));
+            }
+        }
+    }
+    while i < rest.len() {
+        let a = rest[i].as_str();
+        if valued.contains(&a) {
+            match rest.get(i + 1) {
+                Some(v) if !v.starts_with("--") => i += 2,
+                _ => return Err(format!("{a} needs a value")),
+            }
+        } else if bare.contains(&a) {
+            i += 1;
+        } else if a.starts_with('-') {
+            return Err(format!("unknown option {a} for {cmd}"));
+        } else {
+            return Err(format!("unexpected argument {a:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// `name`'s value as a number, if given; an error naming it if it is not one.
+fn number<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let Some(v) = args
+        .iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+    else {
+        return Ok(None);
+    };
+    v.parse().map(Some).map_err(|e| format!("{name} {v}: {e}"))
 }
 
 fn main() -> ExitCode {
@@ -35,6 +129,10 @@ fn main() -> ExitCode {
     let Some(cmd) = args.first() else {
         return usage();
     };
+    if args.iter().any(|a| a == "--help" || a == "-h") && cmd != "predict" {
+        println!("{}", usage_text());
+        return ExitCode::SUCCESS;
+    }
     if cmd == "predict" {
         return match tandem_gpusim::predict::cli::run(&args[1..]) {
             Ok(out) => {
@@ -46,6 +144,9 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    if let Err(e) = check_args(cmd, &args[1..]) {
+        return misuse(&e);
     }
     let value = |name: &str| {
         args.iter()
@@ -174,6 +275,32 @@ fn main() -> ExitCode {
         }
         "matrix" => {
             let reduced = args.iter().any(|a| a == "--reduced");
+            let (seeds, window_s, min_requests, threads) = match (
+                number::<u64>(&args, "--seeds"),
+                number::<f64>(&args, "--window-s"),
+                number::<u64>(&args, "--min-requests"),
+                number::<usize>(&args, "--threads"),
+            ) {
+                (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
+                (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
+                    return misuse(&e)
+                }
+            };
+            let pairs = match value("--pairs")
+                .map(|p| pairs_arg(&p, &devices))
+                .transpose()
+            {
+                Ok(p) => p,
+                Err(e) => return misuse(&e),
+            };
+            if let Some(md) = value("--modes") {
+                if let Some(bad) = md.split(',').find(|m| !known_mode(m)) {
+                    return misuse(&format!(
+                        "--modes: unknown mode {bad:?}: one of {}, tandem_v1, tandem_v1_mps",
+                        MODES.join(", ")
+                    ));
+                }
+            }
             let start = Instant::now();
             let mut rows = Vec::new();
             for &d in &devices {
@@ -182,26 +309,21 @@ fn main() -> ExitCode {
                 } else {
                     MatrixCfg::full(d, params_of(d))
                 };
-                if let Some(n) = value("--seeds").and_then(|s| s.parse::<u64>().ok()) {
+                if let Some(n) = seeds {
                     m.seeds = (1..=n.max(1)).collect();
                 }
-                if let Some(s) = value("--window-s").and_then(|s| s.parse::<f64>().ok()) {
+                if let Some(s) = window_s {
                     m.window_ns = (s * 1e9) as u64;
                 }
-                if let Some(n) = value("--min-requests").and_then(|s| s.parse::<u64>().ok()) {
+                if let Some(n) = min_requests {
                     m.min_requests = n;
                 }
-                if let Some(n) = value("--threads").and_then(|s| s.parse::<usize>().ok()) {
+                if let Some(n) = threads {
                     m.threads = n;
                 }
-                if let Some(p) = value("--pairs") {
-                    let known = |j: &str| d.inference().iter().any(|(n, _)| *n == j);
-                    m.pairs = p
-                        .split(',')
-                        .filter_map(|x| x.split_once(':'))
-                        .filter(|(a, _)| known(a))
-                        .map(|(a, b)| (a.to_string(), b.to_string()))
-                        .collect();
+                if let Some(p) = &pairs {
+                    // Each device runs the pairs that are its own.
+                    m.pairs = p.iter().filter(|x| is_pair_of(d, x)).cloned().collect();
                 }
                 if let Some(md) = value("--modes") {
                     m.modes = md.split(',').map(String::from).collect();
@@ -255,6 +377,45 @@ fn main() -> ExitCode {
         }
         _ => usage(),
     }
+}
+
+/// Whether device `d` runs `inference` beside `training`.
+fn is_pair_of(d: Device, (inference, training): &(String, String)) -> bool {
+    d.inference().iter().any(|(n, _)| n == inference) && d.training().contains(&training.as_str())
+}
+
+/// `--pairs I:T,..`: each a pair of one of `devices`' sets, or an error
+/// naming it and what those sets hold.
+fn pairs_arg(list: &str, devices: &[Device]) -> Result<Vec<(String, String)>, String> {
+    list.split(',')
+        .map(|x| {
+            let (i, t) = x
+                .split_once(':')
+                .ok_or_else(|| format!("--pairs {x}: INFERENCE:TRAINING"))?;
+            let pair = (i.to_string(), t.to_string());
+            if devices.iter().any(|&d| is_pair_of(d, &pair)) {
+                return Ok(pair);
+            }
+            let sets: Vec<String> = devices
+                .iter()
+                .map(|d| {
+                    let inf: Vec<&str> = d.inference().iter().map(|(n, _)| *n).collect();
+                    format!(
+                        "{}: inference {}; training {}",
+                        d.name(),
+                        inf.join(", "),
+                        d.training().join(", ")
+                    )
+                })
+                .collect();
+            Err(format!("--pairs {x}: not a pair of {}", sets.join(" / ")))
+        })
+        .collect()
+}
+
+/// A mode the matrix runs: [`MODES`], or tandem v1's two.
+fn known_mode(m: &str) -> bool {
+    MODES.contains(&m) || m == "tandem_v1" || m == "tandem_v1_mps"
 }
 
 /// `--sched KEY=VALUE` (a `[scheduler]` key, a number or a boolean; may
