@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tandem_e2e::coord::{client_by_pid, client_env, poll, spawn_host, Proc, Tandemd, TestDir};
 use tandem_e2e::Env;
 
@@ -99,6 +99,24 @@ fn open_fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// The daemon's descriptors once they hold still, before any client
+/// comes: the same count on ten reads 20 ms apart (at most 3 s).
+/// `Tandemd::start` returns once the stats socket answers, while the
+/// daemon's other threads may still be opening theirs (all 20 within a few
+/// ms of each other when the machine is quiet): one read taken then
+/// counted 19 where the same start had 20 in every other run.
+fn settled_fds(pid: u32) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut last, mut same) = (open_fds(pid), 0);
+    while same < 9 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = open_fds(pid);
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+    }
+    last
+}
+
 fn finish(wait_file: &Path, procs: &mut [Proc]) {
     std::fs::File::create(wait_file).unwrap();
     for p in procs.iter_mut() {
@@ -143,7 +161,7 @@ fn assert_nothing_left(d: &Tandemd, fds: usize) {
 fn three_replicas_hold_their_weights_once_and_compute_the_same() {
     let dir = TestDir::new("dedup-three");
     let d = Tandemd::start(&dir);
-    let fds = open_fds(d.pid());
+    let fds = settled_fds(d.pid());
     let wf = dir.path().join("go");
     let env = replica_env(&dir);
     let mut procs: Vec<Proc> = (0..3)
@@ -174,7 +192,7 @@ fn three_replicas_hold_their_weights_once_and_compute_the_same() {
 fn kill_9_of_the_publisher_and_of_a_merger_and_a_coordinator_restart_leak_nothing() {
     let dir = TestDir::new("dedup-kill");
     let mut d = Tandemd::start(&dir);
-    let fds = open_fds(d.pid());
+    let fds = settled_fds(d.pid());
     let wf = dir.path().join("go");
     let env = replica_env(&dir);
     let granules = WEIGHTS_MIB / 2;
@@ -215,7 +233,15 @@ fn kill_9_of_the_publisher_and_of_a_merger_and_a_coordinator_restart_leak_nothin
     // old one's descriptors died with it.
     d.kill9();
     let d = Tandemd::start(&dir);
-    let fds_new = open_fds(d.pid());
+    // The replicas reconnect at once (each adds its connection and ring), so
+    // the new daemon's count is not left to settle: it must reach the first
+    // one's, and that before the first replica is back.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut fds_new = open_fds(d.pid());
+    while fds_new < fds && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        fds_new = open_fds(d.pid());
+    }
     assert_eq!(
         fds_new, fds,
         "a fresh tandemd holds what the first one did at start"
@@ -293,7 +319,7 @@ fn trust_groups_keep_jobs_apart() {
 fn two_hundred_start_stop_cycles_leak_nothing() {
     let dir = TestDir::new("dedup-cycles");
     let d = Tandemd::start(&dir);
-    let fds = open_fds(d.pid());
+    let fds = settled_fds(d.pid());
     let wf = dir.path().join("go");
     let env = replica_env(&dir);
     // A resident replica publishes; each short-lived one merges with it, breaks
