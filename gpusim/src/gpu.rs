@@ -102,6 +102,16 @@ pub struct GpuParams {
     /// block's time stretches by the oversubscription (false: bandwidth
     /// is never short).
     pub dram_contention: bool,
+    /// The share of the GPU's SMs whose blocks, streaming, pull the whole
+    /// DRAM bandwidth: one SM pulls at most the peak over that many SMs.
+    /// A kernel given fewer SMs than it fills alone (beside another
+    /// client, or under an SM mask) then keeps its memory phases' speed up
+    /// to that limit, instead of losing it with the SMs: its memory-bound
+    /// share of a block's time shrinks by [`dram_gain`]. 1 (the default
+    /// until a GPU measures it: `scripts/gpu/engine_rules.py`) keeps the
+    /// rule of gpusim-3, a bandwidth that grows with the SMs up to all of
+    /// them.
+    pub dram_saturating_share: f64,
 }
 
 /// One SM's capacity (CUDA Programming Guide, "Compute Capabilities",
@@ -223,6 +233,8 @@ struct Running {
     completed_any: bool,
     /// Its DRAM demand alone, as a share of the peak bandwidth.
     mem_frac: f64,
+    /// The [`dram_gain`] of its latest cohort (1 before any).
+    dram_gain: f64,
     /// SMs it holds alone (its first wave).
     alone_sms: u32,
     /// Its SM mask's width (0: none).
@@ -487,6 +499,7 @@ impl Gpu {
                     units: ((sm_share.clamp(0.001, 1.0) * UNITS as f64).round() as u64).max(1),
                     completed_any: false,
                     mem_frac: mem_frac.clamp(0.0, 1.0),
+                    dram_gain: 1.0,
                     alone_sms: alone_sms.max(1),
                     limit: sm_limit,
                 };
@@ -540,6 +553,23 @@ impl Gpu {
         };
         self.ends.push(Reverse((end, id, self.gen)));
     }
+}
+
+/// How much faster a kernel's memory phases run on `held` SMs than on the
+/// `alone_sms` it fills alone, on a GPU of `sms` SMs where a share
+/// `saturating` of them pull the whole DRAM bandwidth. Alone, its memory
+/// phases pull the peak over its `alone_sms` SMs (how its `mem_frac` is
+/// defined); each SM can pull at most the peak over `saturating x sms`,
+/// and the kernel never more than the peak in all. So the gain is
+/// `min(alone_sms / (saturating x sms), alone_sms / held)`, never below 1:
+/// exactly 1 at `saturating` 1, or when the kernel has its SMs.
+#[must_use]
+pub fn dram_gain(saturating: f64, sms: u32, alone_sms: u32, held: u32) -> f64 {
+    if held == 0 || held >= alone_sms {
+        return 1.0;
+    }
+    let per_sm = f64::from(alone_sms) / (saturating.clamp(0.01, 1.0) * f64::from(sms));
+    per_sm.min(f64::from(alone_sms) / f64::from(held)).max(1.0)
 }
 
 /// The waves a kernel of `blocks` blocks, `blocks_per_sm` to an SM, runs in

@@ -16,6 +16,7 @@ fn params() -> GpuParams {
         dram_bytes_per_ns: 3350.0,
         fifo_dispatch: true,
         dram_contention: true,
+        dram_saturating_share: 1.0,
     }
 }
 
@@ -367,6 +368,47 @@ fn kernels_that_together_pull_more_than_the_dram_peak_stretch_their_memory_time(
     g.submit(0, 1, 0, mem_bound(66, 100 * US, 0.0), 1);
     let done = drain(&mut g);
     assert_eq!(at(&done, 1, 1), 100 * US);
+}
+
+#[test]
+fn a_bandwidth_bound_kernel_squeezed_onto_fewer_sms_keeps_its_speed_where_fewer_saturate_dram() {
+    // One wave of 100 us on all 132 SMs alone, masked to 66: two waves.
+    let run = |saturating: f64, m: f64| {
+        let p = GpuParams {
+            dram_saturating_share: saturating,
+            ..params()
+        };
+        let mut g = Gpu::new(p, &Sharing::Mps, &[cfg(0)]);
+        g.submit(
+            0,
+            0,
+            0,
+            Work::Kernel {
+                blocks: 132,
+                blocks_per_sm: 1,
+                duration_ns: 100 * US,
+                sm_share: 1.0,
+                mem_frac: m,
+                sm_limit: 66,
+            },
+            1,
+        );
+        at(&drain(&mut g), 0, 1)
+    };
+    // gpusim-3's rule (1): every kernel loses speed with its SMs.
+    assert_eq!(run(1.0, 1.0), 200 * US);
+    assert_eq!(run(1.0, 0.0), 200 * US);
+    // Half the SMs saturate DRAM: a wholly memory-bound kernel on half the
+    // SMs runs as fast as alone; a compute-bound one still takes twice as
+    // long; half and half, 0.5 + 0.5 / 2 of each block.
+    assert_eq!(run(0.5, 1.0), 100 * US);
+    assert_eq!(run(0.5, 0.0), 200 * US);
+    assert_eq!(run(0.5, 0.5), 150 * US);
+    // The gain: bounded by the per-SM limit and by the kernel's own SMs.
+    assert_eq!(crate::gpu::dram_gain(0.25, 132, 132, 66), 2.0);
+    assert_eq!(crate::gpu::dram_gain(0.75, 132, 132, 66), 132.0 / 99.0);
+    assert_eq!(crate::gpu::dram_gain(0.5, 132, 132, 132), 1.0);
+    assert_eq!(crate::gpu::dram_gain(0.5, 132, 20, 10), 1.0);
 }
 
 #[test]

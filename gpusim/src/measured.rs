@@ -1,8 +1,11 @@
 //! GPU measurements that replace fitted parameters: the time-slice length
 //! and the context-switch cost `scripts/gpu/trace_capture.py` measures on a
 //! GPU (prove's stage 3, part 1), committed as `timeslice.json` beside the captured
-//! traces (`tests/traces/`). `tandem-sim` applies them before any `--set`,
-//! and the matrix's report says which parameters came from a GPU.
+//! traces (`tests/traces/`), and the share of SMs that saturate DRAM
+//! `scripts/gpu/engine_rules.py` measures (prove's `engine_rules` stage,
+//! part 4), committed as `engine_rules.json` there ([`ENGINE_FILE`]).
+//! `tandem-sim` applies them before any `--set`, and the matrix's report
+//! says which parameters came from a GPU.
 //!
 //! The file is the capture's own output: `{"skipped": null | "why",
 //! "timeslice": {"median_ns": …, "n": …} | null, "switch": {…} | null}`.
@@ -23,20 +26,74 @@ const SLICE_RANGE_NS: (f64, f64) = (100_000.0, 1_000_000_000.0);
 /// Plausible switch costs.
 const SWITCH_RANGE_NS: (f64, f64) = (0.0, 10_000_000.0);
 
-/// Applies `dir/timeslice.json` to `params`. Returns what it changed, one
-/// phrase per parameter (empty: no file, a skipped measurement, or no
-/// samples).
+/// The engine-rules measurement's file name in the traces folder.
+pub const ENGINE_FILE: &str = "engine_rules.json";
+/// Plausible shares of the SMs that saturate DRAM: a few SMs at the least.
+const SATURATING_RANGE: (f64, f64) = (0.02, 1.0);
+
+/// Applies `dir/timeslice.json` and `dir/engine_rules.json` to `params`.
+/// Returns what it changed, one phrase per parameter (empty: no file, a
+/// skipped measurement, or no samples).
 ///
 /// # Errors
-/// A file that does not parse, or a median outside the plausible range.
+/// A file that does not parse, a dry run's figures, or a figure outside
+/// the plausible range.
 pub fn apply(params: &mut Params, dir: &Path) -> Result<Vec<String>, String> {
-    let path = dir.join(FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    apply_json(params, &text).map_err(|e| format!("{}: {e}", path.display()))
+    let mut applied = Vec::new();
+    for (file, apply) in [
+        (
+            FILE,
+            apply_json as fn(&mut Params, &str) -> Result<Vec<String>, String>,
+        ),
+        (ENGINE_FILE, apply_engine_rules_json),
+    ] {
+        let path = dir.join(file);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        applied.extend(apply(params, &text).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    Ok(applied)
+}
+
+/// [`apply`] on `engine_rules.json`'s text: the streaming copy's
+/// `bandwidth.findings.share_of_sms_for_90pct` (the fewest SMs that pulled
+/// 90% of its best bandwidth, over the GPU's) becomes
+/// `dram_saturating_share`. A bandwidth part that did not run leaves the
+/// value.
+///
+/// # Errors
+/// Not a JSON object, a dry run's file (the fake driver's figures measure
+/// nothing), a share that is not a number or outside (0.02, 1].
+pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<String>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if !v.is_object() {
+        return Err("not a JSON object".into());
+    }
+    if v["dry_run"].as_bool() == Some(true) {
+        return Err("a dry run's figures (the fake driver's) measure nothing about a GPU".into());
+    }
+    let share = &v["bandwidth"]["findings"]["share_of_sms_for_90pct"];
+    if share.is_null() {
+        return Ok(Vec::new());
+    }
+    let x = share
+        .as_f64()
+        .ok_or("bandwidth.findings.share_of_sms_for_90pct is not a number")?;
+    let (lo, hi) = SATURATING_RANGE;
+    if !(x > lo && x <= hi) {
+        return Err(format!(
+            "bandwidth.findings.share_of_sms_for_90pct = {x} is outside ({lo}, {hi}]: \
+             not a plausible measurement"
+        ));
+    }
+    params.gpu.dram_saturating_share = x;
+    Ok(vec![format!(
+        "DRAM saturated by {:.0}% of the SMs",
+        x * 100.0
+    )])
 }
 
 /// [`apply`] on the file's text.
@@ -138,6 +195,39 @@ mod tests {
     }
 
     #[test]
+    fn the_copys_saturating_share_becomes_the_engines_and_nothing_else_moves() {
+        let mut p = Params::calibrated();
+        let got = apply_engine_rules_json(
+            &mut p,
+            r#"{"dry_run": false, "bandwidth": {"findings": {"best_gb_per_s": 3000.0,
+                "sms_for_90pct": 64, "share_of_sms_for_90pct": 0.485}}, "mps": {}}"#,
+        )
+        .unwrap();
+        assert_eq!(got, vec!["DRAM saturated by 48% of the SMs"]);
+        let mut q = Params::calibrated();
+        q.gpu.dram_saturating_share = 0.485;
+        assert_eq!(p, q);
+        // No bandwidth part: nothing; a dry run's or a broken figure: errors.
+        let fitted = Params::calibrated();
+        let mut p = fitted.clone();
+        let none = r#"{"dry_run": false, "bandwidth": {"error": "no GPU"}}"#;
+        assert_eq!(
+            apply_engine_rules_json(&mut p, none).unwrap(),
+            Vec::<String>::new()
+        );
+        for text in [
+            r#"{"dry_run": true, "bandwidth": {"findings": {"share_of_sms_for_90pct": 0.5}}}"#,
+            r#"{"bandwidth": {"findings": {"share_of_sms_for_90pct": 0.008}}}"#,
+            r#"{"bandwidth": {"findings": {"share_of_sms_for_90pct": 1.5}}}"#,
+            r#"{"bandwidth": {"findings": {"share_of_sms_for_90pct": "half"}}}"#,
+            "[]",
+        ] {
+            assert!(apply_engine_rules_json(&mut p, text).is_err(), "{text}");
+        }
+        assert_eq!(p, fitted, "nothing applied on an error");
+    }
+
+    #[test]
     fn no_file_is_no_change() {
         let dir = std::env::temp_dir().join(format!("gpusim-measured-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -150,6 +240,16 @@ mod tests {
         .unwrap();
         assert_eq!(apply(&mut p, &dir).unwrap(), vec!["timeslice 3.00 ms"]);
         assert_eq!(p.timeslice_ns, 3_000_000);
+        std::fs::write(
+            dir.join(ENGINE_FILE),
+            r#"{"bandwidth": {"findings": {"share_of_sms_for_90pct": 0.5}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            apply(&mut p, &dir).unwrap(),
+            vec!["timeslice 3.00 ms", "DRAM saturated by 50% of the SMs"]
+        );
+        assert_eq!(p.gpu.dram_saturating_share, 0.5);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -17,6 +17,7 @@
 //! | co-residence: the share of an SM a kernel's blocks hold | derived per kernel | its registers, shared memory, threads and block slots at its occupancy ([`crate::footprint`]); the synthetic traces carry each kernel family's published launch configuration ([`crate::synthetic`]), a captured trace the function's attributes. Replaces gpusim-1's fitted `gemm_sm_share` (0.6 on every GEMM tile), which a measured trace could not supply |
 //! | block dispatch among kernels of one priority, `fifo_dispatch` | arrival order, leftovers to later kernels | public: the hardware's "left-over" policy (Pai et al., ASPLOS 2013; Amert et al., RTSS 2017; Olmedo et al., RTAS 2020); [`crate::mps`] |
 //! | DRAM bandwidth sharing, `dram_contention` | on | mechanism: kernels that run at once pull from one DRAM; when their demands (each its bytes over its time alone, in proportion to the SMs it holds) exceed the peak, the memory-bound share of a block's time stretches by the oversubscription ([`crate::gpu`]) |
+//! | the share of SMs that saturate DRAM, `dram_saturating_share` | 1 | none yet: 1 keeps gpusim-3's rule (a kernel given fewer SMs than it fills loses bandwidth with them, bandwidth-bound or not), which issue 22 lists among the doubted assumptions; `scripts/gpu/engine_rules.py` (prove part 4) measures a streaming copy's bandwidth by SMs, and its `share_of_sms_for_90pct`, once a GPU run committed `tests/traces/engine_rules.json`, replaces this value ([`crate::measured`]) |
 //! | memory efficiency of element-wise kernels, `mem_eff` | 0.7 | assumed |
 //! | GPU time of an empty kernel, `kernel_floor_ns` | 2.5 us | assumed |
 //! | copy bandwidth, latency | 25 GB/s, 10 us | assumed (PCIe Gen5 x16 is 64 GB/s per direction; pinned PyTorch copies reach well under it) |
@@ -89,6 +90,7 @@ impl Params {
                 dram_bytes_per_ns: 3350.0,
                 fifo_dispatch: true,
                 dram_contention: true,
+                dram_saturating_share: 1.0,
             },
             sm_flop_per_ns: 989.4e3 / 132.0,
             gemm_eff: 0.15,
@@ -133,6 +135,10 @@ impl Params {
             "mem_eff" => self.mem_eff = v,
             "fifo_dispatch" => self.gpu.fifo_dispatch = v != 0.0,
             "dram_contention" => self.gpu.dram_contention = v != 0.0,
+            "dram_saturating_share" if v > 0.0 && v <= 1.0 => self.gpu.dram_saturating_share = v,
+            "dram_saturating_share" => {
+                return Err(format!("dram_saturating_share: {v} is not in (0, 1]"))
+            }
             "kernel_floor_ns" => self.kernel_floor_ns = ns,
             "timeslice_ns" => self.timeslice_ns = ns,
             "switch_ns" => self.switch_ns = ns,

@@ -103,16 +103,23 @@ impl Gpu {
         };
         let blocks = k.pending.min(u64::from(sms) * u64::from(k.bps));
         let sms = (blocks.div_ceil(u64::from(k.bps)) as u32).min(sms);
+        let gain = super::dram_gain(
+            self.params.dram_saturating_share,
+            self.params.sms,
+            k.alone_sms,
+            k.held + sms,
+        );
         let mem = if self.params.dram_contention && k.mem_frac > 0.0 {
-            self.dram_demand(kid, k.held + sms).max(1.0)
+            self.dram_demand(kid, k.held + sms, gain).max(1.0)
         } else {
             1.0
         };
-        let d = round_ns(k.block_ns * slow * ((1.0 - k.mem_frac) + k.mem_frac * mem)).max(1);
+        let d = round_ns(k.block_ns * slow * ((1.0 - k.mem_frac) + k.mem_frac * mem / gain)).max(1);
         // A kernel's first wave starts together and ends together: only
         // its later blocks are taken to drift apart.
         let lockstep = !k.completed_any;
         let k = self.kernels[kid].as_mut().expect("kernel");
+        k.dram_gain = gain;
         k.pending -= blocks;
         k.outstanding += blocks;
         k.held += sms;
@@ -123,16 +130,22 @@ impl Gpu {
     }
 
     /// The DRAM bandwidth the running kernels demand, as a share of the
-    /// peak, with kernel `kid` holding `held` SMs: each pulls its demand
-    /// alone in proportion to the SMs it holds of those it holds alone.
-    fn dram_demand(&self, kid: usize, held: u32) -> f64 {
+    /// peak, with kernel `kid` holding `held` SMs at gain `gain`: each pulls
+    /// its demand alone in proportion to the SMs it holds of those it holds
+    /// alone, times its [`super::dram_gain`] (exact for a wholly
+    /// memory-bound kernel, an over-estimate for one that also computes).
+    fn dram_demand(&self, kid: usize, held: u32, gain: f64) -> f64 {
         self.kernels
             .iter()
             .enumerate()
             .filter_map(|(i, k)| {
                 let k = k.as_ref()?;
-                let h = if i == kid { held } else { k.held };
-                (h > 0).then(|| k.mem_frac * f64::from(h) / f64::from(k.alone_sms))
+                let (h, g) = if i == kid {
+                    (held, gain)
+                } else {
+                    (k.held, k.dram_gain)
+                };
+                (h > 0).then(|| k.mem_frac * g * f64::from(h) / f64::from(k.alone_sms))
             })
             .sum()
     }
