@@ -58,6 +58,7 @@ use crate::mps::Candidate;
 use crate::timeslice::Slicer;
 
 mod dispatch;
+pub(crate) mod dram;
 mod observe;
 mod preempt;
 
@@ -107,7 +108,7 @@ pub struct GpuParams {
     /// A kernel given fewer SMs than it fills alone (beside another
     /// client, or under an SM mask) then keeps its memory phases' speed up
     /// to that limit, instead of losing it with the SMs: its memory-bound
-    /// share of a block's time shrinks by [`dram_gain`]. 1 (the default
+    /// share of a block's time shrinks by `gpu::dram::dram_gain`. 1 (the default
     /// until a GPU measures it: `scripts/gpu/engine_rules.py`) keeps the
     /// rule of gpusim-3, a bandwidth that grows with the SMs up to all of
     /// them.
@@ -233,7 +234,7 @@ struct Running {
     completed_any: bool,
     /// Its DRAM demand alone, as a share of the peak bandwidth.
     mem_frac: f64,
-    /// The [`dram_gain`] of its latest cohort (1 before any).
+    /// The [`dram::dram_gain`] of its latest cohort (1 before any).
     dram_gain: f64,
     /// SMs it holds alone (its first wave).
     alone_sms: u32,
@@ -553,23 +554,6 @@ impl Gpu {
         };
         self.ends.push(Reverse((end, id, self.gen)));
     }
-}
-
-/// How much faster a kernel's memory phases run on `held` SMs than on the
-/// `alone_sms` it fills alone, on a GPU of `sms` SMs where a share
-/// `saturating` of them pull the whole DRAM bandwidth. Alone, its memory
-/// phases pull the peak over its `alone_sms` SMs (how its `mem_frac` is
-/// defined); each SM can pull at most the peak over `saturating x sms`,
-/// and the kernel never more than the peak in all. So the gain is
-/// `min(alone_sms / (saturating x sms), alone_sms / held)`, never below 1:
-/// exactly 1 at `saturating` 1, or when the kernel has its SMs.
-#[must_use]
-pub fn dram_gain(saturating: f64, sms: u32, alone_sms: u32, held: u32) -> f64 {
-    if held == 0 || held >= alone_sms {
-        return 1.0;
-    }
-    let per_sm = f64::from(alone_sms) / (saturating.clamp(0.01, 1.0) * f64::from(sms));
-    per_sm.min(f64::from(alone_sms) / f64::from(held)).max(1.0)
 }
 
 /// The waves a kernel of `blocks` blocks, `blocks_per_sm` to an SM, runs in

@@ -405,10 +405,13 @@ fn a_bandwidth_bound_kernel_squeezed_onto_fewer_sms_keeps_its_speed_where_fewer_
     assert_eq!(run(0.5, 0.0), 200 * US);
     assert_eq!(run(0.5, 0.5), 150 * US);
     // The gain: bounded by the per-SM limit and by the kernel's own SMs.
-    assert_eq!(crate::gpu::dram_gain(0.25, 132, 132, 66), 2.0);
-    assert_eq!(crate::gpu::dram_gain(0.75, 132, 132, 66), 132.0 / 99.0);
-    assert_eq!(crate::gpu::dram_gain(0.5, 132, 132, 132), 1.0);
-    assert_eq!(crate::gpu::dram_gain(0.5, 132, 20, 10), 1.0);
+    assert_eq!(crate::gpu::dram::dram_gain(0.25, 132, 132, 66), 2.0);
+    assert_eq!(
+        crate::gpu::dram::dram_gain(0.75, 132, 132, 66),
+        132.0 / 99.0
+    );
+    assert_eq!(crate::gpu::dram::dram_gain(0.5, 132, 132, 132), 1.0);
+    assert_eq!(crate::gpu::dram::dram_gain(0.5, 132, 20, 10), 1.0);
 }
 
 #[test]

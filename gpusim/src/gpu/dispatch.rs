@@ -103,7 +103,7 @@ impl Gpu {
         };
         let blocks = k.pending.min(u64::from(sms) * u64::from(k.bps));
         let sms = (blocks.div_ceil(u64::from(k.bps)) as u32).min(sms);
-        let gain = super::dram_gain(
+        let gain = super::dram::dram_gain(
             self.params.dram_saturating_share,
             self.params.sms,
             k.alone_sms,
@@ -127,27 +127,6 @@ impl Gpu {
         self.clients[client].sm_ns += f64::from(sms) * d as f64 * k.units as f64 / UNITS as f64;
         self.free_units -= u64::from(sms) * k.units;
         self.add_cohort(now + d, kid, sms, blocks, lockstep);
-    }
-
-    /// The DRAM bandwidth the running kernels demand, as a share of the
-    /// peak, with kernel `kid` holding `held` SMs at gain `gain`: each pulls
-    /// its demand alone in proportion to the SMs it holds of those it holds
-    /// alone, times its [`super::dram_gain`] (exact for a wholly
-    /// memory-bound kernel, an over-estimate for one that also computes).
-    fn dram_demand(&self, kid: usize, held: u32, gain: f64) -> f64 {
-        self.kernels
-            .iter()
-            .enumerate()
-            .filter_map(|(i, k)| {
-                let k = k.as_ref()?;
-                let (h, g) = if i == kid {
-                    (held, gain)
-                } else {
-                    (k.held, k.dram_gain)
-                };
-                (h > 0).then(|| k.mem_frac * g * f64::from(h) / f64::from(k.alone_sms))
-            })
-            .sum()
     }
 }
 
