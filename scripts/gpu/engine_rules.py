@@ -34,13 +34,14 @@ what MPS + priority and an SM reservation cost and buy:
     alone      -         unset       -                the baseline
     equal      unset     unset       50 us x 20 waves up to the hog kernel's rest (row 4)
     lowprio    1         unset       50 us x 20 waves at most one block, 50 us (row 5)
-    both_low   1         1           50 us x 20 waves as equal
     tally      1         2           50 us x 20 waves as lowprio if 2 reads as normal,
                                                       as both_low if as below normal
+    both_low   1         1           50 us x 20 waves as equal
     resident   1         unset       2 ms x 1 wave    up to one block, 2 ms (row 2)
 
 Each measurement runs in its own process (the bandwidth one before the MPS
-daemon starts):
+daemon starts), most telling first; the file is rewritten with the findings
+so far after each, so a run stopped at its time limit keeps them:
 
     engine_rules.py --out DIR [--lib libcuda.so.1] [--seconds 1.5] [--dry-run]
 
@@ -72,8 +73,8 @@ CONFIGS = {
     "alone": (None, None, None),
     "equal": (None, None, "short"),
     "lowprio": ("1", None, "short"),
-    "both_low": ("1", "1", "short"),
     "tally": ("1", "2", "short"),
+    "both_low": ("1", "1", "short"),
     "resident": ("1", None, "long"),
 }
 # (block time ns, waves): short blocks leave many pending behind the running
@@ -449,11 +450,21 @@ def main(argv):
     if got.get("error"):
         doc["problems"].append(f"bandwidth: {got['error']}")
     doc["bandwidth"] = {"bytes": STREAM_BYTES, "threads": THREADS, **got}
-    bl.write_json(path, doc)
     if "rungs" in got:
         doc["bandwidth"]["findings"] = bandwidth_findings(got["rungs"], got["sms"])
     mps = doc["mps"] = {"configs": {n: CONFIGS[n] for n in names}, "shapes": SHAPES,
                         "runs": {}}
+
+    def save():
+        """The file with the findings so far: a stage stopped at its time
+        limit keeps what it measured, read."""
+        summary = mps_summary(mps["runs"]) if mps["runs"] else {"headline": []}
+        doc["headline"] = (bandwidth_headline(doc["bandwidth"].get("findings"))
+                           + summary.pop("headline"))
+        mps.update(summary)
+        bl.write_json(path, doc)
+
+    save()
     if not names:
         mps["skipped"] = "no configs asked"
     elif not shutil.which(bl.MPS_CONTROL):
@@ -466,13 +477,10 @@ def main(argv):
                     mps["runs"][n] = r = run_config(n, mps_env, a)
                     if r.get("error"):
                         doc["problems"].append(f"{n}: {r['error']}")
-                    bl.write_json(path, doc)
+                    save()
         except bl.BenchError as e:
             doc["problems"].append(f"MPS: {e}")
-    mps.update(mps_summary(mps["runs"]) if mps["runs"] else {"headline": []})
-    doc["headline"] = (bandwidth_headline(doc["bandwidth"].get("findings"))
-                       + mps.pop("headline"))
-    bl.write_json(path, doc)
+    save()
     for line in doc["headline"]:
         print(line, flush=True)
     return 1 if doc["problems"] else 0
