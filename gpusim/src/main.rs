@@ -109,19 +109,14 @@ fn check_args(cmd: &str, rest: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `name`'s value as a number, if given; an error naming it if it is not one.
-fn number<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>, String>
+/// Option `name`'s value `v` as a number, if given; an error naming it if
+/// it is not one.
+fn number<T: std::str::FromStr>(name: &str, v: Option<String>) -> Result<Option<T>, String>
 where
     T::Err: std::fmt::Display,
 {
-    let Some(v) = args
-        .iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-    else {
-        return Ok(None);
-    };
-    v.parse().map(Some).map_err(|e| format!("{name} {v}: {e}"))
+    v.map(|v| v.parse().map_err(|e| format!("{name} {v}: {e}")))
+        .transpose()
 }
 
 fn main() -> ExitCode {
@@ -276,10 +271,10 @@ fn main() -> ExitCode {
         "matrix" => {
             let reduced = args.iter().any(|a| a == "--reduced");
             let (seeds, window_s, min_requests, threads) = match (
-                number::<u64>(&args, "--seeds"),
-                number::<f64>(&args, "--window-s"),
-                number::<u64>(&args, "--min-requests"),
-                number::<usize>(&args, "--threads"),
+                number::<u64>("--seeds", value("--seeds")),
+                number::<f64>("--window-s", value("--window-s")),
+                number::<u64>("--min-requests", value("--min-requests")),
+                number::<usize>("--threads", value("--threads")),
             ) {
                 (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
                 (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {

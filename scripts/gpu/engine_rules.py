@@ -124,12 +124,8 @@ class Spinner:
 
     def __init__(self, drv, dry, fake_name="spin"):
         self.drv = drv
-        module = ctypes.c_void_p()
-        image = FAKE_IMAGE if dry else PTX
-        drv.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(image + b"\0"))
-        self.func = ctypes.c_void_p()
-        name = fake_name.encode() if dry else b"spin"
-        drv.call("cuModuleGetFunction", ctypes.byref(self.func), module, name)
+        _, self.func = drv.load_function(FAKE_IMAGE if dry else PTX,
+                                         fake_name.encode() if dry else b"spin")
 
     def launch(self, blocks, ns):
         arg = ctypes.c_uint64(ns)
@@ -212,15 +208,12 @@ def client_bandwidth(drv, info, dry):
     """The copy's bandwidth on each rung of [`sm_ladder`]: the best of
     STREAM_REPS timed launches after one untimed, read plus written bytes
     over the time, and the SMs its blocks ran on."""
-    module = ctypes.c_void_p()
     if dry:
         image = FAKE_IMAGE
     else:
         with open(STREAM_PTX, "rb") as f:
             image = f.read()
-    drv.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(image + b"\0"))
-    func = ctypes.c_void_p()
-    drv.call("cuModuleGetFunction", ctypes.byref(func), module, b"stream")
+    _, func = drv.load_function(image, b"stream")
     n16 = STREAM_BYTES // 16
     bufs = []
     for size in (STREAM_BYTES, STREAM_BYTES, 4 * 2 * info["sms"]):
@@ -298,12 +291,18 @@ def child_main(a):
 # ------------------------------------------------------------------ driver
 
 
+def child_argv(a):
+    """This script as a child process, with the run's library, folder and
+    dry-run flag (the part it plays comes after)."""
+    me = [sys.executable, os.path.abspath(__file__), "--lib", a.lib, "--out", a.out]
+    return me + (["--dry-run"] if a.dry_run else [])
+
+
 def run_config(name, mps_env, a):
     """One config's clients: the hog first (until READY), then the probe.
     Returns {probe latencies, hog rate, environments} or {error}."""
     hog_prio, probe_prio, shape = CONFIGS[name]
-    me = [sys.executable, os.path.abspath(__file__), "--lib", a.lib, "--out", a.out]
-    me += ["--dry-run"] if a.dry_run else []
+    me = child_argv(a)
 
     def env(prio):
         extra = dict(mps_env, **({PRIORITY_ENV: prio} if prio is not None else {}))
@@ -386,9 +385,7 @@ def mps_summary(runs):
 def run_bandwidth(a):
     """The bandwidth part in a process of its own, outside MPS:
     {rungs} or {error}."""
-    me = [sys.executable, os.path.abspath(__file__), "--lib", a.lib, "--out", a.out]
-    me += ["--dry-run"] if a.dry_run else []
-    child = bl.Child("bandwidth", me + ["--child", "bandwidth"], bl.clean_env(),
+    child = bl.Child("bandwidth", child_argv(a) + ["--child", "bandwidth"], bl.clean_env(),
                      os.path.join(a.out, "bandwidth.log"))
     try:
         return child.wait_for("RESULT", 60.0)

@@ -156,13 +156,19 @@ class Driver:
             return None, "cuGetExportTable gave a NULL callback table"
         return tbl.value, None
 
+    def load_function(self, image, name):
+        """(module, function): `image` (PTX, or the fake driver's module
+        text) loaded with cuModuleLoadData, and its kernel `name` (bytes)."""
+        module = ctypes.c_void_p()
+        self.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(image + b"\0"))
+        func = ctypes.c_void_p()
+        self.call("cuModuleGetFunction", ctypes.byref(func), module, name)
+        return module, func
+
     def run_probe(self, blocks, stream=None):
         """Launches the probe kernel in the current context; the sorted SM
         ids its blocks ran on, one per block."""
-        module = ctypes.c_void_p()
-        self.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(PTX + b"\0"))
-        func = ctypes.c_void_p()
-        self.call("cuModuleGetFunction", ctypes.byref(func), module, b"smid_probe")
+        module, func = self.load_function(PTX, b"smid_probe")
         dptr = ctypes.c_uint64()
         self.call("cuMemAlloc_v2", ctypes.byref(dptr), ctypes.c_size_t(blocks * 4))
         self.call("cuMemsetD32_v2", dptr, ctypes.c_uint(0xFFFFFFFF), ctypes.c_size_t(blocks))
