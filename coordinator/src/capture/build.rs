@@ -89,6 +89,12 @@ pub fn build(
         "; kernel durations: {} measured from completion marks and syncs, {} estimated as their function's mean, {} unmeasured (1 ns)",
         counts[0], counts[1], counts[2]
     ));
+    let untimed = fitted.untimed_positions();
+    if untimed > 0 {
+        notes.push_str(&format!(
+            "; kernels timed in no {what} of the window, at positions whose function, grid and block other kernels of different duration share: {untimed} (their durations are the least certain; a longer look back, --seconds, times more of them)"
+        ));
+    }
     if src.class == JobClass::Inference && !matches!(ops.ops.last(), Some(Op::Sync { .. })) {
         ops.ops.push(Op::Sync {
             host_gap_ns: unit.end_ns.saturating_sub(ops.last_ns),

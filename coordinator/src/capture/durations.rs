@@ -8,7 +8,7 @@ use tandem_proto::record::FLAG_TIMED;
 use tandem_proto::{EventKind, Record};
 
 use super::key::{Ident, Key};
-use super::solve::{factor, factor_free, rounds, rounds_free, segments, sync_segments};
+use super::solve::{alone, factor, factor_free, rounds, rounds_free, segments, sync_segments};
 
 /// The fitted durations: per kernel, and per function (the mean over its
 /// measured kernels, weighted by launches).
@@ -18,6 +18,8 @@ pub struct Fitted {
     /// Per position of a shared key ([`Ident`]).
     by_position: HashMap<Ident, u64>,
     by_func: HashMap<u64, u64>,
+    /// Positions of a shared key that no timing reached ([`Self::untimed_positions`]).
+    untimed_positions: usize,
 }
 
 /// The shim's timings in a window, read once for the request or step's
@@ -82,6 +84,16 @@ impl Fitted {
     #[must_use]
     pub fn measured(&self) -> usize {
         self.by_key.len()
+    }
+
+    /// The positions of a request or step whose key several kernels share
+    /// (an encoder's and a decoder's weight gradients) that no timing in
+    /// the window reached: their durations are the key's mean or solved on
+    /// the marks' segments, the capture's least certain ones. A window
+    /// holding more requests or steps times more of them.
+    #[must_use]
+    pub fn untimed_positions(&self) -> usize {
+        self.untimed_positions
     }
 }
 
@@ -283,10 +295,12 @@ pub fn fit_at(records: &[Record], t: &Timings, positions: &HashMap<usize, u32>) 
     // it (the marks' segments hold few such kernels among timed ones). A
     // shorter one would take the marks' lateness for its own time (a 3.7 us
     // PointNet convolution came back 222 us).
+    let mut untimed_positions = 0;
     let solve: Vec<bool> = {
         let mut v = vec![false; d.len()];
         for (id, &k) in &index {
             if id.1.is_some() && !fixed[k] {
+                untimed_positions += 1;
                 if let Some(&(ns, _)) = t.by_key.get(&(id.0, None)) {
                     d[k] = ns as f64;
                 }
@@ -297,6 +311,25 @@ pub fn fit_at(records: &[Record], t: &Timings, positions: &HashMap<usize, u32>) 
     };
     if solve.contains(&true) {
         d = rounds_free(&segs, &times, &kernel, d, &solve);
+    }
+    // A kernel of its own key that no timing reached keeps the rounds'
+    // duration above, where every kernel was free, which can be far off in
+    // a GPU-bound step (GPT-2's 286 us `log_softmax_backward`, never timed
+    // in 22 steps, came back 4.4 to 4.8 ms in two captures of four: the
+    // rounds gave it much of the 9.3 ms GEMM after it, whose own timings
+    // then fixed the GEMM). Where the marks' segments around it hold no
+    // other kernel untimed, each segment measures it alone: it takes their
+    // median (one segment ended late by the watcher's poll does not move
+    // it). Solving it jointly with other untimed kernels instead moved
+    // their errors onto it (a 2.5 us `isnan` came back 2.6 ms). As above,
+    // only where the rounds gave it a mark's resolution or more.
+    if fixed.contains(&true) {
+        let untimed: Vec<bool> = fixed.iter().map(|f| !f).collect();
+        for (k, ns) in alone(&segs, &times, &kernel, &d, &untimed) {
+            if !solve[k] && d[k] >= MARK_RESOLUTION_NS {
+                d[k] = ns;
+            }
+        }
     }
     if fixed.contains(&true) {
         let mut factors: Vec<f64> = syncs
@@ -337,6 +370,7 @@ pub fn fit_at(records: &[Record], t: &Timings, positions: &HashMap<usize, u32>) 
         by_key: per_key.means(),
         by_position,
         by_func: per_func.means(),
+        untimed_positions,
     }
 }
 

@@ -48,7 +48,11 @@
 //! (the launch's ordinal): a position timed takes its own timings' median;
 //! one no timing reached starts from the key's trimmed mean and, where that
 //! is the marks' resolution (200 us) or more, is solved on the marks'
-//! segments with every other duration held. Then the syncs'
+//! segments with every other duration held. A kernel of its own key that
+//! no timing reached, where others were, takes the median of the segments
+//! in which it is the only untimed kernel (each measures it alone), where
+//! the fit gave it the marks' resolution or more; with no such segment it
+//! keeps the fit's. Then the syncs'
 //! scale is solved for the kernels not timed with the timed ones fixed,
 //! where they hold a quarter of a sync segment's kernel time or more
 //! (`durations.rs`).

@@ -164,6 +164,51 @@ pub(super) fn rounds_free(
     d
 }
 
+/// The kernels of `free` that some segment holds with no other kernel of
+/// `free` and none of them more than once: each such segment's measure of
+/// it (its duration scaled by [`factor_free`] with every other held), and
+/// their lower median over the segments. A segment whose end a late mark
+/// put off measures one kernel long, and the median keeps it out.
+pub(super) fn alone(
+    segs: &[Segment],
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    free: &[bool],
+) -> Vec<(usize, f64)> {
+    let mut measures: HashMap<usize, Vec<f64>> = HashMap::new();
+    let mut held = vec![true; d.len()];
+    for s in segs {
+        let mut only = None;
+        let mut alone = true;
+        for &k in &kernel[s.a..s.b] {
+            if free[k] {
+                alone &= only.is_none();
+                only = Some(k);
+            }
+        }
+        let Some(k) = only.filter(|_| alone) else {
+            continue;
+        };
+        if d[k] <= 0.0 {
+            continue;
+        }
+        held[k] = false;
+        if let Some(x) = factor_free(s, times, kernel, d, &held, 0.0) {
+            measures.entry(k).or_default().push(d[k] * x);
+        }
+        held[k] = true;
+    }
+    measures
+        .into_iter()
+        .filter_map(|(k, mut v)| {
+            v.sort_by(f64::total_cmp);
+            // The lower median (the middle one, or the lower of the two).
+            v.get(v.len().checked_sub(1)? / 2).map(|&ns| (k, ns))
+        })
+        .collect()
+}
+
 /// The factor by which `d`'s durations of `s`'s launches must be scaled for
 /// its simulated end to be its measured end (see [`rounds`]), if positive.
 pub(super) fn factor(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> Option<f64> {

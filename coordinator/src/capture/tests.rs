@@ -1,5 +1,5 @@
 use tandem_proto::{EventKind, Record};
-use tandem_trace::{JobClass, Op};
+use tandem_trace::{JobClass, Op, Trace};
 
 use super::*;
 
@@ -63,6 +63,13 @@ fn marked_steps(
 /// The kernel durations of the trace `build` makes of a training job's
 /// `records`.
 fn training_durations(records: &[Record]) -> Vec<u64> {
+    training_trace(records)
+        .kernels()
+        .map(|k| k.duration_ns)
+        .collect()
+}
+
+fn training_trace(records: &[Record]) -> Trace {
     let src = Source {
         client: 4,
         job: "train".into(),
@@ -71,8 +78,7 @@ fn training_durations(records: &[Record]) -> Vec<u64> {
         seconds: 10,
         idle_gap_ns: 2_000_000,
     };
-    let trace = build(&src, records, |_| None).unwrap();
-    trace.kernels().map(|k| k.duration_ns).collect()
+    build(&src, records, |_| None).unwrap()
 }
 
 #[test]
@@ -676,11 +682,100 @@ fn a_position_no_timing_reached_is_fitted_on_its_own() {
         (7, 10_000_000, false),
         (7, 3_000_000, true),
     ];
-    let ns = training_durations(&marked_steps(&step, 8, 20_000, 5_000, 3_000_000));
+    let trace = training_trace(&marked_steps(&step, 8, 20_000, 5_000, 3_000_000));
+    let ns: Vec<u64> = trace.kernels().map(|k| k.duration_ns).collect();
     assert_eq!(ns.len(), 5, "{ns:?}");
     assert_eq!((ns[1], ns[4]), (1_000_000, 3_000_000), "timed: {ns:?}");
     assert!(
         ns[3].abs_diff(10_000_000) < 200_000,
         "the untimed position: {ns:?}"
+    );
+    // The notes say one position was timed in no step.
+    assert!(
+        trace.notes.contains("timed in no step of the window, at positions whose function, grid and block other kernels of different duration share: 1 ("),
+        "{}",
+        trace.notes
+    );
+}
+
+#[test]
+fn the_notes_name_no_untimed_position_where_every_one_was_timed() {
+    let step = [
+        (1, 50_000, true),
+        (7, 1_000_000, true),
+        (7, 3_000_000, true),
+    ];
+    let trace = training_trace(&marked_steps(&step, 8, 20_000, 5_000, 3_000_000));
+    assert!(!trace.notes.contains("timed in no step"), "{}", trace.notes);
+}
+
+/// As [`marked_steps`], but a mark only after the timed launches (as the
+/// shim places them while the GPU is behind: each timed launch carries its
+/// interval's mark), so a segment holds the untimed launches before a
+/// timed one.
+fn timed_marks_only(kernels: &[(u64, u64, bool)], steps: u64, late: u64) -> Vec<Record> {
+    let all = marked_steps(kernels, steps, late, 5_000, 3_000_000);
+    // Drop the untimed marks and their completions.
+    let untimed: std::collections::HashSet<u64> = all
+        .iter()
+        .filter(|r| {
+            EventKind::from_raw(r.kind) == Some(EventKind::MARK_DONE)
+                && r.flags & tandem_proto::record::FLAG_TIMED == 0
+        })
+        .map(|r| r.func_id)
+        .collect();
+    all.into_iter()
+        .filter(|r| {
+            let k = EventKind::from_raw(r.kind);
+            !(matches!(k, Some(EventKind::MARK | EventKind::MARK_DONE))
+                && untimed.contains(&r.func_id))
+        })
+        .collect()
+}
+
+#[test]
+fn an_untimed_kernel_of_its_own_key_is_measured_by_the_segments_it_is_alone_in() {
+    // The 300 us kernel is never timed; its segment ends at the timed 9 ms
+    // GEMM's mark. The rounds, every kernel free, split that segment's
+    // time between the two (one segment holds both, and nothing else
+    // measures either); the GEMM's timings then fix its own.
+    let step = [
+        (1, 50_000, true),
+        (5, 300_000, false),
+        (7, 9_000_000, true),
+        (2, 5_000_000, true),
+    ];
+    let ns = training_durations(&timed_marks_only(&step, 8, 20_000));
+    assert_eq!(ns.len(), 4, "{ns:?}");
+    assert_eq!((ns[2], ns[3]), (9_000_000, 5_000_000), "timed: {ns:?}");
+    assert!(
+        ns[1].abs_diff(300_000) < 40_000,
+        "the untimed kernel: {ns:?}"
+    );
+}
+
+#[test]
+fn a_late_mark_does_not_move_a_kernel_measured_alone() {
+    // As above, with one step's GEMM mark seen 5 ms late: the median over
+    // the eight segments keeps it out.
+    let step = [
+        (1, 50_000, true),
+        (5, 300_000, false),
+        (7, 9_000_000, true),
+        (2, 5_000_000, true),
+    ];
+    let mut records = timed_marks_only(&step, 8, 20_000);
+    let gemm_done = records
+        .iter()
+        .position(|r| {
+            EventKind::from_raw(r.kind) == Some(EventKind::MARK_DONE) && r.bytes == 9_000_000
+        })
+        .expect("the GEMM's timed mark");
+    records[gemm_done].ts_ns += 5_000_000;
+    records.sort_by_key(|x| x.ts_ns);
+    let ns = training_durations(&records);
+    assert!(
+        ns[1].abs_diff(300_000) < 40_000,
+        "the untimed kernel: {ns:?}"
     );
 }
