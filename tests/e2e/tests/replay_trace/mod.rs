@@ -124,13 +124,17 @@ pub fn try_round_trip(
     std::thread::sleep(capture_after);
     let out = dir.path().join(format!("{}.captured.json", source.job));
     let _ = std::fs::remove_file(&out);
+    // The whole replay: at least the default 60 s.
+    let window = seconds
+        .parse::<f64>()
+        .map_or(60, |s| (s.ceil() as u64).max(60));
     let res = tandemctl(
         d.socket(),
         &[
             "trace",
             &id.to_string(),
             "--seconds",
-            "60",
+            &window.to_string(),
             "--out",
             out.to_str().expect("UTF-8 path"),
         ],
