@@ -8,7 +8,9 @@ use tandem_proto::record::FLAG_TIMED;
 use tandem_proto::{EventKind, Record};
 
 use super::key::{Ident, Key};
-use super::solve::{alone, factor, factor_free, rounds, rounds_free, segments, sync_segments};
+use super::solve::{
+    alone, factor, factor_free, lower_median, rounds, rounds_free, segments, sync_segments,
+};
 
 /// The fitted durations: per kernel, and per function (the mean over its
 /// measured kernels, weighted by launches).
@@ -160,12 +162,6 @@ fn timings(records: &[Record]) -> Vec<(usize, u64)> {
         }
     }
     out
-}
-
-/// The lower median of `sorted` (the middle one, or the lower of the two
-/// middle ones); `None` when empty.
-pub(super) fn lower_median<T: Copy>(sorted: &[T]) -> Option<T> {
-    sorted.get(sorted.len().checked_sub(1)? / 2).copied()
 }
 
 /// The least share of a sync segment's kernel time the free durations must
@@ -330,8 +326,7 @@ pub fn fit_at(records: &[Record], t: &Timings, positions: &HashMap<usize, u32>) 
                 d[k] = ns;
             }
         }
-    }
-    if fixed.contains(&true) {
+        // Then the syncs' scale, over the kernels not timed.
         let mut factors: Vec<f64> = syncs
             .iter()
             .filter_map(|s| factor_free(s, &times, &kernel, &d, &fixed, MIN_FREE_SHARE))

@@ -164,6 +164,12 @@ pub(super) fn rounds_free(
     d
 }
 
+/// The lower median of `sorted` (the middle one, or the lower of the two
+/// middle ones); `None` when empty.
+pub(super) fn lower_median<T: Copy>(sorted: &[T]) -> Option<T> {
+    sorted.get(sorted.len().checked_sub(1)? / 2).copied()
+}
+
 /// The kernels of `free` that some segment holds with no other kernel of
 /// `free` and none of them more than once: each such segment's measure of
 /// it (its duration scaled by [`factor_free`] with every other held), and
@@ -203,8 +209,7 @@ pub(super) fn alone(
         .into_iter()
         .filter_map(|(k, mut v)| {
             v.sort_by(f64::total_cmp);
-            // The lower median (the middle one, or the lower of the two).
-            v.get(v.len().checked_sub(1)? / 2).map(|&ns| (k, ns))
+            lower_median(&v).map(|ns| (k, ns))
         })
         .collect()
 }

@@ -733,19 +733,22 @@ fn timed_marks_only(kernels: &[(u64, u64, bool)], steps: u64, late: u64) -> Vec<
         .collect()
 }
 
+/// A step whose 300 us kernel (its own key) is never timed and sits
+/// before a timed 9 ms GEMM.
+const UNTIMED_BEFORE_GEMM: [(u64, u64, bool); 4] = [
+    (1, 50_000, true),
+    (5, 300_000, false),
+    (7, 9_000_000, true),
+    (2, 5_000_000, true),
+];
+
 #[test]
 fn an_untimed_kernel_of_its_own_key_is_measured_by_the_segments_it_is_alone_in() {
     // The 300 us kernel is never timed; its segment ends at the timed 9 ms
     // GEMM's mark. The rounds, every kernel free, split that segment's
     // time between the two (one segment holds both, and nothing else
     // measures either); the GEMM's timings then fix its own.
-    let step = [
-        (1, 50_000, true),
-        (5, 300_000, false),
-        (7, 9_000_000, true),
-        (2, 5_000_000, true),
-    ];
-    let ns = training_durations(&timed_marks_only(&step, 8, 20_000));
+    let ns = training_durations(&timed_marks_only(&UNTIMED_BEFORE_GEMM, 8, 20_000));
     assert_eq!(ns.len(), 4, "{ns:?}");
     assert_eq!((ns[2], ns[3]), (9_000_000, 5_000_000), "timed: {ns:?}");
     assert!(
@@ -758,13 +761,7 @@ fn an_untimed_kernel_of_its_own_key_is_measured_by_the_segments_it_is_alone_in()
 fn a_late_mark_does_not_move_a_kernel_measured_alone() {
     // As above, with one step's GEMM mark seen 5 ms late: the median over
     // the eight segments keeps it out.
-    let step = [
-        (1, 50_000, true),
-        (5, 300_000, false),
-        (7, 9_000_000, true),
-        (2, 5_000_000, true),
-    ];
-    let mut records = timed_marks_only(&step, 8, 20_000);
+    let mut records = timed_marks_only(&UNTIMED_BEFORE_GEMM, 8, 20_000);
     let gemm_done = records
         .iter()
         .position(|r| {

@@ -6,7 +6,7 @@
 //! and training kept, per mode) from the captured traces is compared with
 //! the one from the sources.
 //!
-//! Every prediction is the median over seeds 1-3, the same seeds for the
+//! Every prediction is the median over seeds 1-N (N = 36 by default), the same seeds for the
 //! source and each variant (common random numbers: the arrivals and host
 //! jitter are drawn alike, so a difference is the trace's).
 //!
@@ -16,7 +16,7 @@
 //! captured kernels are the source's, in order): `regs_per_thread` +
 //! `smem_per_block`, `duration_ns`, the kernels' `host_gap_ns`, and
 //! occupancy, registers, shared memory, DRAM bytes and durations together.
-//! `noise` is the source itself under seeds 4-6 against 1-3: how far other
+//! `noise` is the source itself under seeds N+1 to 2N against 1-N: how far other
 //! draws move a prediction at these windows.
 //!
 //! Slow (about 45 minutes on 2 shared cores: eight minutes of replays,
@@ -86,7 +86,7 @@ fn out_dir() -> PathBuf {
 }
 
 /// The matrix the comparison runs: the calibration pairs, every mode,
-/// three seeds (a cell is the median over them), and the calibration
+/// [`seeds`] (a cell is the median over them), and the calibration
 /// matrix's windows (`tandem-sim matrix --reduced`: at least 1,000 requests
 /// a cell, 10-60 s after 3 s of warm-up).
 /// With 3-10 s windows (before 2026-11-27) a cell's p99 was the few
