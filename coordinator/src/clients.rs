@@ -143,6 +143,9 @@ pub struct Client {
     pub mps_inflight_ns: Option<u64>,
     /// The SM reservation asked of it (decided once, at registration).
     pub spatial: tandem_proto::spatial::Spatial,
+    /// The reservation published to it now, thousandths of its GPU's TPCs
+    /// (learnt from inference's widths, at most `spatial`'s).
+    pub spatial_now: u64,
     pub(crate) warned_kind: bool,
     /// The GPU board its shim was sent: `None` before (and when its shim did
     /// not ask), else whether writable. A client granted the inference class
@@ -160,6 +163,10 @@ pub struct Gpu {
     pub name: String,
     /// Launches of clients that have left, while on this GPU.
     pub retired_launches: u64,
+    /// Its SMs, as its shims report them (the latest).
+    pub shape: Option<tandem_proto::wire::DeviceShape>,
+    /// Its inference launches' widths (scheduler v3's reservation).
+    pub widths: Option<crate::spatial::GpuWidths>,
 }
 
 /// Every client, GPU and counter. Lives behind one mutex in [`crate::shared::Shared`].

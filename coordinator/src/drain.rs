@@ -6,6 +6,10 @@
 //! skipped, garbage in the ring's indices detaches the ring (the client keeps
 //! running unscheduled), and a record's timestamp is never taken beyond
 //! tandemd's own clock.
+//!
+//! An inference client's kernel launches also teach its GPU's widths
+//! ([`crate::spatial`]), and after each pass the reservation they give is
+//! published to the training clients asked to mask their launches.
 
 use std::time::Instant;
 
@@ -13,8 +17,9 @@ use tandem_proto::estimates::kernel_key;
 use tandem_proto::{monotonic_ns, EventKind, Record};
 use tracing::warn;
 
-use crate::clients::{Client, Registry, Ring};
+use crate::clients::{Client, Gpu, Registry, Ring};
 use crate::sched::{Input, Output, Scheduler};
+use crate::spatial::GpuWidths;
 use crate::state::Totals;
 
 /// What one [`Registry::poll`] did.
@@ -77,7 +82,14 @@ impl Registry {
             if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
                 self.limits.observe(c.id, cb);
             }
-            total += drain_client(c, &mut self.totals, &mut self.sched, &mut self.sched_out);
+            let widths = inference_widths(&mut self.gpus, c);
+            total += drain_client(
+                c,
+                widths,
+                &mut self.totals,
+                &mut self.sched,
+                &mut self.sched_out,
+            );
             if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
                 if now.duration_since(c.last_beat) >= c.heartbeat {
                     cb.beat();
@@ -86,6 +98,7 @@ impl Registry {
             }
             c.stats.tick_rate(now);
         }
+        self.publish_reserves();
         let next_tick_ns = self.sched.tick(monotonic_ns(), &mut self.sched_out);
         let gates_opened = self.apply_gates();
         Poll {
@@ -96,10 +109,55 @@ impl Registry {
     }
 }
 
-/// Drain one client's ring into its stats and the scheduler (gate changes
-/// are left in `out`); on garbage, warn once, count, and detach the ring.
+impl Registry {
+    /// Each training client asked to mask its launches gets its GPU's
+    /// reservation as learnt, where one is (else it keeps the configured
+    /// share); written only when it changes.
+    fn publish_reserves(&mut self) {
+        for c in self.clients.values_mut() {
+            if c.spatial.reserve_permille == 0 {
+                continue;
+            }
+            let learnt = c
+                .gpu
+                .and_then(|u| self.gpus.get(&u))
+                .and_then(|g| g.widths.as_ref())
+                .and_then(GpuWidths::permille);
+            let now = learnt.map_or(c.spatial.reserve_permille, |p| {
+                p.min(c.spatial.reserve_permille)
+            });
+            if now == c.spatial_now {
+                continue;
+            }
+            if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
+                cb.set_spatial(tandem_proto::spatial::Spatial {
+                    reserve_permille: now,
+                    ..c.spatial
+                });
+                c.spatial_now = now;
+            }
+        }
+    }
+}
+
+/// The widths an inference client's launches teach: its GPU's, where the
+/// GPU's shape is known.
+fn inference_widths<'a>(
+    gpus: &'a mut std::collections::BTreeMap<[u8; 16], Gpu>,
+    c: &Client,
+) -> Option<&'a mut GpuWidths> {
+    if c.decision.class != tandem_proto::wire::ClientClass::Inference {
+        return None;
+    }
+    gpus.get_mut(&c.gpu?)?.widths.as_mut()
+}
+
+/// Drain one client's ring into its stats, the scheduler (gate changes are
+/// left in `out`) and, for an inference client, its GPU's `widths`; on
+/// garbage, warn once, count, and detach the ring.
 pub(crate) fn drain_client(
     c: &mut Client,
+    mut widths: Option<&mut GpuWidths>,
     totals: &mut Totals,
     sched: &mut Scheduler,
     out: &mut Vec<Output>,
@@ -120,6 +178,9 @@ pub(crate) fn drain_client(
             return;
         }
         window.push(r);
+        if let Some(w) = widths.as_deref_mut() {
+            w.observe(r, stats.func(r.func_id).and_then(|(_, a)| a));
+        }
         // The timestamp is the client's claim: never later than our clock
         // (re-read once if the record was pushed after we last read it), so
         // one client cannot push the scheduler's time ahead.

@@ -61,6 +61,7 @@ pub use tandem_sched as sched;
 pub mod shared;
 pub mod slurm;
 pub mod sock;
+pub mod spatial;
 pub mod state;
 pub mod stats_http;
 pub mod trace_query;

@@ -281,6 +281,16 @@ pub struct GpuSnapshot {
     /// See `board_requests_open`.
     #[serde(default)]
     pub board_announcements: Option<u64>,
+    /// Its SMs, as its shims report them (null: none reported).
+    #[serde(default)]
+    pub sms: Option<u32>,
+    /// The SMs scheduler v3's reservation leaves to inference on it, learnt
+    /// from the widths of inference's kernels there (null: none learnt).
+    #[serde(default)]
+    pub spatial_reserve_sms: Option<u32>,
+    /// Inference launches that reservation is learnt from (the last 128).
+    #[serde(default)]
+    pub spatial_widths: u64,
     /// Weight deduplication on it (`dedup_*` fields).
     #[serde(flatten)]
     pub dedup: GpuDedupStats,
@@ -407,9 +417,13 @@ pub struct ClientSnapshot {
 /// A client's SM reservation (`"spatial"` of a client in `GET /stats`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ClientSpatial {
-    /// The share of its GPU's TPCs it was asked to leave to inference while
-    /// inference is active.
+    /// The share of its GPU's TPCs it is asked to leave to inference while
+    /// inference is active, now: learnt from inference's kernel widths on
+    /// its GPU (`spatial_reserve_sms` of the GPU), at most `reserve_max`.
     pub reserve: f64,
+    /// The most it may be asked (`[scheduler] spatial_reserve`).
+    #[serde(default)]
+    pub reserve_max: f64,
     /// Launches estimated shorter than this are not masked, ns.
     pub min_kernel_ns: u64,
     /// What the shim made of it (its claim): `idle` (no launch has asked

@@ -56,6 +56,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use crate::mps::Candidate;
 use crate::timeslice::Slicer;
+use tandem_sched::reserve::width;
 
 mod dispatch;
 pub(crate) mod dram;
@@ -130,6 +131,17 @@ pub struct SmResources {
 }
 
 impl SmResources {
+    /// The same capacity as tandemd's occupancy rules take it.
+    #[must_use]
+    pub const fn limits(self) -> tandem_sched::reserve::SmLimits {
+        tandem_sched::reserve::SmLimits {
+            threads: self.threads,
+            regs: self.regs,
+            smem: self.smem,
+            blocks: self.blocks,
+        }
+    }
+
     /// Compute capability 9.0 (H100): 2048 threads, 64 K registers,
     /// 227 KB of shared memory per SM usable by blocks, 32 blocks.
     pub const HOPPER: SmResources = SmResources {
@@ -484,7 +496,7 @@ impl Gpu {
                 sm_limit,
             } => {
                 let bps = blocks_per_sm.max(1);
-                let alone_sms = alone_sms(blocks.max(1), bps, self.params.sms);
+                let alone_sms = width(blocks.max(1), bps, self.params.sms);
                 self.seq += 1;
                 let k = Running {
                     client,
@@ -562,15 +574,6 @@ impl Gpu {
 #[must_use]
 pub fn waves(blocks: u64, blocks_per_sm: u32, sms: u32) -> u64 {
     blocks.div_ceil(u64::from(sms) * u64::from(blocks_per_sm.max(1)))
-}
-
-/// The SMs a kernel's first wave fills alone on `sms` SMs: its blocks over
-/// `blocks_per_sm`, at most the GPU.
-#[must_use]
-pub fn alone_sms(blocks: u64, blocks_per_sm: u32, sms: u32) -> u32 {
-    blocks
-        .div_ceil(u64::from(blocks_per_sm.max(1)))
-        .min(u64::from(sms)) as u32
 }
 
 /// `x.round()` as whole nanoseconds, for `0 <= x < 2^53`: the same value

@@ -64,10 +64,11 @@
 
 use std::collections::VecDeque;
 
-use crate::gpu::{alone_sms, waves};
+use crate::gpu::waves;
 use crate::tandem::{Gate, HostEvent, TandemSide};
 use crate::trace::Kernel;
 use crate::Ns;
+use tandem_sched::reserve::{width, ReserveRule, Widths};
 use tandem_sched::Class;
 
 /// The candidate's settings.
@@ -162,6 +163,18 @@ impl SpatialCfg {
         }
     }
 
+    /// The reservation's size, as tandemd's rule takes it.
+    #[must_use]
+    pub fn reserve_rule(&self) -> ReserveRule {
+        ReserveRule {
+            min_reserve: self.min_reserve,
+            max_reserve_share: self.max_reserve_share,
+            window: self.window,
+            quantile: self.quantile,
+            step: self.step,
+        }
+    }
+
     /// Candidate (c): (a) with duration-aware holds at a slack of a tenth
     /// of inference's shortest active period.
     #[must_use]
@@ -188,9 +201,8 @@ pub struct Spatial {
     classes: Vec<Option<Class>>,
     inflight: u32,
     last_inference: Option<Ns>,
-    widths: VecDeque<u32>,
-    /// `widths`, sorted (kept so as each launch comes, for [`Spatial::reserve`]).
-    sorted: Vec<u32>,
+    /// Inference's widths and the reserve they give (tandemd's rule).
+    widths: Widths,
     seq: u64,
     /// When inference's current active period began.
     period_start: Option<Ns>,
@@ -209,13 +221,12 @@ impl Spatial {
     #[must_use]
     pub fn new(sms: u32, cfg: SpatialCfg) -> Spatial {
         Spatial {
+            widths: Widths::new(sms, cfg.reserve_rule()),
             cfg,
             sms,
             classes: Vec::new(),
             inflight: 0,
             last_inference: None,
-            widths: VecDeque::new(),
-            sorted: Vec::new(),
             seq: 0,
             period_start: None,
             periods: VecDeque::new(),
@@ -244,20 +255,7 @@ impl Spatial {
     /// partition's whole steps leave.
     #[must_use]
     pub fn reserve(&self) -> u32 {
-        let step = self.cfg.step.clamp(1, self.sms.max(1));
-        let max = ((f64::from(self.sms) * self.cfg.max_reserve_share / f64::from(step)).round()
-            as u32
-            * step)
-            .clamp(step, self.sms.max(1));
-        let min = self.cfg.min_reserve.min(max);
-        let want = if self.sorted.is_empty() {
-            min
-        } else {
-            let w = &self.sorted;
-            let i = ((w.len() - 1) as f64 * self.cfg.quantile).round() as usize;
-            (w[i.min(w.len() - 1)].div_ceil(step) * step).clamp(min, max)
-        };
-        self.sms - (self.sms.saturating_sub(want) / step * step)
+        self.widths.reserve()
     }
 
     /// Inference's slack for (c): the configured share of its shortest
@@ -338,17 +336,9 @@ impl TandemSide for Spatial {
         if self.class(job) != Some(Class::Inference) {
             return None;
         }
-        let width = alone_sms(k.blocks(), k.blocks_per_sm, self.sms);
-        if self.widths.len() == self.cfg.window.max(1) {
-            if let Some(old) = self.widths.pop_front() {
-                let at = self.sorted.partition_point(|&x| x < old);
-                self.sorted.remove(at);
-            }
-        }
         self.inference_launch(now);
-        self.widths.push_back(width);
-        let at = self.sorted.partition_point(|&x| x < width);
-        self.sorted.insert(at, width);
+        self.widths
+            .push(width(k.blocks(), k.blocks_per_sm, self.sms));
         self.inflight += 1;
         self.last_inference = Some(now);
         self.seq += 1;
@@ -612,29 +602,6 @@ mod tests {
         let mut a = in_second_period(SpatialCfg::default());
         assert_eq!(a.slack(), None);
         assert_eq!(a.before_launch(10_000_100, 1, &long), Gate::Proceed);
-    }
-
-    #[test]
-    fn the_reserve_is_the_quantile_of_the_last_window_of_widths() {
-        // The sorted copy kept as launches come must drop the widths that
-        // leave the window: compare with sorting the window afresh.
-        let cfg = SpatialCfg {
-            window: 5,
-            min_reserve: 1,
-            max_reserve_share: 1.0,
-            ..SpatialCfg::default()
-        };
-        let mut s = Spatial::new(132, cfg.clone());
-        s.register(0, 0, Class::Inference);
-        let widths = [40u32, 2, 90, 90, 7, 61, 3, 3, 120, 18, 55, 40, 9];
-        for (n, &w) in widths.iter().enumerate() {
-            s.after_launch(0, 0, &kernel(w, 1));
-            let mut last: Vec<u32> = widths[(n + 1).saturating_sub(5)..=n].to_vec();
-            last.sort_unstable();
-            let i = ((last.len() - 1) as f64 * cfg.quantile).round() as usize;
-            let want = (last[i].div_ceil(2) * 2).clamp(1, 132);
-            assert_eq!(s.reserve(), want, "after {n}: window {last:?}");
-        }
     }
 
     /// In the matrix, on the same H100 pair, holding training's long

@@ -64,8 +64,10 @@ pub struct SchedConfig {
     /// runs unmasked with one log line where it does not). Default
     /// [`SpatialMode::Off`] until a GPU run has shown the mechanism.
     pub spatial: SpatialMode,
-    /// The share of the GPU's TPCs left to inference while it is active
-    /// (above 0, at most 0.5). Default 0.25, the GPU-sharing model's cap.
+    /// The most of the GPU's TPCs left to inference while it is active
+    /// (above 0, at most 0.5): tandemd leaves as many as inference's kernels
+    /// are wide ([`crate::reserve`]), up to this. Default 0.25, the
+    /// GPU-sharing model's cap.
     pub spatial_reserve: f64,
     /// Training launches estimated shorter than this are not masked: their
     /// blocks give their SMs back within that time, to inference first under

@@ -306,6 +306,7 @@ mod histogram;
 mod input;
 mod local;
 mod output;
+pub mod reserve;
 mod scheduler;
 mod snapshot;
 

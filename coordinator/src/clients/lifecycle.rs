@@ -9,7 +9,7 @@ use tandem_proto::monotonic_ns;
 use tandem_proto::mps::MpsJoin;
 use tandem_proto::wire::{
     ClientClass, Device, FuncAttrs, Hello, RejectReason, Welcome, HELLO_FLAG_MPS,
-    WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_MPS,
+    WELCOME_FLAG_DEVICE_SHAPE, WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_MPS,
 };
 use tracing::{debug, info, warn};
 
@@ -20,7 +20,9 @@ use crate::config::Config;
 use crate::drain::drain_client;
 use crate::mps::Offer;
 use crate::sched::Input;
+use crate::spatial::GpuWidths;
 use crate::state::{format_uuid, ClientStats};
+use tandem_sched::SpatialMode;
 
 impl Registry {
     /// Register a client: decide its class, create its region, and return the
@@ -103,14 +105,19 @@ impl Registry {
         let trust_group = (dedup_flags != 0).then(|| cfg.dedup.group_of(&who));
         let follow_group = (follow_flags != 0).then(|| cfg.dedup.group_of(&who));
         // A capture writes a function's registers and shared memory into
-        // its trace: ask for them (the shim sends them only on this flag).
-        let attrs_flag = if cfg.trace.window > 0 {
+        // its trace, and the SM reservation sizes itself by inference's
+        // kernel widths: ask for them (the shim sends them only on this
+        // flag), and for the GPU's SMs.
+        let attrs_flag = if cfg.trace.window > 0 || cfg.scheduler.spatial == SpatialMode::Auto {
             WELCOME_FLAG_FUNC_ATTRS
         } else {
             0
         };
-        let flags =
-            dedup_flags | follow_flags | mps_join.map_or(0, |_| WELCOME_FLAG_MPS) | attrs_flag;
+        let flags = dedup_flags
+            | follow_flags
+            | mps_join.map_or(0, |_| WELCOME_FLAG_MPS)
+            | attrs_flag
+            | WELCOME_FLAG_DEVICE_SHAPE;
         let welcome = Welcome {
             client_id: id,
             region_len: ring.layout.region_len() as u64,
@@ -169,6 +176,7 @@ impl Registry {
                     .filter(|j| j.priority == tandem_proto::mps::PRIORITY_BELOW_NORMAL)
                     .map(|_| cfg.mps.training_inflight_ns),
                 spatial,
+                spatial_now: spatial.reserve_permille,
                 warned_kind: false,
                 board_sent: None,
                 capture: crate::capture::Window::new(cfg.trace.window),
@@ -289,6 +297,10 @@ impl Registry {
             if g.name.is_empty() || !name.is_empty() {
                 g.name = name;
             }
+            if let Some(shape) = d.shape.filter(|s| g.shape != Some(*s)) {
+                g.shape = Some(shape);
+                g.widths = GpuWidths::new(shape, self.sched_cfg.spatial_reserve);
+            }
             // The GPU's board slot exists from its first client on, so that a
             // training shim (whose board is read-only) finds it.
             if let Some(b) = &self.board {
@@ -313,6 +325,7 @@ impl Registry {
         };
         drain_client(
             &mut c,
+            None,
             &mut self.totals,
             &mut self.sched,
             &mut self.sched_out,
@@ -407,6 +420,14 @@ impl Registry {
         }
         if cfg.scheduler != self.sched_cfg {
             info!(enabled = cfg.scheduler.enabled, "scheduler reconfigured");
+            if cfg.scheduler.spatial_reserve != self.sched_cfg.spatial_reserve {
+                // The reservation's cap: learn the widths again under it.
+                for g in self.gpus.values_mut() {
+                    g.widths = g
+                        .shape
+                        .and_then(|s| GpuWidths::new(s, cfg.scheduler.spatial_reserve));
+                }
+            }
             self.sched_cfg = cfg.scheduler.clone();
             self.sched
                 .reconfigure(cfg.scheduler.clone(), &mut self.sched_out);

@@ -40,6 +40,9 @@ impl Registry {
                 GpuSnapshot {
                     board_requests_open: slot.map(|s| s.open()),
                     board_announcements: slot.map(|s| s.seq()),
+                    sms: g.shape.map(|s| s.sms),
+                    spatial_reserve_sms: g.widths.as_ref().and_then(|w| w.reserve_sms()),
+                    spatial_widths: g.widths.as_ref().map_or(0, |w| w.seen() as u64),
                     uuid: format_uuid(uuid),
                     name: g.name.clone(),
                     clients: on.iter().map(|c| c.id).collect(),
@@ -152,7 +155,8 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
         spatial: (c.spatial.reserve_permille != 0).then(|| {
             let state = tandem_proto::spatial::SpatialState::decode(c.local.spatial_state);
             ClientSpatial {
-                reserve: c.spatial.reserve_permille as f64 / 1000.0,
+                reserve: c.spatial_now as f64 / 1000.0,
+                reserve_max: c.spatial.reserve_permille as f64 / 1000.0,
                 min_kernel_ns: c.spatial.min_ns,
                 state: state.name().into(),
                 descriptor_version: match state {

@@ -330,12 +330,23 @@ impl Peer {
     }
 
     pub fn device(&self, uuid: [u8; 16], name: &[u8]) {
+        self.device_shaped(uuid, name, None);
+    }
+
+    /// [`Self::device`], with the SMs' shape tail.
+    pub fn device_shaped(
+        &self,
+        uuid: [u8; 16],
+        name: &[u8],
+        shape: Option<tandem_proto::wire::DeviceShape>,
+    ) {
         send_msg(
             &self.sock,
             &Message::Device(Device {
                 ordinal: 0,
                 uuid,
                 name,
+                shape,
             }),
         );
     }

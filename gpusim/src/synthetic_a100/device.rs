@@ -123,22 +123,10 @@ pub const MEMEFF_F32: Family = Family {
 };
 
 /// Blocks of `f` one SM holds (>= 1): the least of its thread, register,
-/// shared-memory and block limits (registers per thread rounded up to 8,
-/// 256 per warp; 1 KB of shared memory reserved per block on 8.x).
+/// shared-memory and block limits, by tandemd's rules
+/// ([`tandem_sched::reserve::blocks_per_sm`]: registers per thread rounded
+/// up to 8, 256 per warp; 1 KB of shared memory reserved per block).
 #[must_use]
 pub fn occupancy(f: Family, sm: SmResources) -> u32 {
-    let by_threads = sm.threads / f.threads.max(1);
-    let warps = f.threads.div_ceil(32);
-    let regs_per_warp = (f.regs.div_ceil(8) * 8 * 32).div_ceil(256) * 256;
-    let by_regs = if f.regs == 0 {
-        u32::MAX
-    } else {
-        sm.regs / (regs_per_warp * warps)
-    };
-    let by_smem = if f.smem == 0 {
-        u32::MAX
-    } else {
-        sm.smem / (f.smem + 1024)
-    };
-    by_threads.min(by_regs).min(by_smem).min(sm.blocks).max(1)
+    tandem_sched::reserve::blocks_per_sm(sm.limits(), f.threads, f.regs, f.smem)
 }

@@ -20,8 +20,8 @@ use super::registration::{
     Hello, Reject, Welcome, HELLO_FIXED_LEN, MAX_CGROUP_LEN, MAX_EXE_LEN, WELCOME_LEN,
 };
 use super::reports::{
-    Device, FuncName, DEVICE_FIXED_LEN, FUNC_ATTRS_LEN, FUNC_NAME_FIXED_LEN, MAX_DEVICE_NAME_LEN,
-    MAX_FUNC_NAME_LEN,
+    Device, FuncName, DEVICE_FIXED_LEN, DEVICE_SHAPE_LEN, FUNC_ATTRS_LEN, FUNC_NAME_FIXED_LEN,
+    MAX_DEVICE_NAME_LEN, MAX_FUNC_NAME_LEN,
 };
 
 /// Largest valid message: size receive buffers with this.
@@ -32,7 +32,9 @@ const _: () = {
     assert!(
         HEADER_LEN + FUNC_NAME_FIXED_LEN + MAX_FUNC_NAME_LEN + FUNC_ATTRS_LEN <= MAX_MESSAGE_LEN
     );
-    assert!(HEADER_LEN + DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN <= MAX_MESSAGE_LEN);
+    assert!(
+        HEADER_LEN + DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN + DEVICE_SHAPE_LEN <= MAX_MESSAGE_LEN
+    );
     assert!(HEADER_LEN + CONTROL_REPLY_FIXED_LEN + MAX_CONTROL_MESSAGE_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + DEDUP_LEN <= MAX_MESSAGE_LEN);
     assert!(HEADER_LEN + FOLLOW_LEN <= MAX_MESSAGE_LEN);

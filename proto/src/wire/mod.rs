@@ -20,6 +20,9 @@
 //!          10+name_len regs_per_thread u32   14+name_len static_smem_bytes u32
 //! Device   0 ordinal u32   4 uuid[16]   20 name_len u16   22 name[name_len]
 //!                                                                 (shim -> tandemd)
+//!          with WELCOME_FLAG_DEVICE_SHAPE only, a shape tail (u32 each):
+//!          22+name_len sms   threads_per_sm   regs_per_sm   smem_per_sm
+//!          blocks_per_sm
 //! Control  0 op u16   2 class u8   3 reserved u8 (0)   4 client_id u64
 //!                                        (tandemctl -> tandemd, first message)
 //! ControlReply 0 status u16   2 message_len u16   4 message[message_len] (UTF-8)
@@ -79,10 +82,10 @@ pub use registration::{
     ClientClass, Hello, Reject, RejectReason, Welcome, HELLO_FIXED_LEN, HELLO_FLAG_BOARD,
     HELLO_FLAG_FOLLOW, HELLO_FLAG_MPS, HELLO_FLAG_NO_SHARE_WEIGHTS, HELLO_FLAG_SHARE_WEIGHTS,
     MAX_CGROUP_LEN, MAX_EXE_LEN, MAX_HEARTBEAT_INTERVAL_MS, MAX_REJECT_MESSAGE_LEN,
-    REJECT_FIXED_LEN, WELCOME_FLAG_FOLLOW, WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_MPS,
-    WELCOME_FLAG_SHARE_WEIGHTS, WELCOME_LEN,
+    REJECT_FIXED_LEN, WELCOME_FLAG_DEVICE_SHAPE, WELCOME_FLAG_FOLLOW, WELCOME_FLAG_FUNC_ATTRS,
+    WELCOME_FLAG_MPS, WELCOME_FLAG_SHARE_WEIGHTS, WELCOME_LEN,
 };
 pub use reports::{
-    Device, FuncAttrs, FuncName, DEVICE_FIXED_LEN, FUNC_ATTRS_LEN, FUNC_NAME_FIXED_LEN,
-    MAX_DEVICE_NAME_LEN, MAX_FUNC_NAME_LEN,
+    Device, DeviceShape, FuncAttrs, FuncName, DEVICE_FIXED_LEN, DEVICE_SHAPE_LEN, FUNC_ATTRS_LEN,
+    FUNC_NAME_FIXED_LEN, MAX_DEVICE_NAME_LEN, MAX_FUNC_NAME_LEN,
 };

@@ -65,9 +65,16 @@ pub const WELCOME_FLAG_MPS: u8 = 1 << 2;
 /// function's attributes ([`FuncAttrs`](super::FuncAttrs)); a shim appends
 /// them only where it is set (an older coordinator refuses the longer body).
 pub const WELCOME_FLAG_FUNC_ATTRS: u8 = 1 << 3;
+/// Welcome flag: this coordinator decodes a Device that ends in the
+/// device's SM capacity ([`DeviceShape`](super::DeviceShape)); a shim
+/// appends it only where it is set.
+pub const WELCOME_FLAG_DEVICE_SHAPE: u8 = 1 << 4;
 /// Every Welcome flag this build knows.
-pub(crate) const WELCOME_FLAGS: u8 =
-    WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW | WELCOME_FLAG_MPS | WELCOME_FLAG_FUNC_ATTRS;
+pub(crate) const WELCOME_FLAGS: u8 = WELCOME_FLAG_SHARE_WEIGHTS
+    | WELCOME_FLAG_FOLLOW
+    | WELCOME_FLAG_MPS
+    | WELCOME_FLAG_FUNC_ATTRS
+    | WELCOME_FLAG_DEVICE_SHAPE;
 
 /// The scheduling class a client claims (Hello) or is granted (Welcome).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

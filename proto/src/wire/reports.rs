@@ -8,6 +8,12 @@
 //! which decodes both forms, so an older tandemd (whose decoder wants the
 //! name to end the body) never sees the tail, and an older shim's FuncName
 //! decodes with no attributes.
+//!
+//! A Device may end the same way in its SMs' capacity ([`DeviceShape`], 20
+//! bytes after the name), appended only for a coordinator whose Welcome set
+//! [`WELCOME_FLAG_DEVICE_SHAPE`](super::WELCOME_FLAG_DEVICE_SHAPE): what
+//! tandemd needs to learn inference's kernel widths (scheduler v3's SM
+//! reservation, `tandem_sched::reserve`).
 
 use crate::bytes::{get_u16, get_u32, get_u64};
 use crate::error::Result;
@@ -24,6 +30,8 @@ pub const FUNC_NAME_FIXED_LEN: usize = 10;
 pub const FUNC_ATTRS_LEN: usize = 8;
 /// Fixed part of a Device body.
 pub const DEVICE_FIXED_LEN: usize = 22;
+/// Length of the shape tail a Device may end in.
+pub const DEVICE_SHAPE_LEN: usize = 20;
 
 /// Shim -> coordinator: the name of a kernel, sent once per function id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +65,24 @@ pub struct Device<'a> {
     pub uuid: [u8; 16],
     /// Device name bytes (`cuDeviceGetName`), no NUL, at most [`MAX_DEVICE_NAME_LEN`].
     pub name: &'a [u8],
+    /// Its SMs, when the shim sent them.
+    pub shape: Option<DeviceShape>,
+}
+
+/// What the driver reports of a device's SMs (`cuDeviceGetAttribute`).
+/// 0: unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceShape {
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+    pub sms: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR`.
+    pub threads_per_sm: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR`.
+    pub regs_per_sm: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`, bytes.
+    pub smem_per_sm: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR`.
+    pub blocks_per_sm: u32,
 }
 
 impl<'a> FuncName<'a> {
@@ -114,18 +140,32 @@ impl<'a> Device<'a> {
         uuid.copy_from_slice(&b[4..20]);
         let len = usize::from(get_u16(b, 20));
         bounded("device name", len, MAX_DEVICE_NAME_LEN)?;
-        exact("Device", DEVICE_FIXED_LEN + len, b.len())?;
-        let name = &b[DEVICE_FIXED_LEN..];
+        let end = DEVICE_FIXED_LEN + len;
+        let shape = if b.len() == end + DEVICE_SHAPE_LEN {
+            let at = |i: usize| get_u32(b, end + 4 * i);
+            Some(DeviceShape {
+                sms: at(0),
+                threads_per_sm: at(1),
+                regs_per_sm: at(2),
+                smem_per_sm: at(3),
+                blocks_per_sm: at(4),
+            })
+        } else {
+            exact("Device", end, b.len())?;
+            None
+        };
+        let name = &b[DEVICE_FIXED_LEN..end];
         no_nul("device name", name)?;
         Ok(Device {
             ordinal,
             uuid,
             name,
+            shape,
         })
     }
 
     pub(super) fn body_len(&self) -> usize {
-        DEVICE_FIXED_LEN + self.name.len()
+        DEVICE_FIXED_LEN + self.name.len() + self.shape.map_or(0, |_| DEVICE_SHAPE_LEN)
     }
 
     pub(super) fn validate(&self) -> Result<()> {
@@ -138,6 +178,19 @@ impl<'a> Device<'a> {
         b[0..4].copy_from_slice(&self.ordinal.to_le_bytes());
         b[4..20].copy_from_slice(&self.uuid);
         b[20..22].copy_from_slice(&(self.name.len() as u16).to_le_bytes());
-        b[DEVICE_FIXED_LEN..].copy_from_slice(self.name);
+        let end = DEVICE_FIXED_LEN + self.name.len();
+        b[DEVICE_FIXED_LEN..end].copy_from_slice(self.name);
+        if let Some(d) = self.shape {
+            let words = [
+                d.sms,
+                d.threads_per_sm,
+                d.regs_per_sm,
+                d.smem_per_sm,
+                d.blocks_per_sm,
+            ];
+            for (i, w) in words.iter().enumerate() {
+                b[end + 4 * i..end + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            }
+        }
     }
 }

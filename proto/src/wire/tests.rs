@@ -481,6 +481,7 @@ fn device() -> Device<'static> {
         ordinal: 3,
         uuid: *b"0123456789abcdef",
         name: b"NVIDIA H100 80GB HBM3",
+        shape: None,
     }
 }
 
@@ -528,6 +529,15 @@ fn new_messages_round_trip() {
             ordinal: 0,
             uuid: [0; 16],
             name: b"",
+            shape: None,
+        }),
+        Message::Device(Device {
+            name: &long_dev,
+            shape: Some(DeviceShape {
+                sms: u32::MAX,
+                ..DeviceShape::default()
+            }),
+            ..device()
         }),
         Message::Control(control()),
         Message::Control(Control {
@@ -918,4 +928,38 @@ fn func_name_attributes_tail_is_optional_and_exact() {
     let mut body = b[HEADER_LEN..].to_vec();
     body.pop();
     assert!(Message::decode(&framed(TYPE_FUNC_NAME, PROTOCOL_VERSION, &body)).is_err());
+}
+
+/// The shape tail: 20 bytes after the device's name, decoded where present;
+/// a body with anything else after the name is refused (as before the tail).
+#[test]
+fn device_shape_tail_is_optional_and_exact() {
+    let with = Device {
+        shape: Some(DeviceShape {
+            sms: 132,
+            threads_per_sm: 2048,
+            regs_per_sm: 65_536,
+            smem_per_sm: 233_472,
+            blocks_per_sm: 32,
+        }),
+        ..device()
+    };
+    let b = enc(&Message::Device(with));
+    let plain = enc(&Message::Device(device()));
+    assert_eq!(b.len(), plain.len() + DEVICE_SHAPE_LEN);
+    assert_eq!(b[HEADER_LEN..plain.len()], plain[HEADER_LEN..], "same head");
+    let tail = &b[b.len() - DEVICE_SHAPE_LEN..];
+    let words: Vec<u32> = (0..5).map(|i| get_u32(tail, 4 * i)).collect();
+    assert_eq!(words, [132, 2048, 65_536, 233_472, 32]);
+    match Message::decode(&b) {
+        Ok(Message::Device(d)) => assert_eq!(d, with),
+        other => panic!("{other:?}"),
+    }
+    match Message::decode(&plain) {
+        Ok(Message::Device(d)) => assert_eq!(d.shape, None),
+        other => panic!("{other:?}"),
+    }
+    let mut body = b[HEADER_LEN..].to_vec();
+    body.pop();
+    assert!(Message::decode(&framed(TYPE_DEVICE, PROTOCOL_VERSION, &body)).is_err());
 }

@@ -300,11 +300,49 @@ fn insert_cold(s: &Session, key: usize) -> u64 {
 }
 
 type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 type DeviceGetUuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> CuResult;
 type DeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult;
 
+/// Device `dev`'s attribute `attr` (cuda.h's `CUdevice_attribute`), as the
+/// driver reports it; `None` where it does not.
+pub(crate) fn device_attribute(dev: c_int, attr: c_int) -> Option<u32> {
+    let p = driver::support(Support::DeviceGetAttribute)?;
+    // SAFETY: the driver's cuDeviceGetAttribute has this signature (cuda.h:
+    // `CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
+    // CUdevice dev)`, the attribute an enum the size of an int).
+    let get = unsafe { core::mem::transmute::<usize, DeviceGetAttribute>(p) };
+    let mut v: c_int = 0;
+    crate::counters::support_call(Support::DeviceGetAttribute);
+    // SAFETY: an out-pointer of ours and a device the driver named.
+    let rc = unsafe { get(&mut v, attr, dev) };
+    (rc == CuResult::SUCCESS).then(|| u32::try_from(v).unwrap_or(0))
+}
+
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+pub(crate) const ATTR_SM_COUNT: c_int = 16;
+/// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR`,
+/// `..._MAX_REGISTERS_PER_MULTIPROCESSOR`,
+/// `..._MAX_SHARED_MEMORY_PER_MULTIPROCESSOR` and
+/// `..._MAX_BLOCKS_PER_MULTIPROCESSOR` (cuda.h).
+const ATTRS_PER_SM: [c_int; 4] = [39, 82, 81, 106];
+
+/// `dev`'s SMs: their count and one's capacity; `None` without the count.
+fn shape_of(dev: c_int) -> Option<wire::DeviceShape> {
+    let sms = device_attribute(dev, ATTR_SM_COUNT).filter(|&n| n > 0)?;
+    let [threads, regs, smem, blocks] = ATTRS_PER_SM.map(|a| device_attribute(dev, a).unwrap_or(0));
+    Some(wire::DeviceShape {
+        sms,
+        threads_per_sm: threads,
+        regs_per_sm: regs,
+        smem_per_sm: smem,
+        blocks_per_sm: blocks,
+    })
+}
+
 /// Sends the Device message once per session (first launch after connecting):
-/// the current context's device ordinal, UUID and name.
+/// the current context's device ordinal, UUID and name, and its SMs where
+/// the coordinator decodes them (`WELCOME_FLAG_DEVICE_SHAPE`).
 #[cold]
 #[inline(never)]
 pub fn send_device(s: &Session) {
@@ -369,8 +407,12 @@ pub fn send_device(s: &Session) {
         ordinal: u32::try_from(dev).unwrap_or(0),
         uuid,
         name,
+        shape: if s.device_shape { shape_of(dev) } else { None },
     });
-    let mut buf = [0u8; wire::HEADER_LEN + wire::DEVICE_FIXED_LEN + MAX_DEVICE_NAME_LEN];
+    let mut buf = [0u8; wire::HEADER_LEN
+        + wire::DEVICE_FIXED_LEN
+        + MAX_DEVICE_NAME_LEN
+        + wire::DEVICE_SHAPE_LEN];
     match msg.encode(&mut buf) {
         Ok(n) => {
             if !s.send(&buf[..n]) {

@@ -83,6 +83,8 @@ pub struct Session {
     pub(crate) follow: bool,
     /// The Welcome said this coordinator decodes a FuncName's attributes.
     pub(crate) func_attrs: bool,
+    /// The Welcome said this coordinator decodes a Device's SM shape.
+    pub(crate) device_shape: bool,
     /// The connected socket, or -1 once closed.
     sock: AtomicI32,
     /// Threads inside [`Session::send`] (so the socket is not closed under them).
@@ -117,6 +119,7 @@ impl Session {
             share_weights: welcome_flags & tandem_proto::wire::WELCOME_FLAG_SHARE_WEIGHTS != 0,
             follow: welcome_flags & tandem_proto::wire::WELCOME_FLAG_FOLLOW != 0,
             func_attrs: welcome_flags & tandem_proto::wire::WELCOME_FLAG_FUNC_ATTRS != 0,
+            device_shape: welcome_flags & tandem_proto::wire::WELCOME_FLAG_DEVICE_SHAPE != 0,
             sock: AtomicI32::new(sock),
             senders: AtomicU32::new(0),
             region,

@@ -63,15 +63,12 @@ const ENABLE: usize = 6;
 /// The callback before a launch's descriptor is uploaded.
 const QMD_DOMAIN: c_int = 0xb;
 const QMD_PRE_UPLOAD: c_int = 1;
-/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
-const ATTR_SM_COUNT: c_int = 16;
 
 type Callback = unsafe extern "C" fn(*mut c_void, c_int, c_int, *const c_void);
 type GetExportTable = unsafe extern "C" fn(*mut *const c_void, *const [u8; 16]) -> CuResult;
 type Subscribe = unsafe extern "C" fn(*mut u32, Callback, *mut c_void) -> CuResult;
 type Enable = unsafe extern "C" fn(u32, u32, c_int, c_int) -> CuResult;
 type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> CuResult;
-type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 
 const UNPROBED: u8 = 0;
 const PROBING: u8 = 1;
@@ -248,27 +245,15 @@ fn probe() -> Result<u32, SpatialState> {
 /// The SM count of the current context's device.
 fn sm_count() -> Option<u32> {
     let dev = driver::support(Support::CtxGetDevice)?;
-    let attr = driver::support(Support::DeviceGetAttribute)?;
-    // SAFETY: the driver's functions of these names have these signatures.
-    let (dev, attr) = unsafe {
-        (
-            core::mem::transmute::<usize, CtxGetDevice>(dev),
-            core::mem::transmute::<usize, DeviceGetAttribute>(attr),
-        )
-    };
+    // SAFETY: the driver's cuCtxGetDevice has this signature (cuda.h).
+    let dev = unsafe { core::mem::transmute::<usize, CtxGetDevice>(dev) };
     let mut d: c_int = 0;
     crate::counters::support_call(Support::CtxGetDevice);
     // SAFETY: an out-pointer of ours.
     if unsafe { dev(&mut d) } != CuResult::SUCCESS {
         return None;
     }
-    let mut sms: c_int = 0;
-    crate::counters::support_call(Support::DeviceGetAttribute);
-    // SAFETY: an out-pointer of ours and the device the driver named.
-    if unsafe { attr(&mut sms, ATTR_SM_COUNT, d) } != CuResult::SUCCESS {
-        return None;
-    }
-    u32::try_from(sms).ok()
+    super::funcs::device_attribute(d, super::funcs::ATTR_SM_COUNT)
 }
 
 /// This thread's next launch carries the mask.

@@ -463,6 +463,7 @@ fn messages_sent_before_a_reset_are_read() {
         ordinal: 0,
         uuid: *b"GPU-reset-test-0",
         name: b"Reset GPU",
+        shape: None,
     });
     let mut buf = vec![0u8; device.encoded_len()];
     let n = device.encode(&mut buf).expect("encode Device");

@@ -11,8 +11,11 @@
 //! 20 ms, one block each, and an inference kernel needs 8 free SMs:
 //!
 //! * with the reservation, training's launches made while inference is
-//!   active leave TPCs 0-16 (SMs 0-33: a quarter of 66 TPCs, rounded) free,
-//!   and inference's kernels start on them at once;
+//!   active leave TPCs free, as many as inference's kernels are wide
+//!   (tandemd learns it from their launches: 8 one-thread blocks fill one
+//!   SM by the occupancy rules, so the least, 8 SMs, TPCs 0-3; kernels of
+//!   2000 blocks, 63 SMs, get the most, a quarter of 66 TPCs, 0-16), and
+//!   inference's kernels start on them at once;
 //! * without it, each inference kernel waits for the training kernel on its
 //!   SMs to end.
 //!
@@ -33,8 +36,11 @@ use tandem_e2e::Env;
 const HOLD: (&str, &str) = ("request_hold_ns = 1000000", "request_hold_ns = 50000000");
 const AUTO: (&str, &str) = ("spatial = \"off\"", "spatial = \"auto\"");
 const TRAIN_KERNEL_US: f64 = 20_000.0;
-/// SMs 0-33: `tandem_proto::spatial::reserve_tpcs(132, 250)` TPCs.
-const RESERVED_SMS: u64 = 2 * tandem_proto::spatial::reserve_tpcs(132, 250) as u64;
+/// SMs 0-33: `tandem_proto::spatial::reserve_tpcs(132, 250)` TPCs, the
+/// most (`spatial_reserve`'s quarter).
+const MOST_SMS: u64 = 2 * tandem_proto::spatial::reserve_tpcs(132, 250) as u64;
+/// The least tandemd reserves (`tandem_sched::reserve::ReserveRule`'s).
+const LEAST_SMS: u64 = 8;
 
 struct Run {
     /// train's `SMS` line.
@@ -62,10 +68,11 @@ fn done(p: &mut Proc, what: &str) -> String {
 /// Inference, then training beside it; `edits` of the default config
 /// (MPS is always on), `train_vars` for the training job's environment.
 fn run(tag: &str, edits: &[(&str, &str)], train_vars: &[(&str, &str)]) -> Run {
-    run_with(tag, edits, train_vars, &[])
+    run_with(tag, edits, train_vars, &[], 8)
 }
 
-/// [`run`], with `train_args` added to the training job's. One run at a time
+/// [`run`], with `train_args` added to the training job's and inference's
+/// kernels `infer_blocks` wide. One run at a time
 /// within this test binary: each is a tandemd, an MPS stand-in and two busy
 /// jobs. With four at once on a 2-core machine, the next binaries'
 /// timing-sensitive check (`trace_capture`'s 5% on a training step's kernel
@@ -76,6 +83,7 @@ fn run_with(
     edits: &[(&str, &str)],
     train_vars: &[(&str, &str)],
     train_args: &[&str],
+    infer_blocks: u32,
 ) -> Run {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME
@@ -95,6 +103,7 @@ fn run_with(
             .var("FAKECUDA_SHARED_SMS", "1")
             .var("TANDEM_CLASS", class)
     };
+    let blocks = infer_blocks.to_string();
     let mut infer = spawn_host(
         "infer",
         &[
@@ -106,7 +115,7 @@ fn run_with(
             "--kernel-us",
             "200",
             "--blocks",
-            "8",
+            &blocks,
         ],
         &env("inference"),
     );
@@ -130,10 +139,14 @@ fn run_with(
     let mut train = spawn_host("train", &args, &train_env);
     train.wait_line("READY ", SETTLE);
     // What the shim reports, once its first masked (or refused) launch is
-    // in; not asked: once its first launches are.
+    // in and tandemd has learnt inference's widths; not asked: once its
+    // first launches are.
     let asked = edits.contains(&AUTO);
     let spatial = poll(SETTLE, "the training client's spatial report", || {
         let st = d.try_stats()?;
+        if asked && st["gpus"][0]["spatial_reserve_sms"].is_null() {
+            return Err(format!("no width learnt yet: {}", st["gpus"]));
+        }
         let c = client_by_pid(&st, train.pid()).ok_or("train not registered yet")?;
         // Armed: once a launch was masked, or 20 launches went unmasked.
         let some = c["launches"].as_u64() > Some(20);
@@ -190,7 +203,9 @@ fn unmasked(r: &Run) -> Vec<&str> {
 fn a_reservation_keeps_training_off_inference_sms_and_inference_starts_at_once() {
     let on = run("spatial-on", &[AUTO], &[]);
     assert_eq!(on.spatial["state"], "armed", "{}", on.spatial);
-    assert_eq!(on.spatial["reserve"], 0.25, "{}", on.spatial);
+    assert_eq!(on.spatial["reserve_max"], 0.25, "{}", on.spatial);
+    // 4 of 66 TPCs, in the control block's thousandths.
+    assert_eq!(on.spatial["reserve"], 0.061, "{}", on.spatial);
     assert!(
         on.spatial["masked_launches"].as_u64() > Some(0),
         "{}",
@@ -200,8 +215,9 @@ fn a_reservation_keeps_training_off_inference_sms_and_inference_starts_at_once()
     assert!(part > 0, "no training launch was masked: {}", on.sms);
     assert_eq!(
         kv_u64(&on.sms, "part_lowest"),
-        RESERVED_SMS,
-        "a masked training kernel ran on a reserved SM: {}",
+        LEAST_SMS,
+        "a masked training kernel ran on a reserved SM, or none left only \
+         what inference's widths need: {}",
         on.sms
     );
     assert!(
@@ -285,7 +301,23 @@ fn an_unknown_descriptor_version_leaves_training_unmasked_with_one_line() {
 /// does to that is not known.
 #[test]
 fn a_kernel_compiled_for_clusters_is_never_masked() {
-    let r = run_with("spatial-cluster", &[AUTO], &[], &["--cluster", "2"]);
+    let r = run_with("spatial-cluster", &[AUTO], &[], &["--cluster", "2"], 8);
     assert_eq!(r.spatial["state"], "armed", "{}", r.spatial);
     assert!(unmasked(&r).is_empty(), "{}", r.train_stderr);
+}
+
+/// Inference kernels of 2000 one-thread blocks fill 63 SMs by the
+/// occupancy rules: tandemd asks the training job for the most it may
+/// reserve, a quarter of the GPU, and no masked kernel runs there.
+#[test]
+fn wide_inference_kernels_get_the_most_the_reservation_may_leave() {
+    let r = run_with("spatial-wide", &[AUTO], &[], &[], 2000);
+    assert_eq!(r.spatial["state"], "armed", "{}", r.spatial);
+    assert_eq!(r.spatial["reserve"], 0.25, "{}", r.spatial);
+    assert!(
+        kv_u64(&r.sms, "part") > 0,
+        "no launch was masked: {}",
+        r.sms
+    );
+    assert_eq!(kv_u64(&r.sms, "part_lowest"), MOST_SMS, "{}", r.sms);
 }

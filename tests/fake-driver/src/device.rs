@@ -97,10 +97,12 @@ fn attribute_value(attrib: c_int) -> Option<c_int> {
         75 => 9,                                  // COMPUTE_CAPABILITY_MAJOR
         76 => 0,                                  // COMPUTE_CAPABILITY_MINOR
         81 => 233_472,                            // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,                              // MAX_REGISTERS_PER_MULTIPROCESSOR
         95 => 1,                                  // COOPERATIVE_LAUNCH
         97 => 232_448,                            // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         102 => 1,                                 // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
         103 => 1,                                 // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        106 => 32,                                // MAX_BLOCKS_PER_MULTIPROCESSOR
         115 => 1,                                 // MEMORY_POOLS_SUPPORTED
         a if (1..=200).contains(&a) => 0,
         _ => return None,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use tandem_proto::dedup::{Dedup, DedupOp};
 use tandem_proto::follow::{Follow, FollowOp};
 use tandem_proto::wire::{
-    ClientClass, Control, ControlOp, ControlReply, Device, FuncName, Hello, Message, Reject,
-    RejectReason, Welcome, HEADER_LEN, PROTOCOL_VERSION,
+    ClientClass, Control, ControlOp, ControlReply, Device, DeviceShape, FuncName, Hello, Message,
+    Reject, RejectReason, Welcome, HEADER_LEN, PROTOCOL_VERSION,
 };
 use tandem_proto::RingLayout;
 
@@ -76,6 +76,15 @@ fn messages() -> Vec<(&'static str, Message<'static>)> {
                 ordinal: 0,
                 uuid: *b"GPU-0123456789ab",
                 name: b"NVIDIA H100 80GB HBM3",
+                // With the SM shape tail; the fuzzer's cuts reach the form
+                // without it.
+                shape: Some(DeviceShape {
+                    sms: 132,
+                    threads_per_sm: 2048,
+                    regs_per_sm: 65_536,
+                    smem_per_sm: 233_472,
+                    blocks_per_sm: 32,
+                }),
             }),
         ),
         (

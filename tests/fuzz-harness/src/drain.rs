@@ -25,7 +25,7 @@ use tandem_coordinator::metrics;
 use tandem_coordinator::shared::Shared;
 use tandem_proto::ring::RECORDS_OFFSET;
 use tandem_proto::shm::{self, Mapping};
-use tandem_proto::wire::{ClientClass, Device, Hello};
+use tandem_proto::wire::{ClientClass, Device, DeviceShape, Hello};
 
 use crate::input::Input;
 
@@ -68,6 +68,7 @@ fn register(shared: &Shared, n: u32, class: ClientClass, flags: u8) -> Option<Pe
             ordinal: 0,
             uuid: GPU,
             name: b"fuzz",
+            shape: None,
         },
     );
     Some(Peer {
@@ -150,12 +151,21 @@ pub fn run(data: &[u8]) {
                 let ordinal = u.u32();
                 let uuid: [u8; 16] = if u.u8() & 1 == 0 { GPU } else { u.array() };
                 let name = u.bytes(32);
+                // Any SM shape a shim may claim, zeros included.
+                let shape = (u.u8() & 1 == 1).then(|| DeviceShape {
+                    sms: u.u32(),
+                    threads_per_sm: u.u32(),
+                    regs_per_sm: u.u32(),
+                    smem_per_sm: u.u32(),
+                    blocks_per_sm: u.u32(),
+                });
                 shared.registry().device(
                     p.id,
                     &Device {
                         ordinal,
                         uuid,
                         name,
+                        shape,
                     },
                 );
             }

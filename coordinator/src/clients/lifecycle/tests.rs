@@ -1,7 +1,7 @@
 use super::*;
 use tandem_proto::wire::{
-    HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_FOLLOW, WELCOME_FLAG_FUNC_ATTRS,
-    WELCOME_FLAG_SHARE_WEIGHTS,
+    HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_DEVICE_SHAPE, WELCOME_FLAG_FOLLOW,
+    WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_SHARE_WEIGHTS,
 };
 
 fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
@@ -20,10 +20,11 @@ fn register(cfg: &Config, flags: u8) -> (u8, Option<String>, Option<String>) {
     };
     let (w, _fd) = r.register(cfg, 0, who, &hello, None).unwrap();
     let c = &r.clients[&w.client_id];
-    // Capture is on by default: every Welcome asks for the attributes.
-    assert_ne!(w.flags & WELCOME_FLAG_FUNC_ATTRS, 0);
+    // Capture is on by default: every Welcome asks for the attributes, and
+    // every one for the GPU's SMs.
+    assert_eq!(w.flags & ALWAYS, ALWAYS);
     (
-        w.flags & !WELCOME_FLAG_FUNC_ATTRS,
+        w.flags & !ALWAYS,
         c.trust_group.clone(),
         c.follow_group.clone(),
     )
@@ -45,7 +46,14 @@ fn function_attributes_are_asked_for_only_while_capture_is_on() {
     };
     let (w, _fd) = r.register(&off, 0, Who::default(), &hello, None).unwrap();
     assert_eq!(w.flags & WELCOME_FLAG_FUNC_ATTRS, 0);
+    // The SM reservation learns inference's widths from them.
+    off.scheduler.spatial = tandem_sched::SpatialMode::Auto;
+    let (w, _fd) = r.register(&off, 0, Who::default(), &hello, None).unwrap();
+    assert_eq!(w.flags & ALWAYS, ALWAYS);
 }
+
+/// What every Welcome asks for while capture is on.
+const ALWAYS: u8 = WELCOME_FLAG_FUNC_ATTRS | WELCOME_FLAG_DEVICE_SHAPE;
 
 fn offer() -> Offer {
     Offer {
@@ -93,7 +101,7 @@ fn mps_is_offered_by_class_only_to_shims_that_ask() {
     assert_eq!((m.priority, m.thread_percentage), (1, 25));
     assert_eq!(m.pipe_dir(), b"/run/tandem/mps");
     // Joining MPS: no weight sharing, no follow mode, the MPS flag only.
-    assert_eq!(w.flags & !WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_MPS);
+    assert_eq!(w.flags & !ALWAYS, WELCOME_FLAG_MPS);
     let c = &r.clients[&w.client_id];
     assert_eq!(
         (c.trust_group.as_deref(), c.follow_group.as_deref()),
@@ -124,7 +132,7 @@ fn mps_is_offered_by_class_only_to_shims_that_ask() {
         .unwrap();
     assert_eq!(w.mps, None);
     assert_eq!(
-        w.flags & !WELCOME_FLAG_FUNC_ATTRS,
+        w.flags & !ALWAYS,
         WELCOME_FLAG_SHARE_WEIGHTS | WELCOME_FLAG_FOLLOW
     );
     // Not in force: nothing to tell.
@@ -328,4 +336,114 @@ fn the_sm_reservation_is_asked_only_of_training_that_joined_mps_below_normal() {
         Spatial::default(),
         "training at normal priority: never"
     );
+}
+
+/// Scheduler v3's reservation: a training client asked to mask its launches
+/// is asked, after the next poll, to leave what inference's kernel widths on
+/// its GPU need (`crate::spatial`), within the configured share.
+#[test]
+fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
+    use std::os::fd::AsFd;
+    use tandem_proto::wire::DeviceShape;
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    cfg.scheduler.spatial = tandem_sched::SpatialMode::Auto;
+    let mut r = Registry::new(cfg.scheduler.clone());
+    let o = offer();
+    let (t, _tfd) = r
+        .register(
+            &cfg,
+            0,
+            who(7),
+            &hello(ClientClass::Training, HELLO_FLAG_MPS),
+            Some(&o),
+        )
+        .unwrap();
+    let (i, ifd) = r
+        .register(
+            &cfg,
+            0,
+            who(7),
+            &hello(ClientClass::Inference, HELLO_FLAG_MPS),
+            Some(&o),
+        )
+        .unwrap();
+    let map = tandem_proto::shm::map_received(ifd.as_fd(), i.region_len as usize).unwrap();
+    let mut p = tandem_proto::ring::Producer::attach(&map, i.layout().unwrap()).unwrap();
+    let (t, i) = (t.client_id, i.client_id);
+    let asked = r.clients[&t].spatial.reserve_permille;
+    assert_eq!(asked, 250, "the configured share");
+    let shape = DeviceShape {
+        sms: 132,
+        threads_per_sm: 2048,
+        regs_per_sm: 65_536,
+        smem_per_sm: 233_472,
+        blocks_per_sm: 32,
+    };
+    for id in [t, i] {
+        r.device(
+            id,
+            &Device {
+                ordinal: 0,
+                uuid: *b"GPU-spatial-0001",
+                name: b"H100",
+                shape: Some(shape),
+            },
+        );
+    }
+    let reserve = |r: &Registry| {
+        let cb = r.clients[&t].ring.as_ref().and_then(Ring::control).unwrap();
+        cb.spatial().reserve_permille
+    };
+    r.poll(Instant::now());
+    assert_eq!(reserve(&r), asked, "no width yet: the configured share");
+    // 40 blocks of 256 threads at 64 registers: four per SM, 10 SMs wide,
+    // 5 TPCs; then at 255 registers, 40 SMs: the cap.
+    let mut launch = |func_id: u64, n: usize| {
+        for _ in 0..n {
+            let rec = tandem_proto::Record {
+                func_id,
+                grid_x: 40,
+                grid_y: 1,
+                grid_z: 1,
+                block_x: 256,
+                block_y: 1,
+                block_z: 1,
+                ..tandem_proto::Record::new(
+                    tandem_proto::EventKind::LAUNCH,
+                    tandem_proto::monotonic_ns(),
+                )
+            };
+            assert!(p.push(&rec));
+        }
+    };
+    let attrs = |regs| FuncAttrs {
+        regs_per_thread: regs,
+        static_smem_bytes: 0,
+    };
+    r.func_name(i, 1, b"narrow", Some(attrs(64)));
+    r.func_name(i, 2, b"wide", Some(attrs(255)));
+    launch(1, 20);
+    r.poll(Instant::now());
+    assert_eq!(reserve(&r), crate::spatial::permille_for(132, 10));
+    assert_eq!(tandem_proto::spatial::reserve_tpcs(132, reserve(&r)), 5);
+    let (gpus, clients, _) = r.snapshot(Instant::now());
+    assert_eq!(
+        (gpus[0].sms, gpus[0].spatial_reserve_sms),
+        (Some(132), Some(10))
+    );
+    let sp = clients
+        .iter()
+        .find(|c| c.id == t)
+        .unwrap()
+        .spatial
+        .clone()
+        .unwrap();
+    assert_eq!((sp.reserve, sp.reserve_max), (0.076, 0.25));
+    launch(2, 200);
+    r.poll(Instant::now());
+    assert_eq!(reserve(&r), asked, "wide kernels: the cap, no more");
+    // The inference client is never asked anything.
+    let cb = r.clients[&i].ring.as_ref().and_then(Ring::control).unwrap();
+    assert_eq!(cb.spatial().reserve_permille, 0);
 }
