@@ -424,7 +424,8 @@ pub struct ClientSpatial {
     /// The most it may be asked (`[scheduler] spatial_reserve`).
     #[serde(default)]
     pub reserve_max: f64,
-    /// Launches estimated shorter than this are not masked, ns.
+    /// Launches whose blocks hold their SMs shorter than this (their
+    /// estimate over their waves) are not masked, ns.
     pub min_kernel_ns: u64,
     /// What the shim made of it (its claim): `idle` (no launch has asked
     /// yet), `armed`, or why it runs unmasked: `no_callback_table`,

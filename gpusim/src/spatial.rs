@@ -64,7 +64,6 @@
 
 use std::collections::VecDeque;
 
-use crate::gpu::waves;
 use crate::tandem::{Gate, HostEvent, TandemSide};
 use crate::trace::Kernel;
 use crate::Ns;
@@ -190,7 +189,7 @@ impl SpatialCfg {
 /// kernel's time over its waves (one wave: the whole kernel).
 #[must_use]
 pub fn block_ns(k: &Kernel, sms: u32) -> Ns {
-    k.duration_ns / waves(k.blocks(), k.blocks_per_sm, sms.max(1)).max(1)
+    tandem_proto::spatial::block_ns(k.duration_ns, k.blocks(), k.blocks_per_sm, sms)
 }
 
 /// The candidate as a [`TandemSide`].

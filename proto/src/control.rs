@@ -19,7 +19,7 @@
 //! | 56 | `default_est_ns: u64` | coordinator | what a launch whose key has no published estimate is charged |
 //! | 64 | `hold_ns: u64` | coordinator | how long after an inference bump the GPU counts as active ([`crate::board`]) |
 //! | 72 | `spatial_reserve: u64` | coordinator | share of the GPU's TPCs a training client leaves to inference while it is active, in thousandths; 0: no reservation ([`crate::spatial`]) |
-//! | 80 | `spatial_min_ns: u64` | coordinator | launches estimated shorter are not masked |
+//! | 80 | `spatial_min_ns: u64` | coordinator | launches whose blocks hold their SMs shorter are not masked (`crate::spatial::block_ns`) |
 //! | 88 | `pad0` | - | to 128 |
 //! | 128 | `gate_waits: u64` | shim | launches that waited |
 //! | 136 | `gate_timeouts: u64` | shim | waits that hit their bound |

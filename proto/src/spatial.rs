@@ -11,11 +11,16 @@
 //! * `spatial_reserve` (coordinator): 0, off; else the share of the GPU's
 //!   TPCs left to inference, in thousandths ([`reserve_tpcs`] makes a TPC
 //!   count of it).
-//! * `spatial_min_ns` (coordinator): a launch whose estimate (the published
-//!   one, else the default charge) is shorter is not masked. A block holds
-//!   its SM at most as long as its kernel runs, and MPS client priority gives
-//!   a short block's SM to inference's pending blocks when it retires, so a
-//!   mask on such a kernel would cost training SMs for nothing.
+//! * `spatial_min_ns` (coordinator): a launch whose blocks hold their SMs
+//!   shorter is not masked ([`block_ns`]: its estimate, the published one or
+//!   else the default charge, over its waves at the occupancy its function's
+//!   registers and shared memory allow, [`blocks_per_sm`]). MPS client
+//!   priority gives a short block's SM to inference's pending blocks when it
+//!   retires, so a mask on such a kernel would cost training SMs for its
+//!   whole life and buy inference less than one block's wait.
+//!
+//! The occupancy rules here are the ones tandemd sizes the reservation by
+//! (`tandem_sched::reserve`) and the GPU-sharing model runs: one definition.
 //!
 //! The shim reports what became of it (`spatial_state`, [`SpatialState`])
 //! and counts the launches it masked (`masked_launches`): claims, like every
@@ -125,6 +130,62 @@ pub const fn reserve_tpcs(sms: u32, permille: u64) -> u32 {
     }) as u32
 }
 
+/// One SM's capacity, as the device reports it
+/// (`cuDeviceGetAttribute`: `MAX_THREADS_PER_MULTIPROCESSOR`,
+/// `MAX_REGISTERS_PER_MULTIPROCESSOR`, `MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`,
+/// `MAX_BLOCKS_PER_MULTIPROCESSOR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmLimits {
+    /// Resident threads.
+    pub threads: u32,
+    /// 32-bit registers.
+    pub regs: u32,
+    /// Shared memory for blocks, bytes.
+    pub smem: u32,
+    /// Resident blocks.
+    pub blocks: u32,
+}
+
+/// Blocks of a kernel one SM holds (at least 1): `threads` per block,
+/// `regs` per thread and `smem` bytes of shared memory per block (static
+/// plus dynamic) on an SM of `sm`.
+#[must_use]
+pub fn blocks_per_sm(sm: SmLimits, threads: u32, regs: u32, smem: u32) -> u32 {
+    let by_threads = sm.threads / threads.max(1);
+    let warps = threads.max(1).div_ceil(32);
+    let regs_per_warp = (regs.div_ceil(8) * 8 * 32).div_ceil(256) * 256;
+    let by_regs = if regs == 0 {
+        u32::MAX
+    } else {
+        sm.regs / (regs_per_warp * warps).max(1)
+    };
+    let by_smem = if smem == 0 {
+        u32::MAX
+    } else {
+        sm.smem / smem.saturating_add(1024)
+    };
+    by_threads.min(by_regs).min(by_smem).min(sm.blocks).max(1)
+}
+
+/// The SMs a launch of `blocks` blocks at `blocks_per_sm` fills on a GPU of
+/// `sms` SMs: its first wave.
+#[must_use]
+pub fn width(blocks: u64, blocks_per_sm: u32, sms: u32) -> u32 {
+    blocks
+        .div_ceil(u64::from(blocks_per_sm.max(1)))
+        .min(u64::from(sms)) as u32
+}
+
+/// How long one block of a launch holds its SM: its time `est_ns` over its
+/// waves (`blocks` at `blocks_per_sm` on `sms` SMs; one wave: the whole
+/// time).
+#[inline]
+#[must_use]
+pub fn block_ns(est_ns: u64, blocks: u64, blocks_per_sm: u32, sms: u32) -> u64 {
+    let wave = u64::from(sms.max(1)) * u64::from(blocks_per_sm.max(1));
+    est_ns / blocks.div_ceil(wave).max(1)
+}
+
 impl ControlBlock {
     /// Set the reservation of this client (coordinator; `Default`: off).
     pub fn set_spatial(&self, s: Spatial) {
@@ -174,6 +235,48 @@ impl ControlBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const AMPERE: SmLimits = SmLimits {
+        threads: 2048,
+        regs: 65_536,
+        smem: 163 * 1024,
+        blocks: 32,
+    };
+
+    #[test]
+    fn occupancy_follows_the_tightest_resource() {
+        // A 256-thread GEMM tile at 255 registers: registers bind (one).
+        assert_eq!(blocks_per_sm(AMPERE, 256, 255, 0), 1);
+        // 128 threads at 168 registers: 65,536 / (5,376 x 4 warps) = 3.
+        assert_eq!(blocks_per_sm(AMPERE, 128, 168, 0), 3);
+        // Element-wise, 128 threads, 16 registers: threads bind at 16.
+        assert_eq!(blocks_per_sm(AMPERE, 128, 16, 0), 16);
+        // 80 KB of shared memory and its 1 KB reserve: two fit in 163 KB.
+        assert_eq!(blocks_per_sm(AMPERE, 128, 0, 80 * 1024), 2);
+        // One-thread blocks: the block slots bind.
+        assert_eq!(blocks_per_sm(AMPERE, 1, 0, 0), 32);
+        // More than the SM holds still counts one.
+        assert_eq!(blocks_per_sm(AMPERE, 1024, 255, 200 * 1024), 1);
+    }
+
+    #[test]
+    fn a_width_is_the_first_wave_at_most_the_gpu() {
+        assert_eq!(width(8, 32, 132), 1);
+        assert_eq!(width(33, 32, 132), 2);
+        assert_eq!(width(100_000, 2, 132), 132);
+        assert_eq!(width(5, 0, 132), 5, "0 per SM counts as 1");
+    }
+
+    #[test]
+    fn a_block_holds_its_sm_for_the_kernel_over_its_waves() {
+        // One wave: the whole kernel.
+        assert_eq!(block_ns(1_000_000, 100, 1, 132), 1_000_000);
+        // 132 x 4 a wave: 10,000 blocks are 19 waves.
+        assert_eq!(block_ns(1_900_000, 10_000, 4, 132), 100_000);
+        // Zeros count as one (no division by zero).
+        assert_eq!(block_ns(500, 0, 0, 0), 500);
+    }
+
     use crate::ring::control_block;
     use crate::{Consumer, Mapping, RingLayout};
 

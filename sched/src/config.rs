@@ -69,10 +69,12 @@ pub struct SchedConfig {
     /// are wide ([`crate::reserve`]), up to this. Default 0.25, the
     /// GPU-sharing model's cap.
     pub spatial_reserve: f64,
-    /// Training launches estimated shorter than this are not masked: their
-    /// blocks give their SMs back within that time, to inference first under
-    /// MPS client priority. 0..=[`MAX_PARAM_NS`]. Default 100 us, the
-    /// model's.
+    /// Training launches whose blocks hold their SMs shorter than this (the
+    /// kernel's estimate over its waves,
+    /// `tandem_proto::spatial::block_ns`) are not masked: their blocks give
+    /// their SMs back within that time, to inference first under MPS client
+    /// priority. 0..=[`MAX_PARAM_NS`]; 0: every launch. Default 100 us, the
+    /// model's `min_block_ns`.
     pub spatial_min_kernel_ns: u64,
     /// `[[scheduler.slo]]`: p99 latency targets for inference jobs, first
     /// matching entry wins ([`SchedConfig::slo_for`]). Default: none.

@@ -5,15 +5,10 @@
 //! `tandem_spatial` (`gpusim/src/spatial.rs`), so that what the model
 //! predicts is what the daemon does.
 //!
-//! * **Occupancy** ([`blocks_per_sm`]): the blocks of one kernel an SM holds
-//!   at once, the least of its thread, register, shared-memory and block
-//!   limits (CUDA Programming Guide, "Hardware Multithreading"; registers
-//!   per thread rounded up to 8 and allocated per warp in units of 256,
-//!   1 KB of shared memory reserved per block, as the occupancy calculator
-//!   does on compute capability 8.x and 9.x). A register count or shared
-//!   memory of 0 (unknown) binds nothing.
-//! * **Width** ([`width`]): the SMs a launch's first wave fills, its blocks
-//!   over its occupancy, at most the GPU.
+//! * **Occupancy** ([`blocks_per_sm`]) and **width** ([`width`]): the
+//!   blocks of one kernel an SM holds, and the SMs a launch's first wave
+//!   fills; defined in `tandem_proto::spatial`, where the shim, which
+//!   decides which launches to mask by the same rules, reads them.
 //! * **`R`** ([`Widths::reserve`]): the [`ReserveRule::quantile`] of the last
 //!   [`ReserveRule::window`] widths, rounded up to whole steps of
 //!   [`ReserveRule::step`] SMs (2: a TPC, what a per-launch mask can leave),
@@ -22,51 +17,7 @@
 
 use std::collections::VecDeque;
 
-/// One SM's capacity, as the device reports it
-/// (`cuDeviceGetAttribute`: `MAX_THREADS_PER_MULTIPROCESSOR`,
-/// `MAX_REGISTERS_PER_MULTIPROCESSOR`, `MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`,
-/// `MAX_BLOCKS_PER_MULTIPROCESSOR`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SmLimits {
-    /// Resident threads.
-    pub threads: u32,
-    /// 32-bit registers.
-    pub regs: u32,
-    /// Shared memory for blocks, bytes.
-    pub smem: u32,
-    /// Resident blocks.
-    pub blocks: u32,
-}
-
-/// Blocks of a kernel one SM holds (at least 1): `threads` per block,
-/// `regs` per thread and `smem` bytes of shared memory per block (static
-/// plus dynamic) on an SM of `sm`.
-#[must_use]
-pub fn blocks_per_sm(sm: SmLimits, threads: u32, regs: u32, smem: u32) -> u32 {
-    let by_threads = sm.threads / threads.max(1);
-    let warps = threads.max(1).div_ceil(32);
-    let regs_per_warp = (regs.div_ceil(8) * 8 * 32).div_ceil(256) * 256;
-    let by_regs = if regs == 0 {
-        u32::MAX
-    } else {
-        sm.regs / (regs_per_warp * warps).max(1)
-    };
-    let by_smem = if smem == 0 {
-        u32::MAX
-    } else {
-        sm.smem / smem.saturating_add(1024)
-    };
-    by_threads.min(by_regs).min(by_smem).min(sm.blocks).max(1)
-}
-
-/// The SMs a launch of `blocks` blocks at `blocks_per_sm` fills on a GPU of
-/// `sms` SMs: its first wave.
-#[must_use]
-pub fn width(blocks: u64, blocks_per_sm: u32, sms: u32) -> u32 {
-    blocks
-        .div_ceil(u64::from(blocks_per_sm.max(1)))
-        .min(u64::from(sms)) as u32
-}
+pub use tandem_proto::spatial::{blocks_per_sm, width, SmLimits};
 
 /// How `R` follows the widths.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -186,37 +137,6 @@ impl Widths {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const AMPERE: SmLimits = SmLimits {
-        threads: 2048,
-        regs: 65_536,
-        smem: 163 * 1024,
-        blocks: 32,
-    };
-
-    #[test]
-    fn occupancy_follows_the_tightest_resource() {
-        // A 256-thread GEMM tile at 255 registers: registers bind (one).
-        assert_eq!(blocks_per_sm(AMPERE, 256, 255, 0), 1);
-        // 128 threads at 168 registers: 65,536 / (5,376 x 4 warps) = 3.
-        assert_eq!(blocks_per_sm(AMPERE, 128, 168, 0), 3);
-        // Element-wise, 128 threads, 16 registers: threads bind at 16.
-        assert_eq!(blocks_per_sm(AMPERE, 128, 16, 0), 16);
-        // 80 KB of shared memory and its 1 KB reserve: two fit in 163 KB.
-        assert_eq!(blocks_per_sm(AMPERE, 128, 0, 80 * 1024), 2);
-        // One-thread blocks: the block slots bind.
-        assert_eq!(blocks_per_sm(AMPERE, 1, 0, 0), 32);
-        // More than the SM holds still counts one.
-        assert_eq!(blocks_per_sm(AMPERE, 1024, 255, 200 * 1024), 1);
-    }
-
-    #[test]
-    fn a_width_is_the_first_wave_at_most_the_gpu() {
-        assert_eq!(width(8, 32, 132), 1);
-        assert_eq!(width(33, 32, 132), 2);
-        assert_eq!(width(100_000, 2, 132), 132);
-        assert_eq!(width(5, 0, 132), 5, "0 per SM counts as 1");
-    }
 
     #[test]
     fn the_reserve_follows_the_widths_within_its_bounds() {

@@ -170,9 +170,11 @@ const MPS_TRAINING: Budgets = Budgets {
 const fn training(reserve_permille: u64, inference_active: bool) -> Training {
     Training {
         budgets: MPS_TRAINING,
+        // 1 ns: every launch (the default estimate is 1 ns) takes the block
+        // time's check, as one under the default 100 us would.
         spatial: Spatial {
             reserve_permille,
-            min_ns: 0,
+            min_ns: 1,
         },
         inference_active,
     }

@@ -76,31 +76,43 @@ fn capturing(hook: Hook, stream: CUstream) -> bool {
 }
 
 /// With a session: the launch's stable function id, after the session's
-/// gate for the kernel's key (function and grid) let it go, and whether the
-/// launch should carry the SM reservation's mask. Without: 0, and nothing
-/// else.
+/// gate for the kernel's key (function and grid) let it go, and the launch's
+/// estimate where it may carry the SM reservation's mask (0: it may not).
+/// Without: 0, and nothing else.
 #[inline(always)]
-fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> (u64, bool) {
+fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> (u64, u64) {
     match client {
         Some(s) => {
             let func_id = emit::func_id(s, f);
             let mask = s.gate(kernel_key(func_id, grid));
             (func_id, mask)
         }
-        None => (0, false),
+        None => (0, 0),
     }
 }
 
-/// Arms this thread's next launch of `f` with the reservation's mask when the
-/// gate asked for it (`mask`), the launch is not being captured into a graph
-/// (a captured launch's descriptor, if the driver builds one then, would be
-/// replayed with the mask long after inference went idle) and `f` was not
-/// compiled for thread-block clusters. Returns whether it armed.
+/// Arms this thread's next launch of `f`, shaped `dims`, with the
+/// reservation's mask when the gate allowed it (`est`, the launch's
+/// estimate; 0: not), the launch is not being captured into a graph (a
+/// captured launch's descriptor, if the driver builds one then, would be
+/// replayed with the mask long after inference went idle), `f` was not
+/// compiled for thread-block clusters, and its blocks hold their SMs at
+/// least the reservation's minimum (a kernel of many short waves gives each
+/// SM back within that time, to inference first under MPS client priority).
+/// Returns whether it armed.
 #[inline(always)]
-fn arm(mask: bool, hook: Hook, stream: CUstream, f: CUfunction) -> bool {
-    if mask
+fn arm(
+    est: u64,
+    hook: Hook,
+    client: Client,
+    stream: CUstream,
+    f: CUfunction,
+    dims: &emit::Dims,
+) -> bool {
+    if est != 0
         && !crate::capture::is_capturing(stream, hook.info().per_thread)
         && !crate::client::clustered(f)
+        && client.is_some_and(|s| spatial::holds_long(f, est, dims, s.control().spatial().min_ns))
     {
         spatial::arm();
         true
@@ -144,18 +156,18 @@ pub unsafe fn kernel(
 ) -> CuResult {
     let (func_id, mask) = gate(client, f, [gx, gy, gz]);
     let timing = marks::before_launch(client, hook, stream, || capturing(hook, stream));
-    let armed = arm(mask, hook, stream, f);
+    let dims = emit::Dims {
+        grid: [gx, gy, gz],
+        block: [bx, by, bz],
+        shared_mem,
+    };
+    let armed = arm(mask, hook, client, stream, f, &dims);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
     marks::launch_returned(timing);
     disarm(armed, client);
     if ran(hook, rc, stream) {
         if let Some(s) = client {
-            let dims = emit::Dims {
-                grid: [gx, gy, gz],
-                block: [bx, by, bz],
-                shared_mem,
-            };
             emit::launch(s, hook, EventKind::LAUNCH, 0, func_id, dims, stream, timing);
         }
     } else {
@@ -235,9 +247,16 @@ pub unsafe fn kernel_ex(
     let asked = cfg
         .filter(|_| client.is_some())
         .map(|c| unsafe { attrs(c) });
+    let dims = cfg.map(|c| emit::Dims {
+        grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
+        block: [c.blockDimX, c.blockDimY, c.blockDimZ],
+        shared_mem: c.sharedMemBytes,
+    });
     // A cooperative or clustered launch is never masked (`crate::client::spatial`).
-    let mask = mask && asked == Some(Attrs::default());
-    let armed = arm(mask, hook, stream, f);
+    let armed = match dims {
+        Some(d) if asked == Some(Attrs::default()) => arm(mask, hook, client, stream, f, &d),
+        _ => false,
+    };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
     marks::launch_returned(timing);
@@ -245,16 +264,11 @@ pub unsafe fn kernel_ex(
     if !ran(hook, rc, stream) {
         marks::abandon(timing);
     } else {
-        if let (Some(s), Some(c)) = (client, cfg) {
+        if let (Some(s), Some(dims)) = (client, dims) {
             let flags = if asked.is_some_and(|a| a.cooperative) {
                 FLAG_COOPERATIVE
             } else {
                 0
-            };
-            let dims = emit::Dims {
-                grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
-                block: [c.blockDimX, c.blockDimY, c.blockDimZ],
-                shared_mem: c.sharedMemBytes,
             };
             emit::launch(
                 s,

@@ -267,12 +267,21 @@ mod tests {
             None,
             "not asked"
         );
-        let armed = client(serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000,
-            "state": "armed", "descriptor_version": null, "masked_launches": 147}));
+        let armed = client(serde_json::json!({"reserve": 0.25, "reserve_max": 0.25,
+            "min_kernel_ns": 100000, "state": "armed", "descriptor_version": null,
+            "masked_launches": 147}));
         assert_eq!(
             spatial_line(&armed).unwrap(),
             "spatial: client 7 (pid 70) leaves 25% of its GPU's TPCs to inference while it is \
              active: armed, 147 launches masked"
+        );
+        let narrow = client(serde_json::json!({"reserve": 0.061, "reserve_max": 0.25,
+            "min_kernel_ns": 100000, "state": "armed", "descriptor_version": null,
+            "masked_launches": 3}));
+        assert_eq!(
+            spatial_line(&narrow).unwrap(),
+            "spatial: client 7 (pid 70) leaves 6% of its GPU's TPCs (as wide as inference's \
+             kernels; at most 25%) to inference while it is active: armed, 3 launches masked"
         );
         let old = client(serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000,
             "state": "unknown_descriptor", "descriptor_version": 6, "masked_launches": 0}));

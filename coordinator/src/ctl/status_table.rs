@@ -126,9 +126,18 @@ pub fn spatial_line(c: &ClientSnapshot) -> Option<String> {
         (why, Some(v)) => format!("runs unmasked: {why} (version {v:#04x})"),
         (why, None) => format!("runs unmasked: {why}"),
     };
+    // Below its cap: sized by the widths of inference's kernels.
+    let sized = if s.reserve < s.reserve_max {
+        format!(
+            " (as wide as inference's kernels; at most {:.0}%)",
+            s.reserve_max * 100.0
+        )
+    } else {
+        String::new()
+    };
     Some(format!(
-        "spatial: client {} (pid {}) leaves {:.0}% of its GPU's TPCs to inference while it is \
-         active: {state}",
+        "spatial: client {} (pid {}) leaves {:.0}% of its GPU's TPCs{sized} to inference while \
+         it is active: {state}",
         c.id,
         c.pid,
         s.reserve * 100.0

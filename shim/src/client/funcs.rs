@@ -38,7 +38,12 @@ struct Slot {
     /// Whether it was compiled for thread-block clusters
     /// ([`CLUSTER_UNKNOWN`] until first asked, by [`clustered`]).
     cluster: AtomicU8,
+    /// Its registers per thread (high half) and static shared memory (low
+    /// half) ([`FOOTPRINT_UNKNOWN`] until first asked, by [`footprint`]).
+    footprint: AtomicU64,
 }
+
+const FOOTPRINT_UNKNOWN: u64 = u64::MAX;
 
 const CLUSTER_UNKNOWN: u8 = 0;
 const CLUSTER_NONE: u8 = 1;
@@ -50,6 +55,7 @@ static TABLE: [Slot; CAPACITY] = [const {
         id: AtomicU64::new(0),
         sent: AtomicU32::new(0),
         cluster: AtomicU8::new(CLUSTER_UNKNOWN),
+        footprint: AtomicU64::new(FOOTPRINT_UNKNOWN),
     }
 }; CAPACITY];
 
@@ -139,6 +145,38 @@ pub(crate) fn clustered(f: CUfunction) -> bool {
             yes
         }
     }
+}
+
+/// `f`'s registers per thread and static shared memory (0 where the driver
+/// does not say), which decide how many of its blocks an SM holds: the SM
+/// reservation's block time (`super::spatial`). Asked of the driver once per
+/// function and kept in its slot, as [`clustered`] is; only launches that
+/// would carry the mask ask.
+pub(crate) fn footprint(f: CUfunction) -> (u32, u32) {
+    let key = f as usize;
+    if key == 0 {
+        return (0, 0);
+    }
+    let Probe::Found(slot) = probe(key) else {
+        return split(attrs_of(key));
+    };
+    match slot.footprint.load(Ordering::Relaxed) {
+        FOOTPRINT_UNKNOWN => footprint_cold(slot, key),
+        v => ((v >> 32) as u32, v as u32),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn footprint_cold(slot: &Slot, key: usize) -> (u32, u32) {
+    let (regs, smem) = split(attrs_of(key));
+    slot.footprint
+        .store(u64::from(regs) << 32 | u64::from(smem), Ordering::Relaxed);
+    (regs, smem)
+}
+
+fn split(a: Option<wire::FuncAttrs>) -> (u32, u32) {
+    a.map_or((0, 0), |a| (a.regs_per_thread, a.static_smem_bytes))
 }
 
 /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`, `_HEIGHT`, `_DEPTH` (cuda.h, 12.0).
@@ -325,7 +363,7 @@ pub(crate) const ATTR_SM_COUNT: c_int = 16;
 /// `..._MAX_REGISTERS_PER_MULTIPROCESSOR`,
 /// `..._MAX_SHARED_MEMORY_PER_MULTIPROCESSOR` and
 /// `..._MAX_BLOCKS_PER_MULTIPROCESSOR` (cuda.h).
-const ATTRS_PER_SM: [c_int; 4] = [39, 82, 81, 106];
+pub(crate) const ATTRS_PER_SM: [c_int; 4] = [39, 82, 81, 106];
 
 /// `dev`'s SMs: their count and one's capacity; `None` without the count.
 fn shape_of(dev: c_int) -> Option<wire::DeviceShape> {

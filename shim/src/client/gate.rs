@@ -35,12 +35,14 @@ impl Session {
     /// first (at most 50 ms; less when the coordinator looks dead). Call once
     /// per launch (a graph launch is one), just before the real call.
     ///
-    /// Returns whether the launch should carry the SM reservation's mask
-    /// ([`super::spatial`]): only a training client's, only while inference
-    /// is active, only when tandemd asked for it and the launch's estimate
-    /// reaches its minimum.
+    /// Returns the launch's estimate (ns, at least 1) where it should carry
+    /// the SM reservation's mask ([`super::spatial`]), else 0: only a
+    /// training client's, only while inference is active, only when tandemd
+    /// asked for it and the estimate reaches its minimum (a necessary
+    /// condition: the launch path then checks its blocks' time,
+    /// [`super::spatial::holds_long`]).
     #[inline(always)]
-    pub fn gate(&self, key: u32) -> bool {
+    pub fn gate(&self, key: u32) -> u64 {
         let mask = self.local_gate(key);
         if !self.control.launch_allowed() {
             self.wait_gate();
@@ -70,22 +72,23 @@ impl Session {
     /// Scheduler v2 before a launch of `key`: an inference client announces
     /// itself on the board; a training client waits (bounded) until the
     /// launch fits its local budget, then charges it, and learns whether the
-    /// launch carries the reservation's mask. Others: nothing.
+    /// launch may carry the reservation's mask (its estimate; 0: no).
+    /// Others: nothing (0).
     #[inline(always)]
-    pub(crate) fn local_gate(&self, key: u32) -> bool {
+    pub(crate) fn local_gate(&self, key: u32) -> u64 {
         let cb = self.control();
         match cb.class() {
             CLASS_TRAINING => self.admit(cb, key),
             CLASS_INFERENCE => {
                 self.local.announce(cb);
-                false
+                0
             }
-            _ => false,
+            _ => 0,
         }
     }
 
     #[inline(always)]
-    fn admit(&self, cb: &ControlBlock, key: u32) -> bool {
+    fn admit(&self, cb: &ControlBlock, key: u32) -> u64 {
         let b = cb.budgets();
         let est = self.local.estimate(key, b.default_est_ns);
         let sp = cb.spatial();
@@ -101,7 +104,11 @@ impl Session {
             mask = wants_mask && active && spatial::ready(cb, sp.reserve_permille);
         }
         cb.charge(est);
-        mask
+        if mask {
+            est.max(1)
+        } else {
+            0
+        }
     }
 
     /// Waits until a launch estimated at `est` fits, or [`MAX_LOCAL_WAIT`].

@@ -48,11 +48,11 @@ use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use tandem_proto::spatial::{reserve_tpcs, SpatialState};
+use tandem_proto::spatial::{block_ns, blocks_per_sm, reserve_tpcs, SmLimits, SpatialState};
 use tandem_proto::ControlBlock;
 
 use crate::driver::{self, Support};
-use crate::types::CuResult;
+use crate::types::{CUfunction, CuResult};
 
 /// The callback table's id (libsmctrl's `callback_funcs_id`).
 const TABLE_ID: [u8; 16] = [
@@ -81,6 +81,9 @@ static STATE: AtomicU8 = AtomicU8::new(UNPROBED);
 static WHY_OFF: AtomicU64 = AtomicU64::new(0);
 /// The GPU's SM count, read by the probe.
 static SMS: AtomicU32 = AtomicU32::new(0);
+/// One SM's threads, registers, shared memory and block slots, read by the
+/// probe (0: not reported, which binds nothing).
+static LIMITS: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
 /// The TPC disable mask the callback writes, TPCs 0-127.
 static MASK: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
 /// The control block the mask was made for and its state reported to
@@ -242,7 +245,8 @@ fn probe() -> Result<u32, SpatialState> {
     Ok(sms)
 }
 
-/// The SM count of the current context's device.
+/// The SM count of the current context's device, and one SM's limits
+/// (into [`LIMITS`]).
 fn sm_count() -> Option<u32> {
     let dev = driver::support(Support::CtxGetDevice)?;
     // SAFETY: the driver's cuCtxGetDevice has this signature (cuda.h).
@@ -253,7 +257,42 @@ fn sm_count() -> Option<u32> {
     if unsafe { dev(&mut d) } != CuResult::SUCCESS {
         return None;
     }
+    for (slot, attr) in LIMITS.iter().zip(super::funcs::ATTRS_PER_SM) {
+        slot.store(
+            super::funcs::device_attribute(d, attr).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+    }
     super::funcs::device_attribute(d, super::funcs::ATTR_SM_COUNT)
+}
+
+/// Whether the blocks of a launch of `f` shaped `dims`, estimated at `est`
+/// ns, hold their SMs at least `min_ns` (`tandem_proto::spatial::block_ns`:
+/// its estimate over its waves at the occupancy its registers and shared
+/// memory allow on this GPU). Only a launch that would carry the mask asks:
+/// one lookup of `f`'s footprint (the driver is asked once per function)
+/// and a few divisions. An unknown footprint or limit binds nothing, so the
+/// block time errs long: towards the mask, towards inference.
+#[inline(always)]
+pub(crate) fn holds_long(f: CUfunction, est: u64, dims: &super::emit::Dims, min_ns: u64) -> bool {
+    if min_ns == 0 {
+        return true;
+    }
+    let blocks = dims.grid.iter().map(|&g| u64::from(g)).product::<u64>();
+    let threads = dims.block.iter().fold(1u32, |t, &b| t.saturating_mul(b));
+    let (regs, smem) = super::funcs::footprint(f);
+    let limit = |i: usize| match LIMITS[i].load(Ordering::Relaxed) {
+        0 => u32::MAX,
+        v => v,
+    };
+    let sm = SmLimits {
+        threads: limit(0),
+        regs: limit(1),
+        smem: limit(2),
+        blocks: limit(3),
+    };
+    let bps = blocks_per_sm(sm, threads, regs, smem.saturating_add(dims.shared_mem));
+    block_ns(est, blocks, bps, SMS.load(Ordering::Relaxed)) >= min_ns
 }
 
 /// This thread's next launch carries the mask.
