@@ -14,6 +14,9 @@
 //!   [`ReserveRule::step`] SMs (2: a TPC, what a per-launch mask can leave),
 //!   clamped to `[min_reserve, max_reserve_share x SMs]` (the latter to the
 //!   nearest step), and whatever the training side's whole steps leave.
+//!   Before any width, the most: nothing says inference needs less, and
+//!   inference that launches only CUDA graphs never gives one (the shim sees
+//!   a graph launch, not its kernels).
 
 use std::collections::VecDeque;
 
@@ -116,7 +119,7 @@ impl Widths {
     }
 
     /// The SMs reserved for inference now: the quantile of its widths in
-    /// whole steps, clamped to the bounds (the minimum when none was seen),
+    /// whole steps, clamped to the bounds (the most when none was seen),
     /// and whatever the training side's whole steps leave.
     #[must_use]
     pub fn reserve(&self) -> u32 {
@@ -124,7 +127,7 @@ impl Widths {
         let max = self.max_reserve();
         let min = self.rule.min_reserve.min(max);
         let want = if self.sorted.is_empty() {
-            min
+            max
         } else {
             let w = &self.sorted;
             let i = ((w.len() - 1) as f64 * self.rule.quantile).round() as usize;
@@ -141,7 +144,7 @@ mod tests {
     #[test]
     fn the_reserve_follows_the_widths_within_its_bounds() {
         let mut w = Widths::new(132, ReserveRule::default());
-        assert_eq!(w.reserve(), 8, "nothing learnt: the minimum");
+        assert_eq!(w.reserve(), 34, "nothing learnt: the most");
         for _ in 0..9 {
             w.push(3);
         }
@@ -187,7 +190,9 @@ mod tests {
             step: 8,
             ..ReserveRule::default()
         };
-        let w = Widths::new(132, rule);
+        let mut w = Widths::new(132, rule);
+        assert_eq!(w.reserve(), 36, "the most: a quarter, 33, to 32, and 4");
+        w.push(1);
         assert_eq!(w.reserve(), 12);
         assert_eq!((132 - w.reserve()) % 8, 0);
     }
