@@ -391,10 +391,11 @@ fn follow(out: &mut String, s: &Snapshot) {
 }
 
 /// Scheduler v3's SM reservation, per client asked for it: whether its shim
-/// armed it, and the launches it masked (the shim's counts).
+/// armed it, the launches it masked (the shim's counts), and the share of
+/// the GPU it is asked to leave now (sized by inference's kernel widths).
 fn spatial(out: &mut String, s: &Snapshot) {
     type SpatialField = fn(&crate::state::ClientSpatial) -> f64;
-    let fams: [(&str, &str, &str, SpatialField); 2] = [
+    let fams: [(&str, &str, &str, SpatialField); 3] = [
         (
             "tandem_spatial_armed",
             "gauge",
@@ -407,6 +408,14 @@ fn spatial(out: &mut String, s: &Snapshot) {
             "counter",
             "Launches the client's shim masked off the SMs left to inference.",
             |sp| sp.masked_launches as f64,
+        ),
+        (
+            "tandem_spatial_reserve_ratio",
+            "gauge",
+            "Share (0..1) of its GPU's TPCs the client is asked to leave to inference while \
+             inference is active, as wide as inference's kernels there, at most \
+             [scheduler] spatial_reserve.",
+            |sp| sp.reserve,
         ),
     ];
     for (name, ty, help, f) in fams {
@@ -525,7 +534,7 @@ mod tests {
         s.clients = vec![
             client(
                 1,
-                serde_json::json!({"reserve": 0.25, "min_kernel_ns": 100000, "state": "armed",
+                serde_json::json!({"reserve": 0.061, "min_kernel_ns": 100000, "state": "armed",
                     "descriptor_version": null, "masked_launches": 147}),
             ),
             client(
@@ -548,6 +557,8 @@ mod tests {
                 "tandem_spatial_armed{client=\"2\",pid=\"12\",class=\"training\",exe=\"/x\"} 0",
                 "tandem_spatial_masked_launches_total{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 147",
                 "tandem_spatial_masked_launches_total{client=\"2\",pid=\"12\",class=\"training\",exe=\"/x\"} 0",
+                "tandem_spatial_reserve_ratio{client=\"1\",pid=\"11\",class=\"training\",exe=\"/x\"} 0.061",
+                "tandem_spatial_reserve_ratio{client=\"2\",pid=\"12\",class=\"training\",exe=\"/x\"} 0.25",
             ],
             "{text}"
         );

@@ -347,6 +347,21 @@ class GpuJudges(unittest.TestCase):
             shutil.rmtree(args.work)
 
 
+    def test_the_spatial_headline_says_the_state_and_the_share_left(self):
+        rep = {"pair": "resnet50_b32:resnet50_train", "rep": 0,
+               "spatial": {"state": "armed", "masked_launches": 812, "descriptor_version": None,
+                           "reserve": 0.061, "reserve_max": 0.25}}
+        self.assertEqual(
+            pv.spatial_headline(rep),
+            "spatial: resnet50_b32:resnet50_train rep 1: armed, 812 launches masked; "
+            "leaves 6.1% of the TPCs to inference (at most 25.0%)")
+        old = {"pair": "p", "rep": 1, "spatial": {"state": "unknown_descriptor",
+                                                  "masked_launches": 0, "descriptor_version": 6}}
+        self.assertEqual(pv.spatial_headline(old),
+                         "spatial: p rep 2: unknown_descriptor (version 0x06)")
+        self.assertEqual(pv.spatial_headline({"pair": "p", "rep": 0, "spatial": None}),
+                         "spatial: p rep 1: not reported")
+
 @unittest.skipUnless(READY, SKIP)
 class DryRun(unittest.TestCase):
     def test_every_stage_of_every_part_runs_under_its_budget(self):
