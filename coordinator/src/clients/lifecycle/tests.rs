@@ -443,6 +443,18 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     launch(2, 200);
     r.poll(Instant::now());
     assert_eq!(reserve(&r), asked, "wide kernels: the cap, no more");
+    // A reload with another cap learns the widths again under it: 40 SMs
+    // now fit under half the GPU. The client keeps the cap it registered
+    // with (the reservation's settings apply to jobs that register after).
+    let mut half = cfg.clone();
+    half.scheduler.spatial_reserve = 0.5;
+    r.reapply_policy(&half, 0);
+    let gpu = |r: &Registry| r.snapshot(Instant::now()).0[0].spatial_reserve_sms;
+    assert_eq!(gpu(&r), None, "learnt again");
+    launch(2, 10);
+    r.poll(Instant::now());
+    assert_eq!(gpu(&r), Some(40));
+    assert_eq!(reserve(&r), asked);
     // The inference client is never asked anything.
     let cb = r.clients[&i].ring.as_ref().and_then(Ring::control).unwrap();
     assert_eq!(cb.spatial().reserve_permille, 0);
