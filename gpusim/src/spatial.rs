@@ -178,11 +178,17 @@ impl SpatialCfg {
     }
 
     /// Candidate (c): (a) with duration-aware holds at a slack of a tenth
-    /// of inference's shortest active period.
+    /// of inference's shortest active period, or the share already set
+    /// (`--spatial hold_slack_share=X` reaches `tandem_hold` and
+    /// `tandem_slice`).
     #[must_use]
     pub fn holding(self) -> SpatialCfg {
         SpatialCfg {
-            hold_slack_share: 0.1,
+            hold_slack_share: if self.hold_slack_share > 0.0 {
+                self.hold_slack_share
+            } else {
+                0.1
+            },
             ..self
         }
     }
@@ -472,6 +478,14 @@ mod tests {
         all.register(0, 1, Class::Training);
         all.after_launch(0, 0, &kernel(20, 1));
         assert_eq!(all.sm_limit(10, 1, &waves), 108 - 20, "0: every kernel");
+    }
+
+    #[test]
+    fn holds_take_a_slack_share_set_before_them() {
+        assert_eq!(SpatialCfg::default().holding().hold_slack_share, 0.1);
+        let mut c = SpatialCfg::default();
+        c.set("hold_slack_share=0.3").unwrap();
+        assert_eq!(c.holding().hold_slack_share, 0.3);
     }
 
     #[test]
