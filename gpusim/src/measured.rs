@@ -3,7 +3,8 @@
 //! GPU (prove's stage 3, part 1), committed as `timeslice.json` beside the captured
 //! traces (`tests/traces/`), and the share of SMs that saturate DRAM
 //! `scripts/gpu/engine_rules.py` measures (prove's `engine_rules` stage,
-//! part 4), committed as `engine_rules.json` there ([`ENGINE_FILE`]).
+//! part 4), committed as `engine_rules.json` there ([`ENGINE_FILE`]), with
+//! the GPU time of an empty kernel queued back to back (the launch floor).
 //! `tandem-sim` applies them before any `--set`, and the matrix's report
 //! says which parameters came from a GPU.
 //!
@@ -30,6 +31,8 @@ const SWITCH_RANGE_NS: (f64, f64) = (0.0, 10_000_000.0);
 pub const ENGINE_FILE: &str = "engine_rules.json";
 /// Plausible shares of the SMs that saturate DRAM: a few SMs at the least.
 const SATURATING_RANGE: (f64, f64) = (0.02, 1.0);
+/// Plausible GPU times of an empty kernel queued back to back.
+const FLOOR_RANGE_NS: (f64, f64) = (100.0, 50_000.0);
 
 /// Applies `dir/timeslice.json` and `dir/engine_rules.json` to `params`.
 /// Returns what it changed, one phrase per parameter (empty: no file, a
@@ -61,12 +64,16 @@ pub fn apply(params: &mut Params, dir: &Path) -> Result<Vec<String>, String> {
 /// [`apply`] on `engine_rules.json`'s text: the streaming copy's
 /// `bandwidth.findings.share_of_sms_for_90pct` (the fewest SMs that pulled
 /// 90% of its best bandwidth, over the GPU's) becomes
-/// `dram_saturating_share`. A bandwidth part that did not run leaves the
+/// `dram_saturating_share`, and `launch_floor.findings.empty_back_to_back_ns`
+/// (an empty kernel's GPU time queued back to back) `kernel_floor_ns`. A
+/// part that did not run (or, for the floor, was host-bound) leaves its
 /// value.
 ///
 /// # Errors
 /// Not a JSON object, a dry run's file (the fake driver's figures measure
-/// nothing), a share that is not a number or outside (0.02, 1].
+/// nothing), a figure that is not a number or is implausible (a share
+/// outside (0.02, 1], a floor outside 100 ns to 50 us); then nothing is
+/// applied.
 pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<String>, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if !v.is_object() {
@@ -75,25 +82,48 @@ pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<St
     if v["dry_run"].as_bool() == Some(true) {
         return Err("a dry run's figures (the fake driver's) measure nothing about a GPU".into());
     }
-    let share = &v["bandwidth"]["findings"]["share_of_sms_for_90pct"];
-    if share.is_null() {
-        return Ok(Vec::new());
+    let share = figure(
+        &v["bandwidth"]["findings"]["share_of_sms_for_90pct"],
+        "bandwidth.findings.share_of_sms_for_90pct",
+        |x| x > SATURATING_RANGE.0 && x <= SATURATING_RANGE.1,
+        "(0.02, 1]",
+    )?;
+    let floor = figure(
+        &v["launch_floor"]["findings"]["empty_back_to_back_ns"],
+        "launch_floor.findings.empty_back_to_back_ns",
+        |x| (FLOOR_RANGE_NS.0..=FLOOR_RANGE_NS.1).contains(&x),
+        "100-50000 ns",
+    )?;
+    let mut applied = Vec::new();
+    if let Some(x) = share {
+        params.gpu.dram_saturating_share = x;
+        applied.push(format!("DRAM saturated by {:.0}% of the SMs", x * 100.0));
     }
-    let x = share
-        .as_f64()
-        .ok_or("bandwidth.findings.share_of_sms_for_90pct is not a number")?;
-    let (lo, hi) = SATURATING_RANGE;
-    if !(x > lo && x <= hi) {
+    if let Some(ns) = floor {
+        params.kernel_floor_ns = ns.round() as u64;
+        applied.push(format!("launch floor {:.2} us", ns / 1e3));
+    }
+    Ok(applied)
+}
+
+/// A measured figure at `v`: `None` when absent, else a number `plausible`
+/// accepts.
+fn figure(
+    v: &Value,
+    name: &str,
+    plausible: impl Fn(f64) -> bool,
+    range: &str,
+) -> Result<Option<f64>, String> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let x = v.as_f64().ok_or(format!("{name} is not a number"))?;
+    if !plausible(x) {
         return Err(format!(
-            "bandwidth.findings.share_of_sms_for_90pct = {x} is outside ({lo}, {hi}]: \
-             not a plausible measurement"
+            "{name} = {x} is outside {range}: not a plausible measurement"
         ));
     }
-    params.gpu.dram_saturating_share = x;
-    Ok(vec![format!(
-        "DRAM saturated by {:.0}% of the SMs",
-        x * 100.0
-    )])
+    Ok(Some(x))
 }
 
 /// [`apply`] on the file's text.
@@ -224,6 +254,31 @@ mod tests {
         ] {
             assert!(apply_engine_rules_json(&mut p, text).is_err(), "{text}");
         }
+        assert_eq!(p, fitted, "nothing applied on an error");
+    }
+
+    #[test]
+    fn the_empty_kernels_back_to_back_time_becomes_the_launch_floor() {
+        let mut p = Params::calibrated();
+        let got = apply_engine_rules_json(
+            &mut p,
+            r#"{"dry_run": false, "bandwidth": {"error": "no GPU"},
+                "launch_floor": {"findings": {"empty_back_to_back_ns": 1800.4, "gap_ns": 900}}}"#,
+        )
+        .unwrap();
+        assert_eq!(got, vec!["launch floor 1.80 us"]);
+        let mut q = Params::calibrated();
+        q.kernel_floor_ns = 1800;
+        assert_eq!(p, q);
+        // Host-bound bursts report no floor: nothing changes.
+        let fitted = Params::calibrated();
+        let mut p = fitted.clone();
+        let host = r#"{"launch_floor": {"findings": {"host_bound": true}}}"#;
+        assert!(apply_engine_rules_json(&mut p, host).unwrap().is_empty());
+        // A broken floor refuses the file, the copy's good share included.
+        let broken = r#"{"bandwidth": {"findings": {"share_of_sms_for_90pct": 0.5}},
+            "launch_floor": {"findings": {"empty_back_to_back_ns": 20}}}"#;
+        assert!(apply_engine_rules_json(&mut p, broken).is_err());
         assert_eq!(p, fitted, "nothing applied on an error");
     }
 

@@ -39,6 +39,18 @@ what MPS + priority and an SM reservation cost and buy:
     both_low   1         1           50 us x 20 waves as equal
     resident   1         unset       2 ms x 1 wave    up to one block, 2 ms (row 2)
 
+* **The launch floor (row 8).** The model adds `kernel_floor_ns` (2.5 us,
+  assumed) to every kernel's time, also when kernels are queued back to
+  back. Measured here, alone on the GPU in the bandwidth part's process: the
+  GPU time per kernel of FLOOR_KERNELS one-block `spin(0)` kernels queued
+  back to back on one stream (events around the burst, queued behind a
+  50 ms kernel so that the host has queued them all before the GPU reaches
+  the first: an empty kernel runs faster than a host launches it; the
+  kernel reads `%globaltimer` twice and returns), and the same for
+  `spin(20 us)` kernels, whose time over 20 us is the gap between dependent
+  kernels. A burst the host could not queue within the head start is
+  flagged (`host_bound`): its figure is the host's launch rate.
+
 Each measurement runs in its own process (the bandwidth one before the MPS
 daemon starts), most telling first; the file is rewritten with the findings
 so far after each, so a run stopped at its time limit keeps them:
@@ -114,6 +126,10 @@ LLC = ("llc", "-O2", "-march=nvptx64", "-mcpu=sm_70", "-mattr=+ptx64")
 # The copy: 256 MiB read and 256 MiB written per launch, in 16-byte elements.
 STREAM_BYTES = 256 << 20
 STREAM_REPS = 3
+# The launch floor: kernels per timed burst, and the busy kernel's spin.
+FLOOR_KERNELS = 1000
+FLOOR_BUSY_NS = 20_000
+FLOOR_HEAD_NS = 50_000_000
 
 
 # ------------------------------------------------------------------ clients
@@ -243,7 +259,73 @@ def client_bandwidth(drv, info, dry):
                       "gb_per_s": round(2 * STREAM_BYTES / best, 1)})
     for ptr in bufs:
         drv.call("cuMemFree_v2", ptr)
-    bl.emit("RESULT", {"sms": info["sms"], "device": info["device"], "rungs": rungs})
+    bl.emit("RESULT", {"sms": info["sms"], "device": info["device"], "rungs": rungs,
+                       "floor": client_floor(drv, dry)})
+
+
+def burst_ns(drv, k, n, spin_ns):
+    """GPU time of `n` one-block spin(`spin_ns`) kernels queued back to back
+    on the legacy stream, between two events, behind a FLOOR_HEAD_NS kernel
+    (after one untimed burst); and whether the host took longer than the
+    head start to queue them (then the GPU may have waited for it)."""
+    destroy = "cuEventDestroy_v2" if drv.has("cuEventDestroy_v2") else "cuEventDestroy"
+    evs = [ctypes.c_void_p(), ctypes.c_void_p()]
+    for ev in evs:
+        drv.call("cuEventCreate", ctypes.byref(ev), 0)
+    ms = ctypes.c_float()
+    try:
+        for _ in range(2):
+            k.launch(1, FLOOR_HEAD_NS)
+            drv.call("cuEventRecord", evs[0], None)
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                k.launch(1, spin_ns)
+            host_ns = time.perf_counter_ns() - t
+            drv.call("cuEventRecord", evs[1], None)
+            drv.call("cuEventSynchronize", evs[1])
+        drv.call("cuEventElapsedTime", ctypes.byref(ms), evs[0], evs[1])
+    finally:
+        for ev in evs:
+            drv.call(destroy, ev)
+    return ms.value * 1e6, host_ns > FLOOR_HEAD_NS
+
+
+def client_floor(drv, dry):
+    """The launch floor's bursts (row 8): the GPU time per kernel of the
+    empty and the busy burst, and whether either was host-bound."""
+    k = Spinner(drv, dry)
+    empty, host_e = burst_ns(drv, k, FLOOR_KERNELS, 0)
+    busy, host_b = burst_ns(drv, k, FLOOR_KERNELS, FLOOR_BUSY_NS)
+    return {"kernels": FLOOR_KERNELS, "busy_spin_ns": FLOOR_BUSY_NS,
+            "empty_ns": round(empty / FLOOR_KERNELS, 1),
+            "busy_ns": round(busy / FLOOR_KERNELS, 1), "host_bound": host_e or host_b}
+
+
+def floor_findings(floor):
+    """What the bursts say of row 8: the GPU time of an empty kernel queued
+    back to back (the model's `kernel_floor_ns`), and the gap between
+    dependent kernels (a busy kernel's time over its spin)."""
+    if not floor or floor.get("empty_ns") is None:
+        return {}
+    if floor.get("host_bound"):
+        return {"host_bound": True}
+    f = {"empty_back_to_back_ns": floor["empty_ns"]}
+    if floor.get("busy_ns") is not None:
+        f["gap_ns"] = round(floor["busy_ns"] - floor["busy_spin_ns"], 1)
+    return f
+
+
+def floor_headline(f):
+    if not f:
+        return []
+    if f.get("host_bound"):
+        return [f"launch floor: not measured, the host did not queue {FLOOR_KERNELS} launches "
+                f"within {FLOOR_HEAD_NS / 1e6:.0f} ms"]
+    line = (f"launch floor: an empty kernel queued back to back takes "
+            f"{f['empty_back_to_back_ns'] / 1e3:.2f} us (the model assumes 2.5)")
+    if "gap_ns" in f:
+        line += f"; {FLOOR_BUSY_NS / 1e3:.0f} us kernels run {f['gap_ns'] / 1e3:.2f} us apart"
+    return [line]
 
 
 def bandwidth_findings(rungs, sms):
@@ -446,9 +528,11 @@ def main(argv):
     got = run_bandwidth(a)
     if got.get("error"):
         doc["problems"].append(f"bandwidth: {got['error']}")
+    floor = got.pop("floor", None)
     doc["bandwidth"] = {"bytes": STREAM_BYTES, "threads": THREADS, **got}
     if "rungs" in got:
         doc["bandwidth"]["findings"] = bandwidth_findings(got["rungs"], got["sms"])
+    doc["launch_floor"] = {**(floor or {}), "findings": floor_findings(floor)}
     mps = doc["mps"] = {"configs": {n: CONFIGS[n] for n in names}, "shapes": SHAPES,
                         "runs": {}}
 
@@ -457,6 +541,7 @@ def main(argv):
         limit keeps what it measured, read."""
         summary = mps_summary(mps["runs"]) if mps["runs"] else {"headline": []}
         doc["headline"] = (bandwidth_headline(doc["bandwidth"].get("findings"))
+                           + floor_headline(doc["launch_floor"]["findings"])
                            + summary.pop("headline"))
         mps.update(summary)
         bl.write_json(path, doc)

@@ -558,6 +558,21 @@ class EngineRules(unittest.TestCase):
         self.assertEqual(f["packed"], [4])
         self.assertEqual(f["sms_for_90pct"], 2)
 
+    def test_the_launch_floor_is_the_empty_bursts_time_and_the_gap_the_busy_ones_excess(self):
+        floor = {"kernels": 1000, "busy_spin_ns": 20_000, "empty_ns": 1_800.0,
+                 "busy_ns": 21_100.0, "host_bound": False}
+        f = self.mp.floor_findings(floor)
+        self.assertEqual(f, {"empty_back_to_back_ns": 1_800.0, "gap_ns": 1_100.0})
+        self.assertEqual(self.mp.floor_headline(f), [
+            "launch floor: an empty kernel queued back to back takes 1.80 us (the model "
+            "assumes 2.5); 20 us kernels run 1.10 us apart"])
+        # A burst the host could not queue ahead of the GPU measures the host.
+        f = self.mp.floor_findings(dict(floor, host_bound=True))
+        self.assertEqual(f, {"host_bound": True})
+        self.assertIn("not measured", self.mp.floor_headline(f)[0])
+        self.assertEqual(self.mp.floor_findings(None), {})
+        self.assertEqual(self.mp.floor_headline({}), [])
+
     def test_the_ladder_runs_powers_of_two_half_whole_and_every_slot(self):
         self.assertEqual(self.mp.sm_ladder(132),
                          [1, 2, 4, 8, 16, 32, 64, 66, 128, 132, 264])

@@ -442,11 +442,13 @@ class DryRun(unittest.TestCase):
             rules = p4["engine_rules"]["result"]
             self.assertEqual(rules["problems"], [])
             self.assertIn("best_gb_per_s", rules["bandwidth"])
+            self.assertIn("empty_back_to_back_ns", rules["launch_floor"])
             self.assertEqual(set(rules["waits"]),
                              {"equal", "lowprio", "both_low", "tally", "resident"})
             self.assertIn("priority_2_reads_as", rules["mps"])
             self.assertIn("copy bandwidth: best", rules["headline"][0])
-            self.assertIn("probe wait p50/p99 us", rules["headline"][1])
+            self.assertIn("launch floor:", rules["headline"][1])
+            self.assertIn("probe wait p50/p99 us", rules["headline"][2])
             # part 4's co-location in issue 23's mode: tandemd accepted the
             # spatial config, both modes paired with the alone cell; the
             # fake workers make no CUDA call, so no shim reports the state
