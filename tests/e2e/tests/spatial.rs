@@ -323,21 +323,25 @@ fn wide_inference_kernels_get_the_most_the_reservation_may_leave() {
 }
 
 /// The mask is for kernels whose blocks hold their SMs long: a 2 ms kernel
-/// of 200,000 one-thread blocks runs in 48 waves of 32 blocks on each of
+/// of 1,000,000 one-thread blocks runs in 237 waves of 32 blocks on each of
 /// the 132 SMs (the occupancy rules, the fake's limits), so each block holds
-/// its SM about 42 us, under `spatial_min_kernel_ns` (100 us): never masked.
-/// The same 2 ms in one wave of 1000 blocks is.
+/// its SM about 8 us, far under `spatial_min_kernel_ns` (100 us; the
+/// estimate would have to pass 23 ms, which waits for SMs on a loaded
+/// machine must not reach): never masked. The same 2 ms in one wave of 1000
+/// blocks is, and never below the reserve.
 #[test]
 fn a_kernel_of_many_short_waves_is_left_unmasked() {
     let waves = run_with(
         "spatial-waves",
         &[AUTO],
         &[],
-        &["--kernel-us", "2000", "--blocks", "200000"],
+        &["--kernel-us", "2000", "--blocks", "1000000"],
         8,
     );
     assert_eq!(waves.spatial["state"], "armed", "{}", waves.spatial);
     assert!(unmasked(&waves).is_empty(), "{}", waves.train_stderr);
+    // Over the whole run (the `/stats` view is read early, after about 20
+    // of these 2 ms launches, maybe before tandemd has learnt their time).
     let one = run_with(
         "spatial-one-wave",
         &[AUTO],
@@ -345,10 +349,6 @@ fn a_kernel_of_many_short_waves_is_left_unmasked() {
         &["--kernel-us", "2000"],
         8,
     );
-    assert!(
-        one.spatial["masked_launches"].as_u64() > Some(0),
-        "{}",
-        one.spatial
-    );
-    assert_eq!(kv_u64(&one.sms, "part_lowest"), LEAST_SMS, "{}", one.sms);
+    assert!(kv_u64(&one.sms, "part") > 0, "none masked: {}", one.sms);
+    assert!(kv_u64(&one.sms, "part_lowest") >= LEAST_SMS, "{}", one.sms);
 }
