@@ -44,13 +44,12 @@ impl GpuWidths {
         if !(4..=MAX_SMS).contains(&shape.sms) {
             return None;
         }
-        let or_none = |v: u32| if v == 0 { u32::MAX } else { v };
         Some(GpuWidths {
             limits: SmLimits {
-                threads: or_none(shape.threads_per_sm),
-                regs: or_none(shape.regs_per_sm),
-                smem: or_none(shape.smem_per_sm),
-                blocks: or_none(shape.blocks_per_sm),
+                threads: shape.threads_per_sm,
+                regs: shape.regs_per_sm,
+                smem: shape.smem_per_sm,
+                blocks: shape.blocks_per_sm,
             },
             widths: Widths::new(
                 shape.sms,

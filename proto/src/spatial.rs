@@ -133,7 +133,8 @@ pub const fn reserve_tpcs(sms: u32, permille: u64) -> u32 {
 /// One SM's capacity, as the device reports it
 /// (`cuDeviceGetAttribute`: `MAX_THREADS_PER_MULTIPROCESSOR`,
 /// `MAX_REGISTERS_PER_MULTIPROCESSOR`, `MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`,
-/// `MAX_BLOCKS_PER_MULTIPROCESSOR`).
+/// `MAX_BLOCKS_PER_MULTIPROCESSOR`). A limit of 0 (not reported) binds
+/// nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SmLimits {
     /// Resident threads.
@@ -148,9 +149,17 @@ pub struct SmLimits {
 
 /// Blocks of a kernel one SM holds (at least 1): `threads` per block,
 /// `regs` per thread and `smem` bytes of shared memory per block (static
-/// plus dynamic) on an SM of `sm`.
+/// plus dynamic) on an SM of `sm`. A register count, shared memory or SM
+/// limit of 0 (unknown) binds nothing.
 #[must_use]
 pub fn blocks_per_sm(sm: SmLimits, threads: u32, regs: u32, smem: u32) -> u32 {
+    let known = |v: u32| if v == 0 { u32::MAX } else { v };
+    let sm = SmLimits {
+        threads: known(sm.threads),
+        regs: known(sm.regs),
+        smem: known(sm.smem),
+        blocks: known(sm.blocks),
+    };
     let by_threads = sm.threads / threads.max(1);
     let warps = threads.max(1).div_ceil(32);
     let regs_per_warp = (regs.div_ceil(8) * 8 * 32).div_ceil(256) * 256;
@@ -257,6 +266,13 @@ mod tests {
         assert_eq!(blocks_per_sm(AMPERE, 1, 0, 0), 32);
         // More than the SM holds still counts one.
         assert_eq!(blocks_per_sm(AMPERE, 1024, 255, 200 * 1024), 1);
+        // A limit the device did not report binds nothing: one-thread blocks
+        // are then held by the thread slots alone.
+        let unknown = SmLimits {
+            blocks: 0,
+            ..AMPERE
+        };
+        assert_eq!(blocks_per_sm(unknown, 1, 0, 0), 2048);
     }
 
     #[test]

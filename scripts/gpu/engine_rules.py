@@ -150,6 +150,11 @@ class Spinner:
                       params, None)
 
 
+def destroy_event(drv, ev):
+    """cuEventDestroy, by the name this driver exports (_v2 from CUDA 4)."""
+    drv.call("cuEventDestroy_v2" if drv.has("cuEventDestroy_v2") else "cuEventDestroy", ev)
+
+
 def client_hog(drv, info, shape, dry):
     """Keeps two hog kernels queued until stdin closes; READY after the first
     completes, RESULT with the kernels it ran and their rate."""
@@ -158,7 +163,6 @@ def client_hog(drv, info, shape, dry):
     k = Spinner(drv, dry, f"spin_{shape}")
     stop = []
     bl.stdin_commands(lambda line: stop.append(1) if line is None or line == "stop" else None)
-    destroy = "cuEventDestroy_v2" if drv.has("cuEventDestroy_v2") else "cuEventDestroy"
     events = []
     done, t0 = 0, time.monotonic()
     while not stop:
@@ -170,7 +174,7 @@ def client_hog(drv, info, shape, dry):
         if len(events) > 2:
             old = events.pop(0)
             drv.call("cuEventSynchronize", old)
-            drv.call(destroy, old)
+            destroy_event(drv, old)
             done += 1
             if done == 1:
                 t0 = time.monotonic()
@@ -268,7 +272,6 @@ def burst_ns(drv, k, n, spin_ns):
     on the legacy stream, between two events, behind a FLOOR_HEAD_NS kernel
     (after one untimed burst); and whether the host took longer than the
     head start to queue them (then the GPU may have waited for it)."""
-    destroy = "cuEventDestroy_v2" if drv.has("cuEventDestroy_v2") else "cuEventDestroy"
     evs = [ctypes.c_void_p(), ctypes.c_void_p()]
     for ev in evs:
         drv.call("cuEventCreate", ctypes.byref(ev), 0)
@@ -286,7 +289,7 @@ def burst_ns(drv, k, n, spin_ns):
         drv.call("cuEventElapsedTime", ctypes.byref(ms), evs[0], evs[1])
     finally:
         for ev in evs:
-            drv.call(destroy, ev)
+            destroy_event(drv, ev)
     return ms.value * 1e6, host_ns > FLOOR_HEAD_NS
 
 

@@ -82,7 +82,7 @@ static WHY_OFF: AtomicU64 = AtomicU64::new(0);
 /// The GPU's SM count, read by the probe.
 static SMS: AtomicU32 = AtomicU32::new(0);
 /// One SM's threads, registers, shared memory and block slots, read by the
-/// probe (0: not reported, which binds nothing).
+/// probe (0: not reported, which `blocks_per_sm` takes as binding nothing).
 static LIMITS: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
 /// The TPC disable mask the callback writes, TPCs 0-127.
 static MASK: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
@@ -281,10 +281,7 @@ pub(crate) fn holds_long(f: CUfunction, est: u64, dims: &super::emit::Dims, min_
     let blocks = dims.grid.iter().map(|&g| u64::from(g)).product::<u64>();
     let threads = dims.block.iter().fold(1u32, |t, &b| t.saturating_mul(b));
     let (regs, smem) = super::funcs::footprint(f);
-    let limit = |i: usize| match LIMITS[i].load(Ordering::Relaxed) {
-        0 => u32::MAX,
-        v => v,
-    };
+    let limit = |i: usize| LIMITS[i].load(Ordering::Relaxed);
     let sm = SmLimits {
         threads: limit(0),
         regs: limit(1),
