@@ -267,6 +267,42 @@ pub(super) fn factor_free(
     (x.is_finite() && x > 0.0).then_some(x)
 }
 
+/// The most time kernel `k` can take in `s` (a sync segment: its start
+/// and end are exact) with the `fixed` kernels' durations `d` and every
+/// other free kernel taking none: the least, over the lines of
+/// [`factor_free`] that hold `k` (`n` times), of `(end - from - F) / n`.
+/// `None` where `s` holds no `k`, or the fixed durations alone overrun its
+/// end (their small errors, not room).
+pub(super) fn room(
+    s: &Segment,
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    fixed: &[bool],
+    k: usize,
+) -> Option<f64> {
+    let end = s.end as f64;
+    let (mut f, mut n, mut most) = (0.0, 0.0, f64::INFINITY);
+    let mut line = |from: f64, f: f64, n: f64| {
+        if n > 0.0 {
+            most = most.min((end - from - f) / n);
+        } else if from + f > end {
+            most = f64::NEG_INFINITY;
+        }
+    };
+    for i in (s.a..s.b).rev() {
+        let j = kernel[i];
+        if j == k {
+            n += 1.0;
+        } else if fixed[j] {
+            f += d[j];
+        }
+        line(times[i], f, n);
+    }
+    line(s.start as f64, f, n);
+    (most.is_finite() && most > 0.0).then_some(most)
+}
+
 /// When `s`'s launches would have completed with durations `d`.
 pub(super) fn simulated_end(s: &Segment, times: &[f64], kernel: &[usize], d: &[f64]) -> f64 {
     let mut c = s.start as f64;

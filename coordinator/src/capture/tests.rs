@@ -776,3 +776,46 @@ fn a_late_mark_does_not_move_a_kernel_measured_alone() {
         "the untimed kernel: {ns:?}"
     );
 }
+
+/// Eight steps of one stream between syncs, each: a timed 1 ms kernel, an
+/// untimed one (150 us in truth) that the marks made 2.9 ms (a late mark:
+/// ResNet50 training's first convolution came back so on a loaded 2-core
+/// machine), a timed 3 ms kernel and an untimed 50 us one; the sync returns
+/// 5 us after the GPU finished. A stream runs its work in order, so the
+/// untimed kernels get at most the 205 us the timed ones leave; an
+/// untimed kernel within that room is not moved.
+#[test]
+fn untimed_kernels_get_no_more_than_the_syncs_leave_them() {
+    let steps = 8;
+    let (mut times, mut kernel, mut syncs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut t = 1_000_000.0;
+    for _ in 0..steps {
+        let a = times.len();
+        for k in 0..4 {
+            times.push(t + f64::from(k) * 1_000.0);
+            kernel.push(k as usize);
+        }
+        let end = t + 4_200_000.0 + 5_000.0;
+        syncs.push(solve::Segment {
+            a,
+            b: times.len(),
+            start: t as u64 - 2_000,
+            end: end as u64,
+        });
+        t = end + 3_000_000.0;
+    }
+    let fixed = [true, false, true, false];
+    let mut d = vec![1_000_000.0, 2_900_000.0, 3_000_000.0, 50_000.0];
+    durations::within_syncs(&syncs, &times, &kernel, &mut d, &fixed);
+    assert_eq!((d[0], d[2]), (1_000_000.0, 3_000_000.0), "timed: {d:?}");
+    let sum: f64 = d.iter().sum();
+    assert!(
+        sum <= 4_205_000.5,
+        "the step's kernels overrun its syncs: {d:?}"
+    );
+    assert!(d[1] >= 100_000.0 && d[3] >= 30_000.0, "{d:?}");
+    // Kernels that fit are left as they are.
+    let mut fits = vec![1_000_000.0, 150_000.0, 3_000_000.0, 50_000.0];
+    durations::within_syncs(&syncs, &times, &kernel, &mut fits, &fixed);
+    assert_eq!(fits, [1_000_000.0, 150_000.0, 3_000_000.0, 50_000.0]);
+}
