@@ -97,6 +97,9 @@ struct World<'a> {
     footprints: Vec<Vec<(f64, f64)>>,
     /// Each job's last kernel launched: (its token, finished on the GPU).
     last_kernel: Vec<Option<(u64, bool)>>,
+    /// Each job's mark for the CUDA graph launch it is submitting, until
+    /// its last node (see [`World::launch`]).
+    graph_mark: Vec<Option<u64>>,
     arrivals_end: Ns,
 }
 
@@ -163,6 +166,7 @@ pub fn run_observed(
             })
             .collect(),
         last_kernel: vec![None; specs.len()],
+        graph_mark: vec![None; specs.len()],
         arrivals_end: START_NS + cfg.warmup_ns + cfg.window_ns,
     };
     if let Some(a) = attribution {
@@ -394,12 +398,29 @@ impl World<'_> {
         };
         self.gpu.submit(t, j, k.stream as usize, work, token);
         self.last_kernel[j] = Some((token, false));
-        if !self.graph_node(j, k) {
-            if let Some(seq) = self.tandem.after_launch(t, j, k) {
+        // The shim's mark after a graph launch is an event recorded behind
+        // the whole graph: it completes with the graph's last node, not
+        // its first.
+        let seq = if self.graph_node(j, k) {
+            self.graph_mark[j].take()
+        } else {
+            self.tandem.after_launch(t, j, k)
+        };
+        if let Some(seq) = seq {
+            if self.graph_continues(j, k) {
+                self.graph_mark[j] = Some(seq);
+            } else {
                 self.marks.insert((j, token), seq);
             }
         }
         self.next_op(j, t);
+    }
+
+    /// `k`, job `j`'s current op, is a node of a CUDA graph launch whose
+    /// next node is the op after it.
+    fn graph_continues(&self, j: usize, k: &crate::trace::Kernel) -> bool {
+        k.graph != 0
+            && matches!(self.specs[j].trace.ops.get(self.jobs[j].op + 1), Some(Op::Kernel(n)) if n.graph == k.graph)
     }
 
     /// `k`, job `j`'s current op, is a later node of the CUDA graph launch
@@ -578,5 +599,65 @@ mod tests {
         assert_eq!((gated, launched), (requests, requests));
         // The graph's later nodes carry no host gap: the job is GPU-bound.
         assert!(graph.host_ns() < eager.host_ns() / 10);
+    }
+
+    /// Each launch's time and, once reported, its completion's.
+    #[derive(Default)]
+    struct Marks(Vec<(Ns, Option<Ns>)>);
+
+    impl TandemSide for Marks {
+        fn register(&mut self, _: Ns, _: usize, _: Class) {}
+        fn before_launch(&mut self, _: Ns, _: usize, _: &crate::trace::Kernel) -> Gate {
+            Gate::Proceed
+        }
+        fn launch_anyway(&mut self, _: Ns, _: usize) {}
+        fn after_launch(&mut self, now: Ns, _: usize, _: &crate::trace::Kernel) -> Option<u64> {
+            self.0.push((now, None));
+            Some(self.0.len() as u64 - 1)
+        }
+        fn launch_completed(&mut self, now: Ns, _: usize, seq: u64) {
+            self.0[seq as usize].1 = Some(now);
+        }
+        fn host_event(&mut self, _: Ns, _: usize, _: HostEvent) {}
+        fn next_wake(&self) -> Option<Ns> {
+            None
+        }
+        fn wake(&mut self, _: Ns, _: &mut Vec<usize>) {}
+    }
+
+    /// The shim's mark after a `cuGraphLaunch` is an event behind the whole
+    /// graph: tandem hears of its completion when the graph's last node is
+    /// done, not its first (which put an A100 BERT graph's inference idle
+    /// while most of its request still ran, and the SM reservation off).
+    #[test]
+    fn a_graph_launch_completes_with_its_last_node() {
+        let p = crate::params::Params::calibrated();
+        let eager = crate::synthetic::job(&p, "bert_b8").unwrap();
+        let graph = crate::synthetic::as_graph(&eager, "bert_b8_graph", &p);
+        let spec = JobSpec {
+            trace: graph.clone(),
+            rate_per_s: 5.0,
+            cpu_cv: 0.0,
+            sm_pct: 100,
+        };
+        let cfg = RunCfg {
+            gpu: p.gpu.clone(),
+            sharing: Sharing::Mps,
+            seed: 1,
+            warmup_ns: 0,
+            window_ns: 1_000_000_000,
+            drain_max_ns: 1_000_000_000,
+            explicit_requests: false,
+        };
+        let mut m = Marks::default();
+        let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut m);
+        assert_eq!(m.0.len(), out[0].latencies_ms.len(), "one launch a request");
+        // Alone on the GPU the nodes run back to back: the graph takes
+        // about its kernel time, its first node a sliver of it.
+        let kernels = graph.kernel_ns();
+        for &(at, done) in &m.0 {
+            let took = done.expect("every graph's mark completes") - at;
+            assert!(took >= kernels * 9 / 10, "{took} ns of {kernels}");
+        }
     }
 }
