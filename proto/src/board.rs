@@ -8,8 +8,10 @@
 //! * inference shims write it: a slot's `seq` is bumped at a launch when
 //!   that process's last bump is older than a quarter of the hold period (so
 //!   at its first launch after idle, then a few times per hold while it keeps
-//!   launching), and at every explicit request begin and end; `open` counts
-//!   explicit requests in flight;
+//!   launching), and at every explicit request's and every sync's begin and
+//!   end; `open` counts explicit requests in flight and syncs waiting (a
+//!   thread blocked in a sync has work in flight on the GPU, which a
+//!   GPU-bound request runs long after its last launch);
 //! * training shims read it on their launch path (one Acquire load of `seq`,
 //!   one Relaxed load of `open`) and hold their in-flight work to the
 //!   *active* budget while the slot says inference is active, to the *idle*
@@ -42,7 +44,7 @@
 //! | 16 | 112 | reserved |
 //! | 128 + 128 i | 8 | slot i: `gpu`, the GPU's key (tandemd's hash of its uuid); 0: free |
 //! | +8 | 8 | `seq`: bumped by inference shims |
-//! | +16 | 8 | `open`: explicit requests in flight |
+//! | +16 | 8 | `open`: explicit requests in flight and inference syncs waiting |
 //! | +24 | 104 | reserved |
 //!
 //! Slots are claimed with a compare-and-swap of `gpu` from 0, by tandemd when

@@ -487,6 +487,14 @@ pub unsafe fn event_sync(
 
 /// Runs a synchronising call between SYNC_BEGIN and SYNC_END records (when a
 /// coordinator session exists): the coordinator learns when the work drained.
+///
+/// An inference client's sync also holds its GPU's board open while it
+/// waits, as an explicit request does: a thread blocked in a sync has work
+/// in flight on the GPU, so the GPU counts as inference-active until the
+/// sync returns (and a hold after), not only a hold after its last launch.
+/// A GPU-bound request (a CUDA graph, or kernels queued far ahead of the
+/// GPU) runs longer than that hold after its last launch; without this,
+/// training's launches in its tail went unmasked and unbounded.
 #[inline(always)]
 fn synchronizing(
     client: Client,
@@ -501,9 +509,11 @@ fn synchronizing(
         // (one timeline per client: a stream's sync is taken for all).
         charged = s.control().charged_ns();
         emit::sync(s, hook, EventKind::SYNC_BEGIN, flags, stream);
+        s.request_mark(true);
     }
     let rc = call();
     if let Some(s) = client {
+        s.request_mark(false);
         if rc == CuResult::SUCCESS {
             s.control().complete_through(charged);
         }

@@ -126,7 +126,8 @@ impl Session {
         }
     }
 
-    /// An explicit request began or ended (the board, when inference).
+    /// An explicit request, or an inference sync's wait, began or ended
+    /// (the board, when inference: counted open in between).
     pub(crate) fn request_mark(&self, begin: bool) {
         self.local.request(begin, self.control());
     }

@@ -139,3 +139,38 @@ fn a_job_made_inference_by_a_reload_announces_itself_on_the_board() {
     });
     infer.kill9();
 }
+
+/// An inference job that is waiting in a sync has work on the GPU: its
+/// shim holds the board open through the wait, so the training shims count
+/// the GPU inference-active for a GPU-bound request's whole length, not
+/// only for the hold after its last launch (a request of one 400 ms kernel
+/// here, launched once and then waited for). It is uncounted when the wait
+/// returns, and nothing is left open when the job ends.
+#[test]
+fn an_inference_job_waiting_in_a_sync_holds_the_board_open() {
+    let dir = TestDir::new("board-sync");
+    let d = Tandemd::start_with_config(&dir, default_config());
+    let mut infer = spawn_host(
+        "infer",
+        &[
+            "--closed",
+            "--seconds",
+            "2",
+            "--kernels",
+            "1",
+            "--kernel-us",
+            "400000",
+        ],
+        &client_env(d.socket()).var("TANDEM_CLASS", "inference"),
+    );
+    poll(SETTLE, "the sync's wait counted open on the board", || {
+        let g = the_gpu(&d.try_stats()?)?;
+        match g["board_requests_open"].as_u64() {
+            Some(1) => Ok(()),
+            _ => Err(g.to_string()),
+        }
+    });
+    assert!(infer.wait_exit(EXIT).success(), "{infer}");
+    let g = the_gpu(&d.stats()).unwrap();
+    assert_eq!(g["board_requests_open"].as_u64(), Some(0), "{g}");
+}
