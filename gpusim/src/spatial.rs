@@ -5,11 +5,20 @@
 //!
 //! What the shims would do, and the model does here:
 //!
-//! * **Activity.** The inference job's shim counts its launches in flight
-//!   (a completion mark after each, on the GPU board) and the time of its
-//!   last launch or completion. Inference is *active* while a launch is in
-//!   flight or for [`SpatialCfg::hangover_ns`] after the last one: the CPU
-//!   gaps between an eager job's launches must not drop the mask.
+//! * **Activity: the GPU board's rule** (`tandem_proto::board`), as the
+//!   training shims read it. The inference shim bumps its GPU's slot at a
+//!   launch when its last bump is older than a quarter of the hold
+//!   ([`SpatialCfg::hangover_ns`]), and at every sync's and explicit
+//!   request's begin and end, which it holds open in between (a thread
+//!   blocked in a sync has work in flight on the GPU). Inference is
+//!   *active* while anything is open or for the hold after the last bump:
+//!   the CPU gaps between an eager job's launches must not drop the mask,
+//!   and a GPU-bound request (a CUDA graph, kernels queued far ahead) keeps
+//!   it through its sync. Until 2026-11-28 the model counted launches in
+//!   flight by a completion mark after each, which the shim does not do;
+//!   without the syncs held open, the board's rule dropped the mask in a
+//!   GPU-bound request's tail (A100 BERT beside BERT b32, one seed: 2.74x
+//!   to 4.18x).
 //! * **`R` from the widths of inference's kernels.** Each inference launch's
 //!   width (the SMs its first wave fills: blocks over blocks per SM, at
 //!   most the GPU) joins a window of the last [`SpatialCfg::window`]
@@ -76,8 +85,8 @@ use tandem_sched::Class;
 /// The candidate's settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpatialCfg {
-    /// How long inference stays active after its last launch or
-    /// completion, ns.
+    /// How long inference stays active after the board's last bump, ns
+    /// (tandemd's `request_hold_ns`).
     pub hangover_ns: Ns,
     /// Fewest SMs reserved.
     pub min_reserve: u32,
@@ -207,11 +216,12 @@ pub struct Spatial {
     cfg: SpatialCfg,
     sms: u32,
     classes: Vec<Option<Class>>,
-    inflight: u32,
+    /// Syncs and explicit requests of inference open on the board.
+    open: u32,
+    /// The board's last bump.
     last_inference: Option<Ns>,
     /// Inference's widths and the reserve they give (tandemd's rule).
     widths: Widths,
-    seq: u64,
     /// When inference's current active period began.
     period_start: Option<Ns>,
     /// The last [`SpatialCfg::window`] active periods' lengths.
@@ -233,9 +243,8 @@ impl Spatial {
             cfg,
             sms,
             classes: Vec::new(),
-            inflight: 0,
+            open: 0,
             last_inference: None,
-            seq: 0,
             period_start: None,
             periods: VecDeque::new(),
             held: Vec::new(),
@@ -251,7 +260,7 @@ impl Spatial {
     /// Whether inference is active at `now`.
     #[must_use]
     pub fn active(&self, now: Ns) -> bool {
-        self.inflight > 0
+        self.open > 0
             || self
                 .last_inference
                 .is_some_and(|t| now < t.saturating_add(self.cfg.hangover_ns))
@@ -280,7 +289,7 @@ impl Spatial {
     /// When the current active period ends, if nothing else comes: `None`
     /// while a launch is in flight.
     fn idle_at(&self) -> Option<Ns> {
-        if self.inflight > 0 {
+        if self.open > 0 {
             return None;
         }
         self.last_inference
@@ -351,20 +360,34 @@ impl TandemSide for Spatial {
             self.widths
                 .push(width(k.blocks(), k.blocks_per_sm, self.sms));
         }
-        self.inflight += 1;
-        self.last_inference = Some(now);
-        self.seq += 1;
-        Some(self.seq)
-    }
-
-    fn launch_completed(&mut self, now: Ns, job: usize, _: u64) {
-        if self.class(job) == Some(Class::Inference) {
-            self.inflight = self.inflight.saturating_sub(1);
+        // The shim bumps at a launch only when its last bump is older than
+        // a quarter of the hold.
+        let due = self
+            .last_inference
+            .is_none_or(|t| now >= t.saturating_add(self.cfg.hangover_ns / 4));
+        if due {
             self.last_inference = Some(now);
         }
+        None
     }
 
-    fn host_event(&mut self, _: Ns, _: usize, _: HostEvent) {}
+    fn launch_completed(&mut self, _: Ns, _: usize, _: u64) {}
+
+    fn host_event(&mut self, now: Ns, job: usize, ev: HostEvent) {
+        if self.class(job) != Some(Class::Inference) {
+            return;
+        }
+        match ev {
+            HostEvent::SyncBegin | HostEvent::RequestBegin => {
+                self.inference_launch(now);
+                self.open += 1;
+            }
+            HostEvent::SyncEnd | HostEvent::RequestEnd => {
+                self.open = self.open.saturating_sub(1);
+            }
+        }
+        self.last_inference = Some(now);
+    }
 
     fn next_wake(&self) -> Option<Ns> {
         if self.held.is_empty() {
@@ -428,7 +451,8 @@ mod tests {
             ..kernel(400, 4)
         };
         assert_eq!(s.sm_limit(0, 1, &t), 0, "inference never seen: no mask");
-        let seq = s.after_launch(100, 0, &kernel(20, 1)).unwrap();
+        s.after_launch(100, 0, &kernel(20, 1));
+        s.host_event(100, 0, HostEvent::SyncBegin);
         assert_eq!(
             s.sm_limit(200, 1, &t),
             108 - 20,
@@ -439,10 +463,34 @@ mod tests {
             0,
             "inference itself is never masked"
         );
-        s.launch_completed(5_000, 0, seq);
+        s.host_event(5_000, 0, HostEvent::SyncEnd);
         assert_ne!(s.sm_limit(5_000 + 999_999, 1, &t), 0, "within the hangover");
         assert_eq!(s.sm_limit(5_000 + 1_000_000, 1, &t), 0, "idle: no mask");
         assert_eq!(s.masked_launches, 2);
+    }
+
+    /// The board's rule, as the training shims read it: a launch keeps
+    /// inference active for the hold after it; a sync keeps it active while
+    /// it waits, however long the GPU-bound request runs past its last
+    /// launch, and for the hold after it returns.
+    #[test]
+    fn inference_is_active_for_the_hold_after_a_launch_and_through_a_sync() {
+        let mut s = Spatial::new(108, SpatialCfg::default());
+        s.register(0, 0, Class::Inference);
+        s.register(0, 1, Class::Training);
+        s.after_launch(0, 0, &kernel(20, 1));
+        assert!(s.active(999_999));
+        assert!(!s.active(1_000_000), "no sync: the hold ends it");
+        // A request of one launch, then a 20 ms wait in its sync.
+        s.after_launch(2_000_000, 0, &kernel(20, 1));
+        s.host_event(2_000_100, 0, HostEvent::SyncBegin);
+        assert!(s.active(21_000_000), "waiting in the sync");
+        s.host_event(22_000_000, 0, HostEvent::SyncEnd);
+        assert!(s.active(22_999_999));
+        assert!(!s.active(23_000_000));
+        // A training job's sync is no inference activity.
+        s.host_event(30_000_000, 1, HostEvent::SyncBegin);
+        assert!(!s.active(30_000_001));
     }
 
     #[test]
@@ -546,8 +594,9 @@ mod tests {
         let mut s = Spatial::new(108, cfg);
         s.register(0, 0, Class::Inference);
         s.register(0, 1, Class::Training);
-        let seq = s.after_launch(0, 0, &kernel(20, 1)).unwrap();
-        s.launch_completed(4_000_000, 0, seq);
+        s.after_launch(0, 0, &kernel(20, 1));
+        s.host_event(0, 0, HostEvent::SyncBegin);
+        s.host_event(4_000_000, 0, HostEvent::SyncEnd);
         s.after_launch(10_000_000, 0, &kernel(20, 1));
         s
     }
@@ -569,12 +618,14 @@ mod tests {
             ..kernel(400, 4)
         };
         // A first active period: 0 to 4 ms.
-        let seq = s.after_launch(0, 0, &kernel(20, 1)).unwrap();
+        s.after_launch(0, 0, &kernel(20, 1));
+        s.host_event(0, 0, HostEvent::SyncBegin);
         assert_eq!(s.before_launch(10, 1, &long), Gate::Proceed, "no slack yet");
-        s.launch_completed(4_000_000, 0, seq);
+        s.host_event(4_000_000, 0, HostEvent::SyncEnd);
         // Idle past the hangover; the next launch opens a second period
         // and closes the first (4 ms: a slack of 400 us).
-        let seq = s.after_launch(10_000_000, 0, &kernel(20, 1)).unwrap();
+        s.after_launch(10_000_000, 0, &kernel(20, 1));
+        s.host_event(10_000_000, 0, HostEvent::SyncBegin);
         assert_eq!(s.slack(), Some(400_000));
         assert_eq!(s.before_launch(10_000_100, 1, &short), Gate::Proceed);
         assert!(matches!(
@@ -584,8 +635,8 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(s.next_wake(), None, "inference in flight");
-        s.launch_completed(12_000_000, 0, seq);
+        assert_eq!(s.next_wake(), None, "inference waiting in a sync");
+        s.host_event(12_000_000, 0, HostEvent::SyncEnd);
         assert_eq!(s.next_wake(), Some(13_000_000), "its hangover's end");
         let mut ready = Vec::new();
         s.wake(12_500_000, &mut ready);

@@ -481,10 +481,20 @@ impl TandemSide for TandemV1 {
         let c = self.clients[job].as_mut().expect("a registered job");
         let cb = ring::control_block(&c.region, c.layout).expect("the control block");
         match ev {
-            HostEvent::SyncBegin => c.sync_charged = cb.charged_ns(),
+            // As the shim: an inference job's sync holds the board open
+            // while it waits (`shim/src/memops.rs`, `synchronizing`).
+            HostEvent::SyncBegin => {
+                c.sync_charged = cb.charged_ns();
+                if self.v2 {
+                    c.local.request(true, cb, board);
+                }
+            }
             // Everything charged before the sync has completed.
             HostEvent::SyncEnd => {
                 cb.complete_through(c.sync_charged);
+                if self.v2 {
+                    c.local.request(false, cb, board);
+                }
             }
             HostEvent::RequestBegin if self.v2 => c.local.request(true, cb, board),
             HostEvent::RequestEnd if self.v2 => c.local.request(false, cb, board),
