@@ -251,7 +251,7 @@ mod tests {
         ];
         assert_eq!(
             sharing_line(&g, &cs).unwrap(),
-            "GPU-1 (H100): 2 inference, 1 training; inference active; board: 2 requests open; \
+            "GPU-1 (H100): 2 inference, 1 training; inference active; board: 2 open (inference requests and syncs); \
              training 46% of GPU work in the last 2 s; inference p99 30.0 ms"
         );
         assert_eq!(sharing_line(&g, &cs[..0]), None, "no jobs, no line");

@@ -95,8 +95,7 @@ pub fn sharing_line(g: &GpuSnapshot, clients: &[ClientSnapshot]) -> Option<Strin
         );
     }
     if let Some(o) = g.board_requests_open {
-        let s = if o == 1 { "" } else { "s" };
-        parts.push(format!("board: {o} request{s} open"));
+        parts.push(format!("board: {o} open (inference requests and syncs)"));
     }
     if let Some(t) = g.training_share {
         parts.push(format!(
@@ -156,8 +155,8 @@ kernels it ran (a graph launch runs every kernel in the graph, so this is more t
 calls when it uses CUDA graphs); LAUNCH/s launch calls per second (1 s average); DROPPED launch \
 records its ring had no room for; MEM device memory it holds now; SHARED of that, weights shared \
 with other jobs; WAIT time its launches waited for tandem's gate; EXE its executable.
-Each GPU in use has a line: its jobs by class, whether inference is active, requests open on \
-its board, training's share of the GPU work of the last 2 s, the worst inference p99. A training \
+Each GPU in use has a line: its jobs by class, whether inference is active, inference requests \
+and syncs open on its board, training's share of the GPU work of the last 2 s, the worst inference p99. A training \
 job asked for the SM reservation ([scheduler] spatial) has a line saying whether its shim armed \
 it and how many launches it masked, or why it runs unmasked.";
 

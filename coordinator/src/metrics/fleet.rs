@@ -73,7 +73,7 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
         out,
         "tandem_gpu_board_requests_open",
         "gauge",
-        "Explicit inference requests open on the GPU's board (what training shims react to without tandemd).",
+        "Explicit inference requests and inference syncs waiting, open on the GPU's board (what training shims react to without tandemd).",
     );
     for g in &s.gpus {
         if let Some(n) = g.board_requests_open {
