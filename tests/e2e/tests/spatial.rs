@@ -68,7 +68,7 @@ fn done(p: &mut Proc, what: &str) -> String {
 /// Inference, then training beside it; `edits` of the default config
 /// (MPS is always on), `train_vars` for the training job's environment.
 fn run(tag: &str, edits: &[(&str, &str)], train_vars: &[(&str, &str)]) -> Run {
-    run_with(tag, edits, train_vars, &[], 8)
+    run_with(tag, edits, train_vars, &[], 8, &[])
 }
 
 /// [`run`], with `train_args` added to the training job's and inference's
@@ -84,6 +84,7 @@ fn run_with(
     train_vars: &[(&str, &str)],
     train_args: &[&str],
     infer_blocks: u32,
+    infer_args: &[&str],
 ) -> Run {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME
@@ -104,21 +105,20 @@ fn run_with(
             .var("TANDEM_CLASS", class)
     };
     let blocks = infer_blocks.to_string();
-    let mut infer = spawn_host(
-        "infer",
-        &[
-            "--closed",
-            "--seconds",
-            "3",
-            "--kernels",
-            "5",
-            "--kernel-us",
-            "200",
-            "--blocks",
-            &blocks,
-        ],
-        &env("inference"),
-    );
+    // Later flags win: `infer_args` may change the kernels.
+    let mut iargs = vec![
+        "--closed",
+        "--seconds",
+        "3",
+        "--kernels",
+        "5",
+        "--kernel-us",
+        "200",
+        "--blocks",
+        &blocks,
+    ];
+    iargs.extend_from_slice(infer_args);
+    let mut infer = spawn_host("infer", &iargs, &env("inference"));
     infer.wait_line("READY ", SETTLE);
     let mut train_env = env("training");
     for (k, v) in train_vars {
@@ -301,7 +301,7 @@ fn an_unknown_descriptor_version_leaves_training_unmasked_with_one_line() {
 /// does to that is not known.
 #[test]
 fn a_kernel_compiled_for_clusters_is_never_masked() {
-    let r = run_with("spatial-cluster", &[AUTO], &[], &["--cluster", "2"], 8);
+    let r = run_with("spatial-cluster", &[AUTO], &[], &["--cluster", "2"], 8, &[]);
     assert_eq!(r.spatial["state"], "armed", "{}", r.spatial);
     assert!(unmasked(&r).is_empty(), "{}", r.train_stderr);
 }
@@ -311,7 +311,7 @@ fn a_kernel_compiled_for_clusters_is_never_masked() {
 /// reserve, a quarter of the GPU, and no masked kernel runs there.
 #[test]
 fn wide_inference_kernels_get_the_most_the_reservation_may_leave() {
-    let r = run_with("spatial-wide", &[AUTO], &[], &[], 2000);
+    let r = run_with("spatial-wide", &[AUTO], &[], &[], 2000, &[]);
     assert_eq!(r.spatial["state"], "armed", "{}", r.spatial);
     assert_eq!(r.spatial["reserve"], 0.25, "{}", r.spatial);
     assert!(
@@ -337,6 +337,7 @@ fn a_kernel_of_many_short_waves_is_left_unmasked() {
         &[],
         &["--kernel-us", "2000", "--blocks", "1000000"],
         8,
+        &[],
     );
     assert_eq!(waves.spatial["state"], "armed", "{}", waves.spatial);
     assert!(unmasked(&waves).is_empty(), "{}", waves.train_stderr);
@@ -348,7 +349,40 @@ fn a_kernel_of_many_short_waves_is_left_unmasked() {
         &[],
         &["--kernel-us", "2000"],
         8,
+        &[],
     );
     assert!(kv_u64(&one.sms, "part") > 0, "none masked: {}", one.sms);
     assert!(kv_u64(&one.sms, "part_lowest") >= LEAST_SMS, "{}", one.sms);
+}
+
+/// A GPU-bound request (one 30 ms kernel, then its sync) runs far past the
+/// board's hold after its launch (tandemd's default, 1 ms; the other tests
+/// here stretch it to 50 ms): its sync holds the board open, so training's
+/// launches beside it are masked throughout, not only in the millisecond
+/// after each inference launch (before the shim counted syncs open, 39 of
+/// 79 training launches were masked and inference's p50 was 50 ms; with
+/// it, 95 of 97 and 30.1 ms).
+#[test]
+fn training_is_masked_through_a_gpu_bound_requests_sync() {
+    let default_hold = ("request_hold_ns = 50000000", "request_hold_ns = 1000000");
+    let r = run_with(
+        "spatial-gpu-bound",
+        &[AUTO, default_hold],
+        &[],
+        // Training's 2 s within inference's 3.
+        &["--seconds", "2"],
+        8,
+        &["--kernels", "1", "--kernel-us", "30000"],
+    );
+    let (all, part) = (kv_u64(&r.sms, "all"), kv_u64(&r.sms, "part"));
+    eprintln!("{} | {}", r.sms, r.infer);
+    assert!(
+        part > 4 * all,
+        "training ran unmasked beside inference's waits: {}",
+        r.sms
+    );
+    assert!(kv_u64(&r.sms, "part_lowest") >= LEAST_SMS, "{}", r.sms);
+    // So inference's 30 ms kernel starts at once, where unmasked it waits
+    // for a 20 ms training kernel on its SMs (about 50 ms).
+    assert!(p50_us(&r.infer) < 40_000.0, "{}", r.infer);
 }
