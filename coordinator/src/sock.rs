@@ -141,6 +141,17 @@ pub fn spare_fd() -> Option<OwnedFd> {
     std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
 }
 
+/// `fd`, a connected socket, shut down both ways (its peer reads the end of
+/// the stream) and kept open: a descriptor to hold in reserve as
+/// [`spare_fd`]'s is, with no moment between closing one and opening
+/// another.
+#[must_use]
+pub fn shut_down(fd: OwnedFd) -> OwnedFd {
+    let s = std::os::unix::net::UnixStream::from(fd);
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    OwnedFd::from(s)
+}
+
 /// Whether `errno` says this process (or the system) is out of descriptors.
 #[must_use]
 pub fn out_of_fds(errno: Option<i32>) -> bool {

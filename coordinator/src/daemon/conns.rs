@@ -29,6 +29,11 @@ const CONTROL_DENIED: &str = "control request refused";
 
 impl Daemon {
     pub(super) fn accept_all(&mut self) {
+        if self.spare_fd.is_none() {
+            // Lost: another thread took the descriptor freed for it (a
+            // memfd, a stats connection). Taken back as soon as one is free.
+            self.spare_fd = sock::spare_fd();
+        }
         loop {
             let Some(listener) = self.listener.as_ref() else {
                 return;
@@ -46,20 +51,23 @@ impl Daemon {
                         .listener
                         .as_ref()
                         .and_then(|l| sock::accept(l.as_fd()).ok().flatten());
-                    let refused = extra.is_some();
                     if let Some(fd) = extra {
                         warn_throttled(
                             ACCEPT_FAILED,
                             &format!("accept failed: {e}; refusing the connection: {why}"),
                         );
                         self.refuse_fd(&fd, RejectReason::TOO_MANY_CLIENTS, &why);
-                    }
-                    self.spare_fd = sock::spare_fd();
-                    if refused {
+                        // The refused connection's descriptor, shut down,
+                        // is the next spare: closing it and opening another
+                        // left a moment in which another thread could take
+                        // the slot, and with no spare every later job went
+                        // unanswered (seen on a loaded CI machine).
+                        self.spare_fd = Some(sock::shut_down(fd));
                         continue;
                     }
                     // accept4 says EMFILE before it looks for a connection:
                     // none was waiting.
+                    self.spare_fd = sock::spare_fd();
                     return;
                 }
                 Err(e) => {
