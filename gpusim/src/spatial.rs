@@ -424,6 +424,15 @@ impl TandemSide for Spatial {
 mod tests {
     use super::*;
 
+    /// The candidate on `sms` SMs with inference (job 0) and training (job
+    /// 1) registered.
+    fn pair(sms: u32, cfg: SpatialCfg) -> Spatial {
+        let mut s = Spatial::new(sms, cfg);
+        s.register(0, 0, Class::Inference);
+        s.register(0, 1, Class::Training);
+        s
+    }
+
     fn kernel(blocks: u32, bps: u32) -> Kernel {
         Kernel {
             name: "k".into(),
@@ -443,9 +452,7 @@ mod tests {
 
     #[test]
     fn training_launches_are_masked_only_while_inference_is_active() {
-        let mut s = Spatial::new(108, SpatialCfg::default());
-        s.register(0, 0, Class::Inference);
-        s.register(0, 1, Class::Training);
+        let mut s = pair(108, SpatialCfg::default());
         let t = Kernel {
             duration_ns: 1_000_000,
             ..kernel(400, 4)
@@ -475,9 +482,7 @@ mod tests {
     /// launch, and for the hold after it returns.
     #[test]
     fn inference_is_active_for_the_hold_after_a_launch_and_through_a_sync() {
-        let mut s = Spatial::new(108, SpatialCfg::default());
-        s.register(0, 0, Class::Inference);
-        s.register(0, 1, Class::Training);
+        let mut s = pair(108, SpatialCfg::default());
         s.after_launch(0, 0, &kernel(20, 1));
         assert!(s.active(999_999));
         assert!(!s.active(1_000_000), "no sync: the hold ends it");
@@ -495,9 +500,7 @@ mod tests {
 
     #[test]
     fn only_kernels_whose_blocks_hold_their_sms_long_are_masked() {
-        let mut s = Spatial::new(108, SpatialCfg::default());
-        s.register(0, 0, Class::Inference);
-        s.register(0, 1, Class::Training);
+        let mut s = pair(108, SpatialCfg::default());
         s.after_launch(0, 0, &kernel(20, 1));
         // One wave (400 blocks, 4 an SM on 108 SMs): each block holds its
         // SM the whole 1 ms.
@@ -515,15 +518,13 @@ mod tests {
         assert_eq!(block_ns(&waves, 108), 10_000);
         assert_eq!(s.sm_limit(10, 1, &waves), 0);
         assert_eq!(s.masked_launches, 1);
-        let mut all = Spatial::new(
+        let mut all = pair(
             108,
             SpatialCfg {
                 min_block_ns: 0,
                 ..SpatialCfg::default()
             },
         );
-        all.register(0, 0, Class::Inference);
-        all.register(0, 1, Class::Training);
         all.after_launch(0, 0, &kernel(20, 1));
         assert_eq!(all.sm_limit(10, 1, &waves), 108 - 20, "0: every kernel");
     }
@@ -587,13 +588,11 @@ mod tests {
         assert_eq!((a.step, a.min_reserve), (2, 8));
     }
 
-    /// The candidate on 108 SMs with inference (job 0) and training (job 1)
-    /// registered, after one 4 ms active period of inference (a slack of
-    /// 400 us with holds) and inside a second, from 10 ms, still in flight.
+    /// [`pair`] on 108 SMs after one 4 ms active period of inference (a
+    /// slack of 400 us with holds) and inside a second, from a launch at
+    /// 10 ms (within its hold).
     fn in_second_period(cfg: SpatialCfg) -> Spatial {
-        let mut s = Spatial::new(108, cfg);
-        s.register(0, 0, Class::Inference);
-        s.register(0, 1, Class::Training);
+        let mut s = pair(108, cfg);
         s.after_launch(0, 0, &kernel(20, 1));
         s.host_event(0, 0, HostEvent::SyncBegin);
         s.host_event(4_000_000, 0, HostEvent::SyncEnd);
@@ -606,9 +605,7 @@ mod tests {
     /// once; without a finished active period there is no slack.
     #[test]
     fn long_training_launches_wait_while_inference_is_active() {
-        let mut s = Spatial::new(108, SpatialCfg::default().holding());
-        s.register(0, 0, Class::Inference);
-        s.register(0, 1, Class::Training);
+        let mut s = pair(108, SpatialCfg::default().holding());
         let long = Kernel {
             duration_ns: 500_000,
             ..kernel(400, 4)

@@ -536,30 +536,58 @@ mod tests {
         assert!((sps - 1e3 / 3.0).abs() < 1.0, "{sps}");
     }
 
-    /// Counts what passes tandem's gate.
+    /// What tandem saw: the launches its gate passed, and each launch's
+    /// time and, once reported, its completion's.
     #[derive(Default)]
-    struct Count {
+    struct Seen {
         gated: usize,
-        launched: usize,
+        launches: Vec<(Ns, Option<Ns>)>,
     }
 
-    impl TandemSide for Count {
+    impl TandemSide for Seen {
         fn register(&mut self, _: Ns, _: usize, _: Class) {}
         fn before_launch(&mut self, _: Ns, _: usize, _: &crate::trace::Kernel) -> Gate {
             self.gated += 1;
             Gate::Proceed
         }
         fn launch_anyway(&mut self, _: Ns, _: usize) {}
-        fn after_launch(&mut self, _: Ns, _: usize, _: &crate::trace::Kernel) -> Option<u64> {
-            self.launched += 1;
-            None
+        fn after_launch(&mut self, now: Ns, _: usize, _: &crate::trace::Kernel) -> Option<u64> {
+            self.launches.push((now, None));
+            Some(self.launches.len() as u64 - 1)
         }
-        fn launch_completed(&mut self, _: Ns, _: usize, _: u64) {}
+        fn launch_completed(&mut self, now: Ns, _: usize, seq: u64) {
+            self.launches[seq as usize].1 = Some(now);
+        }
         fn host_event(&mut self, _: Ns, _: usize, _: HostEvent) {}
         fn next_wake(&self) -> Option<Ns> {
             None
         }
         fn wake(&mut self, _: Ns, _: &mut Vec<usize>) {}
+    }
+
+    /// `t` alone under MPS for 1 s, 5 requests a second: what tandem saw,
+    /// and the requests served.
+    fn seen_alone(p: &crate::params::Params, t: &Trace) -> (Seen, usize) {
+        let cfg = RunCfg {
+            gpu: p.gpu.clone(),
+            sharing: Sharing::Mps,
+            seed: 1,
+            warmup_ns: 0,
+            window_ns: 1_000_000_000,
+            drain_max_ns: 1_000_000_000,
+            explicit_requests: false,
+        };
+        let spec = JobSpec {
+            trace: t.clone(),
+            rate_per_s: 5.0,
+            cpu_cv: 0.0,
+            sm_pct: 100,
+        };
+        let mut seen = Seen::default();
+        let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut seen);
+        let requests = out[0].latencies_ms.len();
+        assert!(requests > 0);
+        (seen, requests)
     }
 
     /// A request launched as one CUDA graph passes tandem's gate once, as
@@ -571,58 +599,15 @@ mod tests {
         let graph = crate::synthetic::as_graph(&eager, "bert_b8_graph", &p);
         graph.check().unwrap();
         let kernels = eager.kernels().count();
-        let cfg = RunCfg {
-            gpu: p.gpu.clone(),
-            sharing: Sharing::Mps,
-            seed: 1,
-            warmup_ns: 0,
-            window_ns: 1_000_000_000,
-            drain_max_ns: 1_000_000_000,
-            explicit_requests: false,
-        };
-        let count = |t: &Trace| {
-            let spec = JobSpec {
-                trace: t.clone(),
-                rate_per_s: 5.0,
-                cpu_cv: 0.0,
-                sm_pct: 100,
-            };
-            let mut c = Count::default();
-            let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut c);
-            let requests = out[0].latencies_ms.len();
-            assert!(requests > 0);
-            (c.gated, c.launched, requests)
-        };
-        let (gated, launched, requests) = count(&eager);
-        assert_eq!((gated, launched), (requests * kernels, requests * kernels));
-        let (gated, launched, requests) = count(&graph);
-        assert_eq!((gated, launched), (requests, requests));
+        let (seen, requests) = seen_alone(&p, &eager);
+        assert_eq!(
+            (seen.gated, seen.launches.len()),
+            (requests * kernels, requests * kernels)
+        );
+        let (seen, requests) = seen_alone(&p, &graph);
+        assert_eq!((seen.gated, seen.launches.len()), (requests, requests));
         // The graph's later nodes carry no host gap: the job is GPU-bound.
         assert!(graph.host_ns() < eager.host_ns() / 10);
-    }
-
-    /// Each launch's time and, once reported, its completion's.
-    #[derive(Default)]
-    struct Marks(Vec<(Ns, Option<Ns>)>);
-
-    impl TandemSide for Marks {
-        fn register(&mut self, _: Ns, _: usize, _: Class) {}
-        fn before_launch(&mut self, _: Ns, _: usize, _: &crate::trace::Kernel) -> Gate {
-            Gate::Proceed
-        }
-        fn launch_anyway(&mut self, _: Ns, _: usize) {}
-        fn after_launch(&mut self, now: Ns, _: usize, _: &crate::trace::Kernel) -> Option<u64> {
-            self.0.push((now, None));
-            Some(self.0.len() as u64 - 1)
-        }
-        fn launch_completed(&mut self, now: Ns, _: usize, seq: u64) {
-            self.0[seq as usize].1 = Some(now);
-        }
-        fn host_event(&mut self, _: Ns, _: usize, _: HostEvent) {}
-        fn next_wake(&self) -> Option<Ns> {
-            None
-        }
-        fn wake(&mut self, _: Ns, _: &mut Vec<usize>) {}
     }
 
     /// The shim's mark after a `cuGraphLaunch` is an event behind the whole
@@ -634,28 +619,12 @@ mod tests {
         let p = crate::params::Params::calibrated();
         let eager = crate::synthetic::job(&p, "bert_b8").unwrap();
         let graph = crate::synthetic::as_graph(&eager, "bert_b8_graph", &p);
-        let spec = JobSpec {
-            trace: graph.clone(),
-            rate_per_s: 5.0,
-            cpu_cv: 0.0,
-            sm_pct: 100,
-        };
-        let cfg = RunCfg {
-            gpu: p.gpu.clone(),
-            sharing: Sharing::Mps,
-            seed: 1,
-            warmup_ns: 0,
-            window_ns: 1_000_000_000,
-            drain_max_ns: 1_000_000_000,
-            explicit_requests: false,
-        };
-        let mut m = Marks::default();
-        let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut m);
-        assert_eq!(m.0.len(), out[0].latencies_ms.len(), "one launch a request");
+        let (seen, requests) = seen_alone(&p, &graph);
+        assert_eq!(seen.launches.len(), requests, "one launch a request");
         // Alone on the GPU the nodes run back to back: the graph takes
         // about its kernel time, its first node a sliver of it.
         let kernels = graph.kernel_ns();
-        for &(at, done) in &m.0 {
+        for &(at, done) in &seen.launches {
             let took = done.expect("every graph's mark completes") - at;
             assert!(took >= kernels * 9 / 10, "{took} ns of {kernels}");
         }

@@ -328,16 +328,8 @@ pub fn fit_at(records: &[Record], t: &Timings, positions: &HashMap<usize, u32>) 
             }
         }
         // Then the syncs' scale, over the kernels not timed.
-        let mut factors: Vec<f64> = syncs
-            .iter()
-            .filter_map(|s| factor_free(s, &times, &kernel, &d, &fixed, MIN_FREE_SHARE))
-            .collect();
-        factors.sort_by(f64::total_cmp);
-        if let Some(x) = lower_median(&factors) {
-            d.iter_mut()
-                .zip(&fixed)
-                .filter(|(_, &f)| !f)
-                .for_each(|(v, _)| *v *= x);
+        if let Some(x) = free_factor(&syncs, &times, &kernel, &d, &fixed, MIN_FREE_SHARE) {
+            scale_free(&mut d, &fixed, x);
         }
         within_syncs(&syncs, &times, &kernel, &mut d, &fixed);
     }
@@ -404,17 +396,35 @@ pub(super) fn within_syncs(
             d[k] = d[k].min(most);
         }
     }
+    if let Some(x) = free_factor(syncs, times, kernel, d, fixed, 0.0).filter(|&x| x < 1.0) {
+        scale_free(d, fixed, x);
+    }
+}
+
+/// The lower median over the sync segments `syncs` of [`factor_free`]:
+/// the scale of the durations not `fixed` that keeps the syncs' lengths.
+fn free_factor(
+    syncs: &[Segment],
+    times: &[f64],
+    kernel: &[usize],
+    d: &[f64],
+    fixed: &[bool],
+    min_share: f64,
+) -> Option<f64> {
     let mut factors: Vec<f64> = syncs
         .iter()
-        .filter_map(|s| factor_free(s, times, kernel, d, fixed, 0.0))
+        .filter_map(|s| factor_free(s, times, kernel, d, fixed, min_share))
         .collect();
     factors.sort_by(f64::total_cmp);
-    if let Some(x) = lower_median(&factors).filter(|&x| x < 1.0) {
-        d.iter_mut()
-            .zip(fixed)
-            .filter(|(_, &f)| !f)
-            .for_each(|(v, _)| *v *= x);
-    }
+    lower_median(&factors)
+}
+
+/// Scales the durations not `fixed` by `x`.
+fn scale_free(d: &mut [f64], fixed: &[bool], x: f64) {
+    d.iter_mut()
+        .zip(fixed)
+        .filter(|(_, &f)| !f)
+        .for_each(|(v, _)| *v *= x);
 }
 
 /// Launch-weighted means per key: the sum and the weight so far.
