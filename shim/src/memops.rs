@@ -11,7 +11,9 @@
 //! handle, flagged `FLAG_VMM_HANDLE`),
 //! COPY_H2D (bytes, destination) after a successful copy, and SYNC_BEGIN /
 //! SYNC_END around every synchronising call (stream, context, event, and the
-//! synchronous device-to-host copy). Nothing here waits on the coordinator.
+//! synchronous device-to-host copy). A stream or event query that finds work
+//! still in flight counts, in an inference client, as activity on its GPU's
+//! board (a host that waits by polling). Nothing here waits on the coordinator.
 
 use crate::client::{emit, Client};
 use crate::table::Hook;
@@ -519,6 +521,33 @@ fn synchronizing(
         }
         emit::sync(s, hook, EventKind::SYNC_END, flags, stream);
         crate::client::marks::after_sync(s);
+    }
+    rc
+}
+
+/// `cuStreamQuery`, its `_ptsz` form and `cuEventQuery`: forwarded. A query
+/// answered `CUDA_ERROR_NOT_READY` found the caller's work still on the GPU,
+/// so in an inference client it announces activity on the GPU board, as a
+/// launch does (a bump at most every quarter of the hold): a host that waits
+/// by polling (TensorFlow's event manager, `torch.cuda.Event.query` loops)
+/// keeps the GPU inference-active until its work is done, as one blocked in a
+/// sync does ([`synchronizing`]), instead of only for the hold after its last
+/// launch. Training clients pay one load of their class on that answer.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn query<T: Copy>(
+    _hook: Hook,
+    client: Client,
+    real: unsafe extern "C" fn(T) -> CuResult,
+    handle: T,
+) -> CuResult {
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(handle) };
+    if rc == CuResult::NOT_READY {
+        if let Some(s) = client {
+            s.work_in_flight();
+        }
     }
     rc
 }

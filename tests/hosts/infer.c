@@ -2,7 +2,7 @@
  * infer: an open-loop inference job for the scheduling tests.
  *
  *   infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] [--blocks B] [--seed N]
- *         [--explicit] [--closed] [--probe] [--leave-open S]
+ *         [--explicit] [--closed] [--probe] [--leave-open S] [--poll stream|event]
  *
  * Requests arrive as a Poisson process of rate HZ (default 50/s; seeded, so
  * the arrival times are the same in every run) for S seconds (default 3).
@@ -16,6 +16,10 @@
  * With --probe, at each arrival the work queued on the fake driver's shared
  * device (fakecuda_shared_device_backlog_ns: everyone's, and this job's own
  * earlier requests have all returned) is printed before the request launches.
+ * With --poll the request's end is waited for by polling instead of the sync,
+ * as TensorFlow's event manager and `torch.cuda.Event.query()` loops do:
+ * `stream` polls cuStreamQuery of the stream, `event` records an event after
+ * the kernels and polls cuEventQuery; 20 us naps between polls.
  * With --leave-open S (needs --explicit), after DONE one more request begins
  * and is left open: OPEN is printed, then the job sleeps S seconds and ends
  * it, or with S = 0 exits at once with the request still open (as a job that
@@ -64,7 +68,8 @@ static uint64_t rank(const uint64_t *sorted, size_t n, double p)
 static int usage(void)
 {
     fprintf(stderr, "usage: infer [--rate HZ] [--seconds S] [--kernels K] [--kernel-us U] "
-                    "[--blocks B] [--seed N] [--explicit] [--closed] [--probe] [--leave-open S]\n");
+                    "[--blocks B] [--seed N] [--explicit] [--closed] [--probe] [--leave-open S] "
+                    "[--poll stream|event]\n");
     return WL_EXIT_USAGE;
 }
 
@@ -74,6 +79,8 @@ int main(int argc, char **argv)
     unsigned long kernels = 5, blocks = 1;
     unsigned long long seed = 1;
     int explicit_api = 0, closed = 0, probe = 0;
+    /* 0: sync; 1: poll the stream; 2: record an event and poll it. */
+    int poll = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -105,6 +112,10 @@ int main(int argc, char **argv)
             seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--leave-open") == 0)
             leave_open = atof(v);
+        else if (strcmp(a, "--poll") == 0 && strcmp(v, "stream") == 0)
+            poll = 1;
+        else if (strcmp(a, "--poll") == 0 && strcmp(v, "event") == 0)
+            poll = 2;
         else
             return usage();
         i++;
@@ -119,6 +130,12 @@ int main(int argc, char **argv)
     if (rc)
         return rc;
     g.blocks = (unsigned)blocks;
+    PFN_cuStreamQuery stream_query = (PFN_cuStreamQuery)g.d.fn[SLOT_cuStreamQuery];
+    PFN_cuEventQuery event_query = (PFN_cuEventQuery)g.d.fn[SLOT_cuEventQuery];
+    PFN_cuEventRecord event_record = (PFN_cuEventRecord)g.d.fn[SLOT_cuEventRecord];
+    CUevent done = NULL;
+    if (poll == 2)
+        SH_CK(((PFN_cuEventCreate)g.d.fn[SLOT_cuEventCreate])(&done, 0));
     sh_void_fn begin = (sh_void_fn)sh_sym("tandem_request_begin");
     sh_void_fn end = (sh_void_fn)sh_sym("tandem_request_end");
     if (!explicit_api)
@@ -181,7 +198,20 @@ int main(int argc, char **argv)
             begin();
         for (unsigned long k = 0; k < kernels; k++)
             SH_CK(sh_launch(&g));
-        SH_CK(g.sync(g.stream));
+        if (poll == 0) {
+            SH_CK(g.sync(g.stream));
+        } else {
+            if (poll == 2)
+                SH_CK(event_record(done, g.stream));
+            for (;;) {
+                CUresult q = poll == 1 ? stream_query(g.stream) : event_query(done);
+                if (q == CUDA_SUCCESS)
+                    break;
+                if (q != CUDA_ERROR_NOT_READY)
+                    SH_CK(q);
+                sh_sleep_until(sh_now_ns() + 20000);
+            }
+        }
         if (end)
             end();
         lat[i] = sh_now_ns() - at;

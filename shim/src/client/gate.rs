@@ -87,6 +87,17 @@ impl Session {
         }
     }
 
+    /// A query found this process's work still in flight: an inference
+    /// client announces itself on the board, as at a launch (its host waits
+    /// by polling). Others: nothing.
+    #[inline(always)]
+    pub(crate) fn work_in_flight(&self) {
+        let cb = self.control();
+        if cb.class() == CLASS_INFERENCE {
+            self.local.announce(cb);
+        }
+    }
+
     #[inline(always)]
     fn admit(&self, cb: &ControlBlock, key: u32) -> u64 {
         let b = cb.budgets();

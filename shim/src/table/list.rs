@@ -189,9 +189,12 @@ macro_rules! hook_list {
                 => memops::ctx_sync_v2;
             cuEventSynchronize("cuEventSynchronize", 2000, legacy) Sync fn(event: CUevent)
                 => memops::event_sync;
-            cuStreamQuery("cuStreamQuery", 2000, legacy) Query fn(stream: CUstream);
-            cuStreamQuery_ptsz("cuStreamQuery", 7000, per_thread) Query fn(stream: CUstream);
-            cuEventQuery("cuEventQuery", 2000, legacy) Query fn(event: CUevent);
+            cuStreamQuery("cuStreamQuery", 2000, legacy) Query fn(stream: CUstream)
+                => memops::query;
+            cuStreamQuery_ptsz("cuStreamQuery", 7000, per_thread) Query fn(stream: CUstream)
+                => memops::query;
+            cuEventQuery("cuEventQuery", 2000, legacy) Query fn(event: CUevent)
+                => memops::query;
 
             cuGetProcAddress("cuGetProcAddress", 11030, legacy) ProcAddress fn(
                 symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64)

@@ -174,3 +174,50 @@ fn an_inference_job_waiting_in_a_sync_holds_the_board_open() {
     let g = the_gpu(&d.stats()).unwrap();
     assert_eq!(g["board_requests_open"].as_u64(), Some(0), "{g}");
 }
+
+/// An inference job that waits for its work by polling (`cuStreamQuery`
+/// until it answers done, as TensorFlow's event manager does) has work on
+/// the GPU too: each query that finds it still running announces activity on
+/// the board, as a launch does (at most every quarter of the hold), so the
+/// GPU stays inference-active through a GPU-bound request's whole length.
+/// Here one 400 ms kernel a request: before queries counted, the board saw
+/// at most one announcement a launch.
+#[test]
+fn an_inference_job_polling_for_its_work_announces_itself_while_it_runs() {
+    let dir = TestDir::new("board-poll");
+    let d = Tandemd::start_with_config(&dir, default_config());
+    let mut infer = spawn_host(
+        "infer",
+        &[
+            "--closed",
+            "--seconds",
+            "3",
+            "--kernels",
+            "1",
+            "--kernel-us",
+            "400000",
+            "--poll",
+            "stream",
+        ],
+        &client_env(d.socket()).var("TANDEM_CLASS", "inference"),
+    );
+    let pid = infer.pid();
+    // Once a request has been polled to its end (its second launch seen).
+    let (launches, announced) = poll(SETTLE, "the job's second request", || {
+        let st = d.try_stats()?;
+        let c = client_by_pid(&st, pid).ok_or("not registered yet")?;
+        let g = the_gpu(&st)?;
+        match (c["launches"].as_u64(), g["board_announcements"].as_u64()) {
+            (Some(l), Some(a)) if l >= 2 => Ok((l, a)),
+            _ => Err(format!("{c}\n{g}")),
+        }
+    });
+    assert!(
+        announced > 10 * launches,
+        "{announced} announcements for {launches} launches"
+    );
+    // Polling counts nothing open: the board's count is for requests and syncs.
+    let g = the_gpu(&d.stats()).unwrap();
+    assert_eq!(g["board_requests_open"].as_u64(), Some(0), "{g}");
+    assert!(infer.wait_exit(EXIT).success(), "{infer}");
+}

@@ -386,3 +386,29 @@ fn training_is_masked_through_a_gpu_bound_requests_sync() {
     // for a 20 ms training kernel on its SMs (about 50 ms).
     assert!(p50_us(&r.infer) < 40_000.0, "{}", r.infer);
 }
+
+/// The same GPU-bound request waited for by polling an event
+/// (`cuEventQuery` until done, as a `torch.cuda.Event.query()` loop does)
+/// instead of a sync: each query that finds the kernel still running
+/// announces inference on the board, so training stays masked through the
+/// request, as beside a sync.
+#[test]
+fn training_is_masked_through_a_gpu_bound_request_that_polls() {
+    let default_hold = ("request_hold_ns = 50000000", "request_hold_ns = 1000000");
+    let r = run_with(
+        "spatial-gpu-bound-poll",
+        &[AUTO, default_hold],
+        &[],
+        &["--seconds", "2"],
+        8,
+        &["--kernels", "1", "--kernel-us", "30000", "--poll", "event"],
+    );
+    let (all, part) = (kv_u64(&r.sms, "all"), kv_u64(&r.sms, "part"));
+    eprintln!("{} | {}", r.sms, r.infer);
+    assert!(
+        part > 4 * all,
+        "training ran unmasked beside inference's polled waits: {}",
+        r.sms
+    );
+    assert!(p50_us(&r.infer) < 40_000.0, "{}", r.infer);
+}
