@@ -115,6 +115,10 @@ pub struct Outcome {
     pub service_ms: Vec<f64>,
     /// Training steps per second over the window.
     pub steps_per_s: Option<f64>,
+    /// The job's share of the GPU's SM capacity over the window: the
+    /// SM-time of the blocks it dispatched then (a block that shares its SM
+    /// counts its share of it) over the GPU's SMs times the window.
+    pub gpu_share: f64,
 }
 
 impl Outcome {
@@ -193,6 +197,7 @@ pub fn outcome(spec: &JobSpec, state: &JobState, start: Ns, w0: Ns, w1: Ns, end:
                 unfinished,
                 service_ms: service,
                 steps_per_s: None,
+                gpu_share: 0.0,
             }
         }
         JobClass::Training => Outcome {

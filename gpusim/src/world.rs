@@ -189,6 +189,10 @@ pub fn run_observed(
     }
     let mut done = Vec::new();
     let mut ready = Vec::new();
+    let (w0, w1) = (START_NS + cfg.warmup_ns, w.arrivals_end);
+    // Each job's SM-time dispatched by the window's start and end.
+    let sm_ns = |g: &Gpu| (0..specs.len()).map(|j| g.sm_ns(j)).collect::<Vec<_>>();
+    let (mut at_w0, mut at_w1) = (None, None);
     loop {
         let tg = w.gpu.next_time();
         let tt = w.tandem.next_wake();
@@ -196,6 +200,12 @@ pub fn run_observed(
         let Some(t) = min_opt(min_opt(tg, tt), th) else {
             break;
         };
+        if t >= w0 && at_w0.is_none() {
+            at_w0 = Some(sm_ns(&w.gpu));
+        }
+        if t >= w1 && at_w1.is_none() {
+            at_w1 = Some(sm_ns(&w.gpu));
+        }
         if t > end || (t >= w.arrivals_end && w.inference_drained() && w.training_past_window()) {
             break;
         }
@@ -214,12 +224,18 @@ pub fn run_observed(
             w.on_event(t, ev);
         }
     }
-    let (w0, w1) = (START_NS + cfg.warmup_ns, w.arrivals_end);
     let last = w.last_result().max(w1);
+    let at_w0 = at_w0.unwrap_or_else(|| sm_ns(&w.gpu));
+    let at_w1 = at_w1.unwrap_or_else(|| sm_ns(&w.gpu));
+    let capacity = f64::from(cfg.gpu.sms) * w1.saturating_sub(w0).max(1) as f64;
     let outs = specs
         .iter()
         .zip(&w.jobs)
-        .map(|(s, st)| outcome(s, st, START_NS, w0, w1, last.min(end)))
+        .enumerate()
+        .map(|(j, (s, st))| Outcome {
+            gpu_share: (at_w1[j] - at_w0[j]) / capacity,
+            ..outcome(s, st, START_NS, w0, w1, last.min(end))
+        })
         .collect();
     (outs, w.gpu.switches(), w.gpu.take_attribution())
 }
@@ -534,6 +550,65 @@ mod tests {
         let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
         let sps = out[0].steps_per_s.unwrap();
         assert!((sps - 1e3 / 3.0).abs() < 1.0, "{sps}");
+    }
+
+    /// A job's share of the GPU over the window is the SM-time of its
+    /// blocks over the GPU's: half the SMs, at half of each, half the time
+    /// (1 ms kernels after 1 ms of CPU each) is an eighth.
+    #[test]
+    fn a_jobs_gpu_share_is_its_blocks_sm_time_over_the_gpus() {
+        let trace = Trace {
+            format: FORMAT.into(),
+            job: "t".into(),
+            class: JobClass::Training,
+            source: "synthetic".into(),
+            device: String::new(),
+            notes: String::new(),
+            ops: vec![
+                Op::Kernel(Kernel {
+                    name: "k".into(),
+                    grid: [66, 1, 1],
+                    block: [128, 1, 1],
+                    blocks_per_sm: 1,
+                    duration_ns: 1_000_000,
+                    sm_share: 0.5,
+                    regs_per_thread: 0,
+                    smem_per_block: 0,
+                    dram_bytes: 0,
+                    graph: 0,
+                    stream: 0,
+                    host_gap_ns: 1_000_000,
+                }),
+                Op::Sync { host_gap_ns: 0 },
+            ],
+        };
+        let spec = JobSpec {
+            trace,
+            rate_per_s: 0.0,
+            cpu_cv: 0.0,
+            sm_pct: 100,
+        };
+        let gpu = crate::params::Params::calibrated().gpu;
+        assert_eq!(gpu.sms, 132);
+        let cfg = RunCfg {
+            gpu,
+            sharing: Sharing::Mps,
+            seed: 1,
+            warmup_ns: 10_000_000,
+            window_ns: 200_000_000,
+            drain_max_ns: 1_000_000_000,
+            explicit_requests: false,
+        };
+        let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
+        let (share, sps) = (out[0].gpu_share, out[0].steps_per_s.unwrap());
+        // A step is a little over 2 ms (the launch floor), so a little under.
+        assert!((0.118..=0.125).contains(&share), "{share} at {sps} steps/s");
+        // And it is the SM-time of the steps the window saw.
+        let per_step = 66.0 * 0.5 * 1e6 / (132.0 * 1e9);
+        assert!(
+            (share / (sps * per_step) - 1.0).abs() < 0.01,
+            "{share} at {sps} steps/s"
+        );
     }
 
     /// What tandem saw: the launches its gate passed, and each launch's

@@ -65,6 +65,11 @@ pub struct Cell {
     pub switches: u64,
     /// Requests measured.
     pub requests: usize,
+    /// The inference job's share of the GPU's SM capacity over the window
+    /// ([`crate::job::Outcome::gpu_share`]).
+    pub inference_gpu_share: f64,
+    /// The training job's.
+    pub training_gpu_share: f64,
 }
 
 impl Cell {
@@ -75,6 +80,7 @@ impl Cell {
         Cell {
             steps_per_s: train.steps_per_s,
             switches: 0,
+            training_gpu_share: train.training_gpu_share,
             ..*inf
         }
     }
@@ -90,9 +96,18 @@ fn latencies<'a>(m: &MatrixCfg, o: &'a crate::job::Outcome) -> &'a [f64] {
     }
 }
 
-/// A run's cell: its inference job `o`'s latencies, training's throughput.
-fn figures(m: &MatrixCfg, o: &crate::job::Outcome, steps_per_s: Option<f64>, sw: u64) -> Cell {
+/// A run's cell: its inference job `o`'s latencies, its training job
+/// `t`'s throughput (either may be absent: a job alone).
+fn figures(
+    m: &MatrixCfg,
+    o: Option<&crate::job::Outcome>,
+    t: Option<&crate::job::Outcome>,
+    sw: u64,
+) -> Cell {
+    let none = crate::job::Outcome::default();
+    let o = o.unwrap_or(&none);
     let lat = latencies(m, o);
+    let steps_per_s = t.and_then(|t| t.steps_per_s);
     Cell {
         p50: percentile(lat, 50.0),
         p99: percentile(lat, 99.0),
@@ -101,6 +116,8 @@ fn figures(m: &MatrixCfg, o: &crate::job::Outcome, steps_per_s: Option<f64>, sw:
         unfinished: o.unfinished,
         switches: sw,
         requests: o.latencies_ms.len(),
+        inference_gpu_share: o.gpu_share,
+        training_gpu_share: t.map_or(0.0, |t| t.gpu_share),
     }
 }
 
@@ -119,7 +136,10 @@ pub fn alone(m: &MatrixCfg, spec: &JobSpec, window_ns: u64, seed: u64) -> Cell {
         &[Placement { priority: 0 }],
         &mut Off,
     );
-    figures(m, &o[0], o[0].steps_per_s, 0)
+    match spec.class() {
+        crate::trace::JobClass::Inference => figures(m, Some(&o[0]), None, 0),
+        crate::trace::JobClass::Training => figures(m, None, Some(&o[0]), 0),
+    }
 }
 
 /// Runs one cell: `mode` for one seed (`alone`: inference alone for the
@@ -208,7 +228,7 @@ pub fn cell(m: &MatrixCfg, inf: &JobSpec, train: &JobSpec, mode: &str, seed: u64
         }
         other => panic!("unknown mode {other}"),
     };
-    figures(m, &outs[0], outs[train_idx].steps_per_s, sw)
+    figures(m, Some(&outs[0]), Some(&outs[train_idx]), sw)
 }
 
 pub(super) fn note(mode: &str) -> &'static str {
