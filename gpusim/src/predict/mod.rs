@@ -197,6 +197,9 @@ pub struct JobOut {
     pub predicted_alone_p99_ms: Option<f64>,
     /// Training: predicted steps/s alone (median over seeds).
     pub predicted_alone_steps_per_s: Option<f64>,
+    /// Its predicted share of the GPU's SM capacity alone (median over
+    /// seeds): its blocks' SM-time over SMs x window.
+    pub predicted_alone_gpu_share: f64,
     /// Its SLO.
     pub slo: Slo,
 }
@@ -265,6 +268,9 @@ pub struct Prediction {
     pub fitting_modes: Vec<String>,
     /// The jobs.
     pub jobs: Vec<JobOut>,
+    /// What the jobs take of the GPU alone, and the most training any mode
+    /// can keep beside the inference jobs' loads.
+    pub capacity: Capacity,
     /// Each mode.
     pub modes: Vec<ModeOut>,
     /// Seeds run.
@@ -277,6 +283,21 @@ pub struct Prediction {
     pub wall_s: f64,
     /// Threads used.
     pub threads: usize,
+}
+
+/// The GPU's SM capacity the jobs take alone (medians over seeds).
+#[derive(Clone, Debug, Serialize)]
+pub struct Capacity {
+    /// The inference jobs' shares, together.
+    pub inference_share: f64,
+    /// The training jobs', together.
+    pub training_share: f64,
+    /// The most of their throughput the training jobs can keep together
+    /// (weighted by their shares) in any mode that serves the inference
+    /// jobs' loads, whatever its latency: `(1 - inference_share) /
+    /// training_share`, the worst seed's; none without training. The model
+    /// makes no SM capacity, so no scheduler in it does better.
+    pub training_kept_at_most: Option<f64>,
 }
 
 /// The verdict over the counted modes that fit (see the module docs).

@@ -63,6 +63,26 @@ pub fn human(p: &Prediction) -> String {
             j.label, j.job, j.class
         );
     }
+    if let Some(most) = p.capacity.training_kept_at_most {
+        // The training jobs keep at most `most` together (weighted), so one
+        // of them keeps at most that: below their lowest SLO, one misses.
+        let lowest = p
+            .jobs
+            .iter()
+            .filter(|j| j.class == "training")
+            .map(|j| j.slo.kept)
+            .reduce(f64::min);
+        let _ = writeln!(
+            o,
+            "  SM capacity alone: inference takes {:.2} of the GPU, training {:.2}: training keeps at most {most:.2} in any mode{}",
+            p.capacity.inference_share,
+            p.capacity.training_share,
+            match lowest {
+                Some(slo) if most < slo => format!(" (below its SLO {slo:.2}: no scheduler meets it)"),
+                _ => String::new(),
+            },
+        );
+    }
     let _ = writeln!(o);
     let _ = writeln!(
         o,

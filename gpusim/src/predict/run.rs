@@ -8,8 +8,8 @@ use tandem_sched::Class;
 
 use super::why;
 use super::{
-    verdict, JobInput, JobMode, JobOut, ModeOut, PredictError, Prediction, Settings, MODES,
-    NOT_COUNTED, STEEPNESS_SCALE,
+    verdict, Capacity, JobInput, JobMode, JobOut, ModeOut, PredictError, Prediction, Settings,
+    MODES, NOT_COUNTED, STEEPNESS_SCALE,
 };
 use crate::gpu::{Attribution, Sharing};
 use crate::job::{percentile, JobSpec, Outcome};
@@ -141,7 +141,8 @@ fn idle_job() -> JobSpec {
 /// nothing else running), but at its own index `j` behind `j` jobs that
 /// never run, so that its arrivals and CPU speed draw from the same seeded
 /// streams as in the modes it is paired with (the world seeds each job's
-/// generators by its index). Returns (p99 ms, steps/s).
+/// generators by its index). Returns (p99 ms, steps/s, its share of the
+/// GPU's SM capacity).
 fn alone_at(
     m: &MatrixCfg,
     specs: &[JobSpec],
@@ -149,7 +150,7 @@ fn alone_at(
     seed: u64,
     window_ns: u64,
     service: bool,
-) -> (Option<f64>, Option<f64>) {
+) -> (Option<f64>, Option<f64>, f64) {
     let cfg = RunCfg {
         gpu: m.params.gpu.clone(),
         sharing: m.params.plain(),
@@ -169,7 +170,32 @@ fn alone_at(
     } else {
         o.percentile(99.0)
     };
-    (p99, o.steps_per_s)
+    (p99, o.steps_per_s, o.gpu_share)
+}
+
+/// The SM capacity the jobs take alone, per seed (each job's class and
+/// share), and what it leaves training: the model makes no capacity, so in
+/// every mode that serves the inference jobs' loads the training jobs
+/// together keep at most `(1 - inference's shares) / training's shares` of
+/// their throughput (weighted by their shares; the worst seed's).
+fn capacity(per_seed: &[Vec<(JobClass, f64)>]) -> Capacity {
+    let sum = |c: JobClass| -> Vec<f64> {
+        per_seed
+            .iter()
+            .map(|jobs| jobs.iter().filter(|j| j.0 == c).map(|j| j.1).sum())
+            .collect()
+    };
+    let (inf, train) = (sum(JobClass::Inference), sum(JobClass::Training));
+    Capacity {
+        inference_share: median(&inf).unwrap_or(0.0),
+        training_share: median(&train).unwrap_or(0.0),
+        training_kept_at_most: inf
+            .iter()
+            .zip(&train)
+            .filter(|(_, &t)| t > 0.0)
+            .map(|(&i, &t)| ((1.0 - i) / t).max(0.0))
+            .reduce(f64::min),
+    }
 }
 
 fn median(xs: &[f64]) -> Option<f64> {
@@ -326,7 +352,14 @@ fn predict_once(
         .flat_map(|j| (0..seeds.len()).map(move |k| (None, j, k)))
         .chain((0..modes.len()).flat_map(|md| (0..seeds.len()).map(move |k| (Some(md), 0, k))))
         .collect();
-    type Res = (Vec<Outcome>, Option<Attribution>, Option<f64>, Option<f64>);
+    // (each mode's outcomes, its waits; alone: p99, steps/s, GPU share)
+    type Res = (
+        Vec<Outcome>,
+        Option<Attribution>,
+        Option<f64>,
+        Option<f64>,
+        f64,
+    );
     let results: std::sync::Mutex<Vec<Option<Res>>> =
         std::sync::Mutex::new(vec![None; items.len()]);
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -340,12 +373,13 @@ fn predict_once(
                 let r = match md {
                     None => {
                         let service = s.device.service_latency();
-                        let (p99, sps) = alone_at(&m, &specs, j, seeds[seed], window_ns, service);
-                        (Vec::new(), None, p99, sps)
+                        let (p99, sps, share) =
+                            alone_at(&m, &specs, j, seeds[seed], window_ns, service);
+                        (Vec::new(), None, p99, sps, share)
                     }
                     Some(md) => {
                         let (o, a) = run_mode(&m, &specs, modes[md], seeds[seed], window_ns, s.why);
-                        (o, a, None, None)
+                        (o, a, None, None, 0.0)
                     }
                 };
                 results.lock().expect("results")[k] = Some(r);
@@ -374,6 +408,7 @@ fn predict_once(
             let inference = specs[j].class() == JobClass::Inference;
             let p99: Vec<f64> = (0..seeds.len()).filter_map(|k| alone_of(j, k).2).collect();
             let sps: Vec<f64> = (0..seeds.len()).filter_map(|k| alone_of(j, k).3).collect();
+            let shares: Vec<f64> = (0..seeds.len()).map(|k| alone_of(j, k).4).collect();
             JobOut {
                 label: input.label.clone(),
                 job: input.trace.job.clone(),
@@ -383,10 +418,20 @@ fn predict_once(
                 rate_is_half_load: half_load[j],
                 predicted_alone_p99_ms: if inference { median(&p99) } else { None },
                 predicted_alone_steps_per_s: if inference { None } else { median(&sps) },
+                predicted_alone_gpu_share: median(&shares).unwrap_or(0.0),
                 slo: input.slo,
             }
         })
         .collect();
+    let capacity = capacity(
+        &(0..seeds.len())
+            .map(|k| {
+                (0..n)
+                    .map(|j| (specs[j].class(), alone_of(j, k).4))
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>(),
+    );
     let mut out_modes = Vec::new();
     for (md, mode) in modes.iter().enumerate() {
         let mut jm = Vec::new();
@@ -494,6 +539,7 @@ fn predict_once(
         verdict: verdict(&fitting),
         fitting_modes: fitting,
         jobs,
+        capacity,
         modes: out_modes,
         seeds: seeds.len(),
         warmup_s: s.warmup_ns as f64 / 1e9,

@@ -103,6 +103,56 @@ fn why_puts_the_one_long_colliding_kernel_first() {
     );
 }
 
+/// The SM capacity: inference alone takes about a fifth of the GPU (a 2 ms
+/// kernel on every SM, 100 Poisson arrivals a second: one seed's second of
+/// them) and training nearly all of it (8 ms kernels on every SM, back to
+/// back), so training keeps at most what inference leaves, below its SLO;
+/// the prediction says so, and MPS + priority (inference served first)
+/// stays under it.
+#[test]
+fn the_capacity_inference_takes_bounds_what_training_keeps_and_is_shown() {
+    let train = trace(
+        "train",
+        JobClass::Training,
+        vec![
+            kernel("gemm", 132, 8_000_000, 10_000),
+            Op::Sync {
+                host_gap_ns: 10_000,
+            },
+        ],
+    );
+    let infer = trace(
+        "infer",
+        JobClass::Inference,
+        vec![
+            kernel("wide", 132, 2_000_000, 10_000),
+            Op::Sync { host_gap_ns: 5_000 },
+        ],
+    );
+    let p = predict(
+        &[job("server", infer, Some(100.0))],
+        &job("trainer", train, None),
+        &quick(&["mps_lowprio"]),
+    )
+    .unwrap();
+    let c = &p.capacity;
+    assert!((0.1..0.3).contains(&c.inference_share), "{c:?}");
+    assert!((0.97..=1.0).contains(&c.training_share), "{c:?}");
+    let most = c.training_kept_at_most.unwrap();
+    let leaves = (1.0 - c.inference_share) / c.training_share;
+    assert!((most - leaves).abs() < 1e-9 && most < 0.9, "{c:?}");
+    let kept = p.modes[0].jobs[1].predicted_kept_worst.unwrap();
+    assert!(kept <= most + 0.01, "{kept} above {most}");
+    let text = human(&p);
+    assert!(
+        text.contains(&format!("training keeps at most {most:.2} in any mode (below its SLO 0.90: no scheduler meets it)")),
+        "{text}"
+    );
+    let json = serde_json::to_value(&p).unwrap();
+    assert!(json["capacity"]["training_kept_at_most"].is_number());
+    assert!(json["jobs"][0]["predicted_alone_gpu_share"].is_number());
+}
+
 /// A long kernel colliding with inference makes MPS miss the p99 target;
 /// the verdict follows the modes that fit.
 #[test]
