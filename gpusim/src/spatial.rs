@@ -35,7 +35,11 @@
 //!   training client's masked kernels share that one mask. Launches made
 //!   while inference is idle carry none; kernels already running keep what
 //!   they were given, so the reserved SMs empty as training's older blocks
-//!   retire.
+//!   retire. A what-if, off by default: with
+//!   [`SpatialCfg::standing_block_ns`], launches whose blocks hold their SMs
+//!   that long carry the mask while inference is idle too (as long as an
+//!   inference client is on the GPU), so that the next request does not
+//!   find every SM held by blocks launched in the gap.
 //! * **Priority.** Training runs at MPS client priority 1, as in
 //!   `mps_lowprio`: the mask adds space to MPS + priority, it does not
 //!   replace it.
@@ -103,6 +107,11 @@ pub struct SpatialCfg {
     /// such a kernel costs training its SMs for the kernel's whole life and
     /// buys inference less than one block's wait.
     pub min_block_ns: Ns,
+    /// Training kernels whose blocks hold their SMs at least this long are
+    /// masked whenever an inference client is on the GPU, active or not:
+    /// launched while inference is idle, their resident blocks would hold
+    /// every SM when its next request comes. 0: none (only while active).
+    pub standing_block_ns: Ns,
     /// `R` in whole steps of this many SMs (2: a TPC, for per-launch masks;
     /// a green context's partition step for (b)).
     pub step: u32,
@@ -127,6 +136,7 @@ impl Default for SpatialCfg {
             window: 128,
             quantile: 0.9,
             min_block_ns: 100_000,
+            standing_block_ns: 0,
             step: 2,
             hold_slack_share: 0.0,
             hold_max_ns: 10_000_000,
@@ -152,6 +162,7 @@ impl SpatialCfg {
             "window" => self.window = v.parse().map_err(|e| bad(&e))?,
             "quantile" => self.quantile = v.parse().map_err(|e| bad(&e))?,
             "min_block_ns" => self.min_block_ns = v.parse().map_err(|e| bad(&e))?,
+            "standing_block_ns" => self.standing_block_ns = v.parse().map_err(|e| bad(&e))?,
             "step" => self.step = v.parse().map_err(|e| bad(&e))?,
             "hold_slack_share" => self.hold_slack_share = v.parse().map_err(|e| bad(&e))?,
             "hold_max_ns" => self.hold_max_ns = v.parse().map_err(|e| bad(&e))?,
@@ -408,9 +419,13 @@ impl TandemSide for Spatial {
     }
 
     fn sm_limit(&mut self, now: Ns, job: usize, k: &Kernel) -> u32 {
+        let block = block_ns(k, self.sms);
+        let standing = self.cfg.standing_block_ns > 0
+            && block >= self.cfg.standing_block_ns
+            && self.classes.contains(&Some(Class::Inference));
         if self.class(job) == Some(Class::Training)
-            && self.active(now)
-            && block_ns(k, self.sms) >= self.cfg.min_block_ns
+            && block >= self.cfg.min_block_ns
+            && (standing || self.active(now))
         {
             self.masked_launches += 1;
             self.sms - self.reserve()
@@ -474,6 +489,36 @@ mod tests {
         assert_ne!(s.sm_limit(5_000 + 999_999, 1, &t), 0, "within the hangover");
         assert_eq!(s.sm_limit(5_000 + 1_000_000, 1, &t), 0, "idle: no mask");
         assert_eq!(s.masked_launches, 2);
+    }
+
+    /// A standing reservation (a what-if): a training kernel whose blocks
+    /// hold their SMs at least `standing_block_ns` is masked while inference
+    /// is idle too, as long as an inference client is on the GPU; shorter
+    /// ones only while it is active; none with no inference client.
+    #[test]
+    fn a_standing_reservation_masks_long_blocks_while_inference_is_idle() {
+        let cfg = SpatialCfg {
+            standing_block_ns: 500_000,
+            ..SpatialCfg::default()
+        };
+        let mut s = pair(108, cfg.clone());
+        s.after_launch(0, 0, &kernel(20, 1));
+        let idle = 10_000_000;
+        assert!(!s.active(idle));
+        let long = Kernel {
+            duration_ns: 1_000_000,
+            ..kernel(400, 4)
+        };
+        let short = Kernel {
+            duration_ns: 200_000,
+            ..kernel(400, 4)
+        };
+        assert_eq!(s.sm_limit(idle, 1, &long), 108 - 20, "standing");
+        assert_eq!(s.sm_limit(idle, 1, &short), 0, "only while active");
+        assert_eq!(s.sm_limit(100, 1, &short), 108 - 20, "active");
+        let mut alone = Spatial::new(108, cfg);
+        alone.register(0, 1, Class::Training);
+        assert_eq!(alone.sm_limit(idle, 1, &long), 0, "no inference client");
     }
 
     /// The board's rule, as the training shims read it: a launch keeps
