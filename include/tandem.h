@@ -171,7 +171,8 @@ struct tandem_control_block {
     uint64_t hold_ns;                /* @64  GPU counts as inference-active this long after a board bump */
     uint64_t spatial_reserve;        /* @72  TPCs left to inference while active, thousandths; 0 = off */
     uint64_t spatial_min_ns;         /* @80  launches estimated shorter are not masked */
-    uint64_t pad0[5];                /* @88  */
+    uint64_t spatial_standing_ns;    /* @88  blocks this long are masked while inference idles too; 0 = off */
+    uint64_t pad0[4];                /* @96  */
     uint64_t gate_waits;             /* @128 shim: waits on a closed gate */
     uint64_t gate_timeouts;          /* @136 shim: waits that hit their bound */
     uint64_t stale_opens;            /* @144 shim: fail-opens on a stale coordinator */
@@ -202,7 +203,8 @@ TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, default_est_ns) == 56
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, hold_ns) == 64, "tandem_control_block.hold_ns offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, spatial_reserve) == 72, "tandem_control_block.spatial_reserve offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, spatial_min_ns) == 80, "tandem_control_block.spatial_min_ns offset");
-TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 88, "tandem_control_block.pad0 offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, spatial_standing_ns) == 88, "tandem_control_block.spatial_standing_ns offset");
+TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, pad0) == 96, "tandem_control_block.pad0 offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_waits) == 128, "tandem_control_block.gate_waits offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, gate_timeouts) == 136, "tandem_control_block.gate_timeouts offset");
 TANDEM_STATIC_ASSERT(offsetof(struct tandem_control_block, stale_opens) == 144, "tandem_control_block.stale_opens offset");

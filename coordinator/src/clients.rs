@@ -146,6 +146,9 @@ pub struct Client {
     /// The reservation published to it now, thousandths of its GPU's TPCs
     /// (learnt from inference's widths, at most `spatial`'s).
     pub spatial_now: u64,
+    /// The standing threshold published to it now: `spatial`'s while an
+    /// inference client is on its GPU, else 0.
+    pub spatial_standing_now: u64,
     pub(crate) warned_kind: bool,
     /// The GPU board its shim was sent: `None` before (and when its shim did
     /// not ask), else whether writable. A client granted the inference class

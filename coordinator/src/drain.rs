@@ -112,8 +112,23 @@ impl Registry {
 impl Registry {
     /// Each training client asked to mask its launches gets its GPU's
     /// reservation as learnt, where one is (else it keeps the configured
-    /// share); written only when it changes.
+    /// share), and its standing threshold while an inference client is on
+    /// its GPU (else 0: the mask only while inference is active); written
+    /// only when either changes.
     fn publish_reserves(&mut self) {
+        if self
+            .clients
+            .values()
+            .all(|c| c.spatial.reserve_permille == 0)
+        {
+            return;
+        }
+        let inference_gpus: Vec<[u8; 16]> = self
+            .clients
+            .values()
+            .filter(|c| c.decision.class == tandem_proto::wire::ClientClass::Inference)
+            .filter_map(|c| c.gpu)
+            .collect();
         for c in self.clients.values_mut() {
             if c.spatial.reserve_permille == 0 {
                 continue;
@@ -126,15 +141,22 @@ impl Registry {
             let now = learnt.map_or(c.spatial.reserve_permille, |p| {
                 p.min(c.spatial.reserve_permille)
             });
-            if now == c.spatial_now {
+            let standing = if c.gpu.is_some_and(|g| inference_gpus.contains(&g)) {
+                c.spatial.standing_ns
+            } else {
+                0
+            };
+            if (now, standing) == (c.spatial_now, c.spatial_standing_now) {
                 continue;
             }
             if let Some(cb) = c.ring.as_ref().and_then(Ring::control) {
                 cb.set_spatial(tandem_proto::spatial::Spatial {
                     reserve_permille: now,
+                    standing_ns: standing,
                     ..c.spatial
                 });
                 c.spatial_now = now;
+                c.spatial_standing_now = standing;
             }
         }
     }

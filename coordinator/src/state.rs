@@ -427,6 +427,11 @@ pub struct ClientSpatial {
     /// Launches whose blocks hold their SMs shorter than this (their
     /// estimate over their waves) are not masked, ns.
     pub min_kernel_ns: u64,
+    /// Launches whose blocks hold their SMs at least this long carry the
+    /// mask while inference is idle too, ns (published while an inference
+    /// client is on its GPU; 0: only while inference is active).
+    #[serde(default)]
+    pub standing_kernel_ns: u64,
     /// What the shim made of it (its claim): `idle` (no launch has asked
     /// yet), `armed`, or why it runs unmasked: `no_callback_table`,
     /// `callback_refused`, `no_sm_count`, `unknown_descriptor`.

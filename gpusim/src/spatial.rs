@@ -35,7 +35,8 @@
 //!   training client's masked kernels share that one mask. Launches made
 //!   while inference is idle carry none; kernels already running keep what
 //!   they were given, so the reserved SMs empty as training's older blocks
-//!   retire. A what-if, off by default: with
+//!   retire. Off by default, as tandemd's `[scheduler]
+//!   spatial_standing_kernel_ns`: with
 //!   [`SpatialCfg::standing_block_ns`], launches whose blocks hold their SMs
 //!   that long carry the mask while inference is idle too (as long as an
 //!   inference client is on the GPU), so that the next request does not
@@ -111,6 +112,7 @@ pub struct SpatialCfg {
     /// masked whenever an inference client is on the GPU, active or not:
     /// launched while inference is idle, their resident blocks would hold
     /// every SM when its next request comes. 0: none (only while active).
+    /// tandemd's `[scheduler] spatial_standing_kernel_ns` (default 0).
     pub standing_block_ns: Ns,
     /// `R` in whole steps of this many SMs (2: a TPC, for per-launch masks;
     /// a green context's partition step for (b)).

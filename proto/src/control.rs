@@ -20,7 +20,8 @@
 //! | 64 | `hold_ns: u64` | coordinator | how long after an inference bump the GPU counts as active ([`crate::board`]) |
 //! | 72 | `spatial_reserve: u64` | coordinator | share of the GPU's TPCs a training client leaves to inference while it is active, in thousandths; 0: no reservation ([`crate::spatial`]) |
 //! | 80 | `spatial_min_ns: u64` | coordinator | launches whose blocks hold their SMs shorter are not masked (`crate::spatial::block_ns`) |
-//! | 88 | `pad0` | - | to 128 |
+//! | 88 | `spatial_standing_ns: u64` | coordinator | launches whose blocks hold their SMs at least this long carry the mask while inference is idle too (an inference client is on the GPU); 0: only while active |
+//! | 96 | `pad0` | - | to 128 |
 //! | 128 | `gate_waits: u64` | shim | launches that waited |
 //! | 136 | `gate_timeouts: u64` | shim | waits that hit their bound |
 //! | 144 | `stale_opens: u64` | shim | waits abandoned (coordinator looked dead) |
@@ -113,7 +114,8 @@ pub struct ControlBlock {
     pub(crate) hold_ns: AtomicU64,
     pub(crate) spatial_reserve: AtomicU64,
     pub(crate) spatial_min_ns: AtomicU64,
-    pub(crate) pad0: [AtomicU64; 5],
+    pub(crate) spatial_standing_ns: AtomicU64,
+    pub(crate) pad0: [AtomicU64; 4],
     // ---- line 1: shim writes, coordinator reads (untrusted statistics) ----
     pub(crate) gate_waits: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
@@ -148,7 +150,8 @@ const _: () = {
     assert!(offset_of!(ControlBlock, hold_ns) == 64);
     assert!(offset_of!(ControlBlock, spatial_reserve) == 72);
     assert!(offset_of!(ControlBlock, spatial_min_ns) == 80);
-    assert!(offset_of!(ControlBlock, pad0) == 88);
+    assert!(offset_of!(ControlBlock, spatial_standing_ns) == 88);
+    assert!(offset_of!(ControlBlock, pad0) == 96);
     assert!(offset_of!(ControlBlock, gate_waits) == 128);
     assert!(offset_of!(ControlBlock, gate_timeouts) == 136);
     assert!(offset_of!(ControlBlock, stale_opens) == 144);
@@ -226,6 +229,7 @@ impl ControlBlock {
         self.hold_ns.store(0, Ordering::Relaxed);
         self.spatial_reserve.store(0, Ordering::Relaxed);
         self.spatial_min_ns.store(0, Ordering::Relaxed);
+        self.spatial_standing_ns.store(0, Ordering::Relaxed);
         self.spatial_state.store(0, Ordering::Relaxed);
         self.masked_launches.store(0, Ordering::Relaxed);
         self.charged_ns.store(0, Ordering::Relaxed);

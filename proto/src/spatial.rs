@@ -18,6 +18,12 @@
 //!   priority gives a short block's SM to inference's pending blocks when it
 //!   retires, so a mask on such a kernel would cost training SMs for its
 //!   whole life and buy inference less than one block's wait.
+//! * `spatial_standing_ns` (coordinator): 0, the mask only while inference
+//!   is active; else a launch whose blocks hold their SMs at least this long
+//!   carries it while inference is idle too. tandemd sets it only while an
+//!   inference client is on the GPU: launched in inference's idle gap, such
+//!   a kernel's resident blocks would otherwise hold every SM when the next
+//!   request comes (`[scheduler] spatial_standing_ns`, off by default).
 //!
 //! The occupancy rules here are the ones tandemd sizes the reservation by
 //! (`tandem_sched::reserve`) and the GPU-sharing model runs: one definition.
@@ -42,6 +48,9 @@ pub struct Spatial {
     pub reserve_permille: u64,
     /// Launches estimated shorter than this are not masked.
     pub min_ns: u64,
+    /// Launches whose blocks hold their SMs at least this long are masked
+    /// while inference is idle too; 0: only while it is active.
+    pub standing_ns: u64,
 }
 
 /// What the shim made of the reservation (`spatial_state`).
@@ -199,13 +208,15 @@ impl ControlBlock {
     /// Set the reservation of this client (coordinator; `Default`: off).
     pub fn set_spatial(&self, s: Spatial) {
         self.spatial_min_ns.store(s.min_ns, Ordering::Relaxed);
+        self.spatial_standing_ns
+            .store(s.standing_ns, Ordering::Relaxed);
         self.spatial_reserve.store(
             s.reserve_permille.min(MAX_RESERVE_PERMILLE),
             Ordering::Relaxed,
         );
     }
 
-    /// The reservation asked of this client (shim: two Relaxed loads).
+    /// The reservation asked of this client (shim: three Relaxed loads).
     #[inline(always)]
     #[must_use]
     pub fn spatial(&self) -> Spatial {
@@ -215,6 +226,7 @@ impl ControlBlock {
                 .load(Ordering::Relaxed)
                 .min(MAX_RESERVE_PERMILLE),
             min_ns: self.spatial_min_ns.load(Ordering::Relaxed),
+            standing_ns: self.spatial_standing_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -338,9 +350,11 @@ mod tests {
         cb.set_spatial(Spatial {
             reserve_permille: 250,
             min_ns: 100_000,
+            standing_ns: 500_000,
         });
         assert_eq!(cb.spatial().reserve_permille, 250);
         assert_eq!(cb.spatial().min_ns, 100_000);
+        assert_eq!(cb.spatial().standing_ns, 500_000);
         cb.spatial_reserve.store(9_999, Ordering::Relaxed);
         assert_eq!(
             cb.spatial().reserve_permille,

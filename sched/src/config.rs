@@ -76,6 +76,15 @@ pub struct SchedConfig {
     /// priority. 0..=[`MAX_PARAM_NS`]; 0: every launch. Default 100 us, the
     /// model's `min_block_ns`.
     pub spatial_min_kernel_ns: u64,
+    /// Training launches whose blocks hold their SMs at least this long
+    /// carry the mask while inference is idle too, as long as an inference
+    /// client is on the GPU: launched in inference's idle gap, such a
+    /// kernel's resident blocks would hold every SM when its next request
+    /// comes (in the GPU-sharing model, A100 BERT beside Whisper training:
+    /// 5.33x to 3.61x p99 at 500 us, BENCHMARKS.md). 0: off, the mask only
+    /// while inference is active. 0..=[`MAX_PARAM_NS`]. Default 0 until a
+    /// GPU run has shown the reservation.
+    pub spatial_standing_kernel_ns: u64,
     /// `[[scheduler.slo]]`: p99 latency targets for inference jobs, first
     /// matching entry wins ([`SchedConfig::slo_for`]). Default: none.
     pub slo: Vec<SloRule>,
@@ -147,6 +156,7 @@ impl Default for SchedConfig {
             spatial: SpatialMode::Off,
             spatial_reserve: 0.25,
             spatial_min_kernel_ns: 100_000,
+            spatial_standing_kernel_ns: 0,
             slo: Vec::new(),
         }
     }
@@ -243,6 +253,15 @@ impl SchedConfig {
                 problem: format!(
                     "{} is out of range: use a share of the GPU's TPCs above 0 and at most 0.5",
                     self.spatial_reserve
+                ),
+            });
+        }
+        if self.spatial_standing_kernel_ns > MAX_PARAM_NS {
+            return Err(SchedConfigError {
+                field: "spatial_standing_kernel_ns".into(),
+                problem: format!(
+                    "{} is out of range: use 0 to {MAX_PARAM_NS} (ns)",
+                    self.spatial_standing_kernel_ns
                 ),
             });
         }

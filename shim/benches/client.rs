@@ -175,6 +175,7 @@ const fn training(reserve_permille: u64, inference_active: bool) -> Training {
         spatial: Spatial {
             reserve_permille,
             min_ns: 1,
+            standing_ns: 0,
         },
         inference_active,
     }

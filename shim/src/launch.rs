@@ -12,6 +12,7 @@
 //! Failed and stream-captured launches are not reported: the coordinator's count
 //! is the count of kernels sent to the GPU, like `tandem_kernels_launched`.
 
+use crate::client::spatial::MaskAsk;
 use crate::client::{emit, marks, spatial, Client};
 use crate::table::Hook;
 use crate::types::{CUfunction, CUlaunchConfig, CUstream, CuResult};
@@ -80,39 +81,40 @@ fn capturing(hook: Hook, stream: CUstream) -> bool {
 /// estimate where it may carry the SM reservation's mask (0: it may not).
 /// Without: 0, and nothing else.
 #[inline(always)]
-fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> (u64, u64) {
+fn gate(client: Client, f: CUfunction, grid: [c_uint; 3]) -> (u64, MaskAsk) {
     match client {
         Some(s) => {
             let func_id = emit::func_id(s, f);
             let mask = s.gate(kernel_key(func_id, grid));
             (func_id, mask)
         }
-        None => (0, 0),
+        None => (0, MaskAsk::NONE),
     }
 }
 
 /// Arms this thread's next launch of `f`, shaped `dims`, with the
-/// reservation's mask when the gate allowed it (`est`, the launch's
-/// estimate; 0: not), the launch is not being captured into a graph (a
+/// reservation's mask when the gate allowed it (`ask`), the launch is not
+/// being captured into a graph (a
 /// captured launch's descriptor, if the driver builds one then, would be
 /// replayed with the mask long after inference went idle), `f` was not
 /// compiled for thread-block clusters, and its blocks hold their SMs at
-/// least the reservation's minimum (a kernel of many short waves gives each
+/// least the minimum the gate set (a kernel of many short waves gives each
 /// SM back within that time, to inference first under MPS client priority).
 /// Returns whether it armed.
 #[inline(always)]
 fn arm(
-    est: u64,
+    ask: MaskAsk,
     hook: Hook,
     client: Client,
     stream: CUstream,
     f: CUfunction,
     dims: &emit::Dims,
 ) -> bool {
-    if est != 0
+    if ask.est != 0
         && !crate::capture::is_capturing(stream, hook.info().per_thread)
         && !crate::client::clustered(f)
-        && client.is_some_and(|s| spatial::holds_long(f, est, dims, s.control().spatial().min_ns))
+        && client.is_some()
+        && spatial::holds_long(f, ask.est, dims, ask.min_block_ns)
     {
         spatial::arm();
         true

@@ -90,7 +90,12 @@ impl Registry {
             mps_join.is_some_and(|j| j.priority == tandem_proto::mps::PRIORITY_BELOW_NORMAL),
         );
         if let Some(cb) = ring.control() {
-            cb.set_spatial(spatial);
+            // The standing threshold only once an inference client is on
+            // its GPU (`drain`'s `publish_reserves`).
+            cb.set_spatial(tandem_proto::spatial::Spatial {
+                standing_ns: 0,
+                ..spatial
+            });
         }
         // Under MPS a stray write into a shared read-only mapping would fail
         // every MPS job on the GPU, not only the writer (contract 6).
@@ -177,6 +182,7 @@ impl Registry {
                     .map(|_| cfg.mps.training_inflight_ns),
                 spatial,
                 spatial_now: spatial.reserve_permille,
+                spatial_standing_now: 0,
                 warned_kind: false,
                 board_sent: None,
                 capture: crate::capture::Window::new(cfg.trace.window),
@@ -463,6 +469,8 @@ pub fn spatial_request(
     tandem_proto::spatial::Spatial {
         reserve_permille: ((cfg.spatial_reserve * 1000.0).round() as u64).max(1),
         min_ns: cfg.spatial_min_kernel_ns,
+        // Published only while an inference client is on the GPU (`drain`).
+        standing_ns: cfg.spatial_standing_kernel_ns,
     }
 }
 

@@ -158,6 +158,7 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
                 reserve: c.spatial_now as f64 / 1000.0,
                 reserve_max: c.spatial.reserve_permille as f64 / 1000.0,
                 min_kernel_ns: c.spatial.min_ns,
+                standing_kernel_ns: c.spatial_standing_now,
                 state: state.name().into(),
                 descriptor_version: match state {
                     tandem_proto::spatial::SpatialState::UnknownDescriptor(v) => Some(v),

@@ -302,7 +302,15 @@ pub(crate) fn control_fields() -> Vec<CField> {
             8,
             "launches estimated shorter are not masked"
         ),
-        field!(ControlBlock, pad0, "uint64_t", "pad0[5]", 40, ""),
+        field!(
+            ControlBlock,
+            spatial_standing_ns,
+            "uint64_t",
+            "spatial_standing_ns",
+            8,
+            "blocks this long are masked while inference idles too; 0 = off"
+        ),
+        field!(ControlBlock, pad0, "uint64_t", "pad0[4]", 32, ""),
         field!(
             ControlBlock,
             gate_waits,

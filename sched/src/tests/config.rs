@@ -284,4 +284,12 @@ fn the_sm_reservation_is_off_by_default_and_its_share_is_bounded() {
         ..SchedConfig::default()
     };
     assert_eq!(c.validate().unwrap_err().field, "spatial_min_kernel_ns");
+    let c = SchedConfig {
+        spatial_standing_kernel_ns: MAX_PARAM_NS + 1,
+        ..SchedConfig::default()
+    };
+    assert_eq!(
+        c.validate().unwrap_err().field,
+        "spatial_standing_kernel_ns"
+    );
 }

@@ -18,7 +18,7 @@ use tandem_proto::{monotonic_ns, ControlBlock};
 use super::local::{MAX_LOCAL_WAIT, WAIT_SLICE};
 use super::marks;
 use super::session::Session;
-use super::spatial;
+use super::spatial::{self, MaskAsk};
 
 /// Longest a closed gate holds one launch (contract: 50 ms).
 pub const MAX_GATE_WAIT: Duration = Duration::from_millis(50);
@@ -35,14 +35,15 @@ impl Session {
     /// first (at most 50 ms; less when the coordinator looks dead). Call once
     /// per launch (a graph launch is one), just before the real call.
     ///
-    /// Returns the launch's estimate (ns, at least 1) where it should carry
-    /// the SM reservation's mask ([`super::spatial`]), else 0: only a
-    /// training client's, only while inference is active, only when tandemd
-    /// asked for it and the estimate reaches its minimum (a necessary
-    /// condition: the launch path then checks its blocks' time,
-    /// [`super::spatial::holds_long`]).
+    /// Returns whether the launch should carry the SM reservation's mask
+    /// ([`super::spatial`], [`MaskAsk`]): only a training client's, only
+    /// when tandemd asked for it, only while inference is active or (with a
+    /// standing threshold, which tandemd publishes while an inference client
+    /// is on the GPU) while it is idle, and only when the estimate reaches
+    /// the minimum that applies (a necessary condition: the launch path then
+    /// checks its blocks' time against it, [`super::spatial::holds_long`]).
     #[inline(always)]
-    pub fn gate(&self, key: u32) -> u64 {
+    pub fn gate(&self, key: u32) -> MaskAsk {
         let mask = self.local_gate(key);
         if !self.control.launch_allowed() {
             self.wait_gate();
@@ -72,18 +73,17 @@ impl Session {
     /// Scheduler v2 before a launch of `key`: an inference client announces
     /// itself on the board; a training client waits (bounded) until the
     /// launch fits its local budget, then charges it, and learns whether the
-    /// launch may carry the reservation's mask (its estimate; 0: no).
-    /// Others: nothing (0).
+    /// launch may carry the reservation's mask. Others: nothing.
     #[inline(always)]
-    pub(crate) fn local_gate(&self, key: u32) -> u64 {
+    pub(crate) fn local_gate(&self, key: u32) -> MaskAsk {
         let cb = self.control();
         match cb.class() {
             CLASS_TRAINING => self.admit(cb, key),
             CLASS_INFERENCE => {
                 self.local.announce(cb);
-                0
+                MaskAsk::NONE
             }
-            _ => 0,
+            _ => MaskAsk::NONE,
         }
     }
 
@@ -99,27 +99,34 @@ impl Session {
     }
 
     #[inline(always)]
-    fn admit(&self, cb: &ControlBlock, key: u32) -> u64 {
+    fn admit(&self, cb: &ControlBlock, key: u32) -> MaskAsk {
         let b = cb.budgets();
         let est = self.local.estimate(key, b.default_est_ns);
         let sp = cb.spatial();
         let bounds = cb.bounds_locally(&b);
         let wants_mask = sp.reserve_permille != 0 && est >= sp.min_ns;
-        let mut mask = false;
+        let mut ask = MaskAsk::NONE;
         if bounds || wants_mask {
             let mut active = self.local.inference_active(monotonic_ns(), b.hold_ns);
             if bounds && !admits(b.in_force(active), cb.inflight_ns(), est) {
                 self.wait_local(cb, est);
                 active = self.local.inference_active(monotonic_ns(), b.hold_ns);
             }
-            mask = wants_mask && active && spatial::ready(cb, sp.reserve_permille);
+            // Idle, only launches long enough to stand (0: none).
+            let standing = sp.standing_ns != 0 && est >= sp.standing_ns;
+            if wants_mask && (active || standing) && spatial::ready(cb, sp.reserve_permille) {
+                ask = MaskAsk {
+                    est: est.max(1),
+                    min_block_ns: if active {
+                        sp.min_ns
+                    } else {
+                        sp.min_ns.max(sp.standing_ns)
+                    },
+                };
+            }
         }
         cb.charge(est);
-        if mask {
-            est.max(1)
-        } else {
-            0
-        }
+        ask
     }
 
     /// Waits until a launch estimated at `est` fits, or [`MAX_LOCAL_WAIT`].

@@ -266,6 +266,25 @@ fn sm_count() -> Option<u32> {
     super::funcs::device_attribute(d, super::funcs::ATTR_SM_COUNT)
 }
 
+/// What the gate decided about a launch's mask: `est` (ns, at least 1)
+/// where it may carry it, 0 where not, and the least time its blocks must
+/// hold their SMs for it to ([`holds_long`]): the reservation's minimum
+/// while inference is active, the standing threshold (`spatial_standing_ns`)
+/// while it is idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskAsk {
+    pub est: u64,
+    pub min_block_ns: u64,
+}
+
+impl MaskAsk {
+    /// No mask.
+    pub const NONE: MaskAsk = MaskAsk {
+        est: 0,
+        min_block_ns: 0,
+    };
+}
+
 /// Whether the blocks of a launch of `f` shaped `dims`, estimated at `est`
 /// ns, hold their SMs at least `min_ns` (`tandem_proto::spatial::block_ns`:
 /// its estimate over its waves at the occupancy its registers and shared

@@ -105,9 +105,14 @@ fn run_with(
             .var("TANDEM_CLASS", class)
     };
     let blocks = infer_blocks.to_string();
-    // Later flags win: `infer_args` may change the kernels.
-    let mut iargs = vec![
-        "--closed",
+    // Later flags win: `infer_args` may change the kernels; with `--rate`
+    // its requests arrive open-loop at that rate instead of back to back.
+    let mut iargs = if infer_args.contains(&"--rate") {
+        vec![]
+    } else {
+        vec!["--closed"]
+    };
+    iargs.extend_from_slice(&[
         "--seconds",
         "3",
         "--kernels",
@@ -116,7 +121,7 @@ fn run_with(
         "200",
         "--blocks",
         &blocks,
-    ];
+    ]);
     iargs.extend_from_slice(infer_args);
     let mut infer = spawn_host("infer", &iargs, &env("inference"));
     infer.wait_line("READY ", SETTLE);
@@ -411,4 +416,54 @@ fn training_is_masked_through_a_gpu_bound_request_that_polls() {
         r.sms
     );
     assert!(p50_us(&r.infer) < 40_000.0, "{}", r.infer);
+}
+
+/// With a standing threshold, training's long-block launches keep the mask
+/// while inference idles between sparse requests (here 5 a second of one
+/// 200 us kernel, the default 1 ms hold: inference is active about 1% of
+/// the time), so a request never finds every SM held by a training kernel
+/// launched in the gap. Without it, most run unmasked: only those launched
+/// while a request waits for SMs are masked (one run: 20 of 100).
+#[test]
+fn a_standing_reservation_masks_long_blocks_while_inference_idles() {
+    let default_hold = ("request_hold_ns = 50000000", "request_hold_ns = 1000000");
+    // Inference from before training starts until after it ends.
+    let sparse = ["--rate", "5", "--seconds", "6", "--kernels", "1"];
+    let standing = (
+        "spatial_standing_kernel_ns = 0",
+        "spatial_standing_kernel_ns = 1000000",
+    );
+    let on = run_with(
+        "spatial-standing",
+        &[AUTO, default_hold, standing],
+        &[],
+        &["--seconds", "2"],
+        8,
+        &sparse,
+    );
+    let (all, part) = (kv_u64(&on.sms, "all"), kv_u64(&on.sms, "part"));
+    assert!(part > 4 * all, "standing: {} | {}", on.sms, on.spatial);
+    assert_eq!(
+        on.spatial["standing_kernel_ns"], 1_000_000,
+        "{}",
+        on.spatial
+    );
+    assert!(kv_u64(&on.sms, "part_lowest") >= LEAST_SMS, "{}", on.sms);
+    let off = run_with(
+        "spatial-not-standing",
+        &[AUTO, default_hold],
+        &[],
+        &["--seconds", "2"],
+        8,
+        &sparse,
+    );
+    let (all, part) = (kv_u64(&off.sms, "all"), kv_u64(&off.sms, "part"));
+    eprintln!("standing: {} | not: {}", on.sms, off.sms);
+    assert!(
+        all > 2 * part,
+        "only while active: {} | {}",
+        off.sms,
+        off.spatial
+    );
+    assert_eq!(off.spatial["standing_kernel_ns"], 0, "{}", off.spatial);
 }

@@ -298,15 +298,23 @@ fn the_sm_reservation_is_asked_only_of_training_that_joined_mps_below_normal() {
     cfg.scheduler.spatial = tandem_sched::SpatialMode::Auto;
     cfg.scheduler.spatial_reserve = 0.3;
     cfg.scheduler.spatial_min_kernel_ns = 7_000;
+    cfg.scheduler.spatial_standing_kernel_ns = 500_000;
     let want = Spatial {
         reserve_permille: 300,
         min_ns: 7_000,
+        standing_ns: 500_000,
     };
     let (w, _fd) = r.register(&cfg, 0, who(7), &t, Some(&o)).unwrap();
     assert_eq!(
         asked(&r, w.client_id),
-        (want, Some(want)),
-        "written into its block"
+        (
+            want,
+            Some(Spatial {
+                standing_ns: 0,
+                ..want
+            })
+        ),
+        "written into its block, standing only once inference is on its GPU"
     );
     let (w, _fd) = r
         .register(
