@@ -346,6 +346,54 @@ fn the_sm_reservation_is_asked_only_of_training_that_joined_mps_below_normal() {
     );
 }
 
+/// The standing threshold reaches a masked training client's block only
+/// while an inference client is on its GPU: not before one has said which
+/// GPU it is on, and not after it left.
+#[test]
+fn the_standing_threshold_is_published_only_while_inference_is_on_the_gpu() {
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    cfg.scheduler.spatial = tandem_sched::SpatialMode::Auto;
+    cfg.scheduler.spatial_standing_kernel_ns = 500_000;
+    let mut r = Registry::new(cfg.scheduler.clone());
+    let o = offer();
+    let join = |r: &mut Registry, class| {
+        r.register(&cfg, 0, who(7), &hello(class, HELLO_FLAG_MPS), Some(&o))
+            .unwrap()
+            .0
+            .client_id
+    };
+    let t = join(&mut r, ClientClass::Training);
+    let i = join(&mut r, ClientClass::Inference);
+    let on = |r: &mut Registry, id: u64, uuid: &[u8; 16]| {
+        r.device(
+            id,
+            &Device {
+                ordinal: 0,
+                uuid: *uuid,
+                name: b"H100",
+                shape: None,
+            },
+        );
+    };
+    let standing = |r: &Registry| {
+        let cb = r.clients[&t].ring.as_ref().and_then(Ring::control).unwrap();
+        cb.spatial().standing_ns
+    };
+    on(&mut r, t, b"GPU-standing-001");
+    r.poll(Instant::now());
+    assert_eq!(standing(&r), 0, "inference on no GPU yet");
+    on(&mut r, i, b"GPU-standing-002");
+    r.poll(Instant::now());
+    assert_eq!(standing(&r), 0, "inference on another GPU");
+    on(&mut r, i, b"GPU-standing-001");
+    r.poll(Instant::now());
+    assert_eq!(standing(&r), 500_000, "inference beside it");
+    assert!(r.reclaim(i, "test"));
+    r.poll(Instant::now());
+    assert_eq!(standing(&r), 0, "inference gone");
+}
+
 /// Scheduler v3's reservation: a training client asked to mask its launches
 /// is asked, after the next poll, to leave what inference's kernel widths on
 /// its GPU need (`crate::spatial`), within the configured share.
