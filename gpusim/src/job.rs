@@ -163,6 +163,16 @@ fn completed_by(completions: &[Ns], start: Ns, t: Ns) -> f64 {
     completions.len() as f64
 }
 
+/// The most of its throughput training (taking `training_share` of the
+/// GPU's SM capacity alone) can keep beside inference (taking
+/// `inference_share` alone) in any run that serves inference's load: the
+/// engine makes no SM capacity ([`Outcome::gpu_share`]). None without
+/// training's share.
+#[must_use]
+pub fn training_kept_at_most(inference_share: f64, training_share: f64) -> Option<f64> {
+    (training_share > 0.0).then(|| ((1.0 - inference_share) / training_share).max(0.0))
+}
+
 /// Steps per second over `[w0, w1]`.
 #[must_use]
 pub fn steps_per_s(completions: &[Ns], start: Ns, w0: Ns, w1: Ns) -> Option<f64> {

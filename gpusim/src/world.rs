@@ -503,10 +503,10 @@ mod tests {
     use crate::tandem::Off;
     use crate::trace::{Kernel, Trace, FORMAT};
 
-    /// A training job of 3 ms steps measured over a 10 ms window runs at
-    /// 333 steps/s, not the 300 that counting whole steps gives.
-    #[test]
-    fn a_training_step_longer_than_the_windows_remainder_is_interpolated() {
+    /// A training job whose step is one kernel of `grid` blocks (one an
+    /// SM, each `sm_share` of it) lasting `duration_ns` after `gap_ns` of
+    /// CPU, then a sync, run alone under MPS on the calibrated H100.
+    fn one_kernel_steps(grid: u32, duration_ns: Ns, sm_share: f64, gap_ns: Ns) -> JobSpec {
         let trace = Trace {
             format: FORMAT.into(),
             job: "t".into(),
@@ -517,38 +517,50 @@ mod tests {
             ops: vec![
                 Op::Kernel(Kernel {
                     name: "k".into(),
-                    grid: [1, 1, 1],
+                    grid: [grid, 1, 1],
                     block: [128, 1, 1],
                     blocks_per_sm: 1,
-                    duration_ns: 3_000_000,
-                    sm_share: 1.0,
+                    duration_ns,
+                    sm_share,
                     regs_per_thread: 0,
                     smem_per_block: 0,
                     dram_bytes: 0,
                     graph: 0,
                     stream: 0,
-                    host_gap_ns: 0,
+                    host_gap_ns: gap_ns,
                 }),
                 Op::Sync { host_gap_ns: 0 },
             ],
         };
-        let spec = JobSpec {
+        JobSpec {
             trace,
             rate_per_s: 0.0,
             cpu_cv: 0.0,
             sm_pct: 100,
-        };
+        }
+    }
+
+    /// `spec` alone, measured over `window_ns` after `warmup_ns`.
+    fn alone(spec: JobSpec, warmup_ns: Ns, window_ns: Ns) -> Outcome {
         let cfg = RunCfg {
             gpu: crate::params::Params::calibrated().gpu,
             sharing: Sharing::Mps,
             seed: 1,
-            warmup_ns: 0,
-            window_ns: 10_000_000,
+            warmup_ns,
+            window_ns,
             drain_max_ns: 1_000_000_000,
             explicit_requests: false,
         };
-        let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
-        let sps = out[0].steps_per_s.unwrap();
+        let (mut out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
+        out.remove(0)
+    }
+
+    /// A training job of 3 ms steps measured over a 10 ms window runs at
+    /// 333 steps/s, not the 300 that counting whole steps gives.
+    #[test]
+    fn a_training_step_longer_than_the_windows_remainder_is_interpolated() {
+        let out = alone(one_kernel_steps(1, 3_000_000, 1.0, 0), 0, 10_000_000);
+        let sps = out.steps_per_s.unwrap();
         assert!((sps - 1e3 / 3.0).abs() < 1.0, "{sps}");
     }
 
@@ -557,50 +569,10 @@ mod tests {
     /// (1 ms kernels after 1 ms of CPU each) is an eighth.
     #[test]
     fn a_jobs_gpu_share_is_its_blocks_sm_time_over_the_gpus() {
-        let trace = Trace {
-            format: FORMAT.into(),
-            job: "t".into(),
-            class: JobClass::Training,
-            source: "synthetic".into(),
-            device: String::new(),
-            notes: String::new(),
-            ops: vec![
-                Op::Kernel(Kernel {
-                    name: "k".into(),
-                    grid: [66, 1, 1],
-                    block: [128, 1, 1],
-                    blocks_per_sm: 1,
-                    duration_ns: 1_000_000,
-                    sm_share: 0.5,
-                    regs_per_thread: 0,
-                    smem_per_block: 0,
-                    dram_bytes: 0,
-                    graph: 0,
-                    stream: 0,
-                    host_gap_ns: 1_000_000,
-                }),
-                Op::Sync { host_gap_ns: 0 },
-            ],
-        };
-        let spec = JobSpec {
-            trace,
-            rate_per_s: 0.0,
-            cpu_cv: 0.0,
-            sm_pct: 100,
-        };
-        let gpu = crate::params::Params::calibrated().gpu;
-        assert_eq!(gpu.sms, 132);
-        let cfg = RunCfg {
-            gpu,
-            sharing: Sharing::Mps,
-            seed: 1,
-            warmup_ns: 10_000_000,
-            window_ns: 200_000_000,
-            drain_max_ns: 1_000_000_000,
-            explicit_requests: false,
-        };
-        let (out, _) = run(&cfg, &[spec], &[Placement { priority: 0 }], &mut Off);
-        let (share, sps) = (out[0].gpu_share, out[0].steps_per_s.unwrap());
+        assert_eq!(crate::params::Params::calibrated().gpu.sms, 132);
+        let spec = one_kernel_steps(66, 1_000_000, 0.5, 1_000_000);
+        let out = alone(spec, 10_000_000, 200_000_000);
+        let (share, sps) = (out.gpu_share, out.steps_per_s.unwrap());
         // A step is a little over 2 ms (the launch floor), so a little under.
         assert!((0.118..=0.125).contains(&share), "{share} at {sps} steps/s");
         // And it is the SM-time of the steps the window saw.

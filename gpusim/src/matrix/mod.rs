@@ -248,13 +248,17 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
         );
         let kept_at_most = alone
             .iter()
-            .filter(|c| c.training_gpu_share > 0.0)
-            .map(|c| (1.0 - c.inference_gpu_share) / c.training_gpu_share)
+            .filter_map(|c| {
+                crate::job::training_kept_at_most(c.inference_gpu_share, c.training_gpu_share)
+            })
             .reduce(f64::min);
         for (md, mode) in modes.iter().enumerate() {
             let cells = get(p, md);
             let p99s: Vec<f64> = cells.iter().filter_map(|c| c.p99).collect();
             let sps: Vec<f64> = cells.iter().filter_map(|c| c.steps_per_s).collect();
+            let share = |f: fn(&Cell) -> f64| {
+                median(&cells.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0)
+            };
             // Paired: each seed against the same seed's alone run.
             let paired = |f: fn(&Cell) -> Option<f64>| -> Vec<f64> {
                 cells
@@ -298,20 +302,8 @@ pub fn run_matrix(m: &MatrixCfg, traces_dir: Option<&Path>) -> Result<Vec<Row>, 
                 alone_p99_ms: alone_p99,
                 alone_steps_per_s: alone_sps,
                 train_steps_per_s: sps_med,
-                inference_gpu_share: median(
-                    &cells
-                        .iter()
-                        .map(|c| c.inference_gpu_share)
-                        .collect::<Vec<_>>(),
-                )
-                .unwrap_or(0.0),
-                training_gpu_share: median(
-                    &cells
-                        .iter()
-                        .map(|c| c.training_gpu_share)
-                        .collect::<Vec<_>>(),
-                )
-                .unwrap_or(0.0),
+                inference_gpu_share: share(|c| c.inference_gpu_share),
+                training_gpu_share: share(|c| c.training_gpu_share),
                 kept_at_most,
                 rate_rps: pairs[p].inf.rate_per_s,
                 unfinished_requests: cells.iter().map(|c| c.unfinished).sum(),

@@ -192,8 +192,7 @@ fn capacity(per_seed: &[Vec<(JobClass, f64)>]) -> Capacity {
         training_kept_at_most: inf
             .iter()
             .zip(&train)
-            .filter(|(_, &t)| t > 0.0)
-            .map(|(&i, &t)| ((1.0 - i) / t).max(0.0))
+            .filter_map(|(&i, &t)| crate::job::training_kept_at_most(i, t))
             .reduce(f64::min),
     }
 }
