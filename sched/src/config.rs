@@ -186,7 +186,7 @@ impl SchedConfig {
     /// 0 or at least [`MIN_MARK_EVERY_NS`]), and
     /// `min_active_budget_ns <= active_budget_ns <= max_active_budget_ns`.
     pub fn validate(&self) -> Result<(), SchedConfigError> {
-        let ranged: [(&'static str, u64, u64); 7] = [
+        let ranged: [(&'static str, u64, u64); 9] = [
             ("idle_budget_ns", self.idle_budget_ns, 1),
             ("active_budget_ns", self.active_budget_ns, 1),
             ("min_active_budget_ns", self.min_active_budget_ns, 1),
@@ -194,6 +194,12 @@ impl SchedConfig {
             ("request_idle_gap_ns", self.request_idle_gap_ns, 1),
             ("request_hold_ns", self.request_hold_ns, 0),
             ("default_kernel_ns", self.default_kernel_ns, 1),
+            ("spatial_min_kernel_ns", self.spatial_min_kernel_ns, 0),
+            (
+                "spatial_standing_kernel_ns",
+                self.spatial_standing_kernel_ns,
+                0,
+            ),
         ];
         for (field, v, lo) in ranged {
             if v < lo || v > MAX_PARAM_NS {
@@ -253,24 +259,6 @@ impl SchedConfig {
                 problem: format!(
                     "{} is out of range: use a share of the GPU's TPCs above 0 and at most 0.5",
                     self.spatial_reserve
-                ),
-            });
-        }
-        if self.spatial_standing_kernel_ns > MAX_PARAM_NS {
-            return Err(SchedConfigError {
-                field: "spatial_standing_kernel_ns".into(),
-                problem: format!(
-                    "{} is out of range: use 0 to {MAX_PARAM_NS} (ns)",
-                    self.spatial_standing_kernel_ns
-                ),
-            });
-        }
-        if self.spatial_min_kernel_ns > MAX_PARAM_NS {
-            return Err(SchedConfigError {
-                field: "spatial_min_kernel_ns".into(),
-                problem: format!(
-                    "{} is out of range: use 0 to {MAX_PARAM_NS} (ns)",
-                    self.spatial_min_kernel_ns
                 ),
             });
         }
