@@ -201,7 +201,7 @@ pub(crate) fn drain_client(
         }
         window.push(r);
         if let Some(w) = widths.as_deref_mut() {
-            w.observe(r, stats.func(r.func_id).and_then(|(_, a)| a));
+            w.observe(id, r, stats.func(r.func_id).and_then(|(_, a)| a));
         }
         // The timestamp is the client's claim: never later than our clock
         // (re-read once if the record was pushed after we last read it), so

@@ -61,9 +61,9 @@ impl GpuWidths {
         })
     }
 
-    /// One record of an inference client; `attrs` its function's, where the
-    /// client sent them. Only kernel launches count.
-    pub fn observe(&mut self, r: &Record, attrs: Option<FuncAttrs>) {
+    /// One record of inference client `client`; `attrs` its function's,
+    /// where the client sent them. Only kernel launches count.
+    pub fn observe(&mut self, client: u64, r: &Record, attrs: Option<FuncAttrs>) {
         if r.kind != EventKind::LAUNCH.raw() && r.kind != EventKind::LAUNCH_EX.raw() {
             return;
         }
@@ -75,7 +75,14 @@ impl GpuWidths {
         let a = attrs.unwrap_or_default();
         let smem = a.static_smem_bytes.saturating_add(r.shared_mem_bytes);
         let bps = blocks_per_sm(self.limits, threads, a.regs_per_thread, smem);
-        self.widths.push(width(blocks, bps, self.widths.sms()));
+        self.widths
+            .push_from(client, width(blocks, bps, self.widths.sms()));
+    }
+
+    /// Take back the widths client `client` gave (it turned out to train);
+    /// how many it had.
+    pub fn forget(&mut self, client: u64) -> usize {
+        self.widths.forget(client)
     }
 
     /// The GPU's SMs.
@@ -115,11 +122,12 @@ pub fn permille_for(sms: u32, reserve_sms: u32) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tandem_proto::spatial::{reserve_tpcs, MAX_RESERVE_PERMILLE};
 
-    const H100: DeviceShape = DeviceShape {
+    /// An H100's shape, as its shims report it (the registry's tests too).
+    pub(crate) const H100: DeviceShape = DeviceShape {
         sms: 132,
         threads_per_sm: 2048,
         regs_per_sm: 65_536,
@@ -169,7 +177,7 @@ mod tests {
             static_smem_bytes: 0,
         };
         for _ in 0..10 {
-            g.observe(&launch(40, 256, 0), Some(wide));
+            g.observe(1, &launch(40, 256, 0), Some(wide));
         }
         assert_eq!(g.reserve_sms(), Some(34), "40 SMs: the cap, 33 to a TPC");
         let mut g = GpuWidths::new(H100, 0.25).expect("a shape");
@@ -178,12 +186,12 @@ mod tests {
             static_smem_bytes: 0,
         };
         for _ in 0..10 {
-            g.observe(&launch(40, 256, 0), Some(narrow));
+            g.observe(1, &launch(40, 256, 0), Some(narrow));
         }
         assert_eq!(g.reserve_sms(), Some(10));
         // Dynamic shared memory counts: 100 KB a block, two per SM, 20 SMs.
         for _ in 0..200 {
-            g.observe(&launch(40, 256, 100 << 10), Some(narrow));
+            g.observe(1, &launch(40, 256, 100 << 10), Some(narrow));
         }
         assert_eq!(g.reserve_sms(), Some(20));
         assert_eq!(g.seen(), 128);
@@ -193,6 +201,7 @@ mod tests {
     fn only_kernel_launches_with_a_grid_count() {
         let mut g = GpuWidths::new(H100, 0.25).expect("a shape");
         g.observe(
+            1,
             &Record {
                 kind: EventKind::GRAPH_LAUNCH.raw(),
                 ..launch(0, 0, 0)
@@ -200,6 +209,7 @@ mod tests {
             None,
         );
         g.observe(
+            1,
             &Record {
                 kind: EventKind::ALLOC.raw(),
                 ..launch(1000, 1, 0)
@@ -208,6 +218,7 @@ mod tests {
         );
         assert_eq!(g.seen(), 0);
         g.observe(
+            1,
             &Record {
                 kind: EventKind::LAUNCH_EX.raw(),
                 ..launch(2, 1, 0)
@@ -231,7 +242,7 @@ mod tests {
         )
         .expect("a count is enough");
         // No limits: every block of a one-thread kernel fits one SM.
-        g.observe(&launch(1000, 1, 1 << 20), None);
+        g.observe(1, &launch(1000, 1, 1 << 20), None);
         assert_eq!(g.reserve_sms(), Some(8));
     }
 }

@@ -17,6 +17,11 @@
 //!   Before any width, the most: nothing says inference needs less, and
 //!   inference that launches only CUDA graphs never gives one (the shim sees
 //!   a graph launch, not its kernels).
+//! * **Owners**: each width remembers the job that launched it
+//!   ([`Widths::push_from`]), so that a job found not to be inference after
+//!   all (tandemd's `auto_class = "detect"` runs a training job's first
+//!   forward pass as inference) takes its widths back out
+//!   ([`Widths::forget`]).
 
 use std::collections::VecDeque;
 
@@ -56,8 +61,9 @@ impl Default for ReserveRule {
 pub struct Widths {
     rule: ReserveRule,
     sms: u32,
-    widths: VecDeque<u32>,
-    /// `widths`, sorted (kept so as each launch comes).
+    /// The widths in launch order, each with the job that launched it.
+    widths: VecDeque<(u32, u64)>,
+    /// `widths`' widths, sorted (kept so as each launch comes).
     sorted: Vec<u32>,
 }
 
@@ -91,18 +97,40 @@ impl Widths {
         self.widths.is_empty()
     }
 
-    /// One inference launch `width` SMs wide; the oldest leaves a full window.
+    /// One inference launch `width` SMs wide, of no job in particular
+    /// ([`Self::push_from`] owner 0); the oldest leaves a full window.
     pub fn push(&mut self, width: u32) {
+        self.push_from(0, width);
+    }
+
+    /// One launch `width` SMs wide by the job `owner`; the oldest leaves a
+    /// full window.
+    pub fn push_from(&mut self, owner: u64, width: u32) {
         let width = width.min(self.sms);
         if self.widths.len() == self.rule.window.max(1) {
-            if let Some(old) = self.widths.pop_front() {
+            if let Some((old, _)) = self.widths.pop_front() {
                 let at = self.sorted.partition_point(|&x| x < old);
                 self.sorted.remove(at);
             }
         }
-        self.widths.push_back(width);
+        self.widths.push_back((width, owner));
         let at = self.sorted.partition_point(|&x| x < width);
         self.sorted.insert(at, width);
+    }
+
+    /// Take every width `owner` launched back out (a job that turned out
+    /// not to be inference); how many were held. The others keep their
+    /// order, and the window refills with new launches.
+    pub fn forget(&mut self, owner: u64) -> usize {
+        let before = self.widths.len();
+        self.widths.retain(|&(_, o)| o != owner);
+        let gone = before - self.widths.len();
+        if gone > 0 {
+            self.sorted.clear();
+            self.sorted.extend(self.widths.iter().map(|&(w, _)| w));
+            self.sorted.sort_unstable();
+        }
+        gone
     }
 
     /// The most `R` may be: the share of the GPU to the nearest step.
@@ -180,6 +208,34 @@ mod tests {
             let i = ((last.len() - 1) as f64 * 0.9).round() as usize;
             assert_eq!(w.reserve(), last[i], "after {n}: {last:?}");
         }
+    }
+
+    #[test]
+    fn a_job_forgotten_takes_its_widths_out_of_the_reserve() {
+        let mut w = Widths::new(132, ReserveRule::default());
+        for _ in 0..40 {
+            w.push_from(7, 3);
+        }
+        // A training job's forward pass, counted as inference for a while,
+        // between the inference job's launches.
+        for _ in 0..30 {
+            w.push_from(9, 100);
+            w.push_from(7, 3);
+        }
+        assert_eq!(w.reserve(), 34, "the wide launches set the most");
+        assert_eq!(w.forget(9), 30);
+        assert_eq!(w.len(), 70);
+        assert_eq!(w.reserve(), 8, "the inference job's own: the minimum");
+        assert_eq!(w.forget(9), 0, "nothing left of it");
+        // The window still slides, oldest first.
+        for _ in 0..58 {
+            w.push_from(7, 21);
+        }
+        assert_eq!(w.len(), 128);
+        assert_eq!(w.reserve(), 22);
+        assert_eq!(w.forget(7), 128);
+        assert!(w.is_empty());
+        assert_eq!(w.reserve(), 34, "nothing learnt: the most again");
     }
 
     #[test]

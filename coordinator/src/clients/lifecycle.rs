@@ -278,6 +278,22 @@ impl Registry {
         };
         c.seen_training_kernel = true;
         info!(client = id, kernel = %shown, "auto: training kernel seen; class training");
+        // Its launches so far were counted as inference's: the reservation
+        // must not keep sizing itself on a training job's forward pass.
+        let gpu = c.gpu;
+        if let Some(w) = gpu
+            .and_then(|g| self.gpus.get_mut(&g))
+            .and_then(|g| g.widths.as_mut())
+        {
+            let n = w.forget(id);
+            if n > 0 {
+                debug!(
+                    client = id,
+                    widths = n,
+                    "auto: its launch widths taken out of the SM reservation"
+                );
+            }
+        }
         self.sched_event(Input::SetClass {
             client: id,
             class: sched_class(ClientClass::Training),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::spatial::tests::H100;
 use tandem_proto::wire::{
     HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_DEVICE_SHAPE, WELCOME_FLAG_FOLLOW,
     WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_SHARE_WEIGHTS,
@@ -394,13 +395,40 @@ fn the_standing_threshold_is_published_only_while_inference_is_on_the_gpu() {
     assert_eq!(standing(&r), 0, "inference gone");
 }
 
+/// `n` launches of `func_id` into a client's ring: 40 blocks of 256 threads.
+fn launches(p: &mut tandem_proto::ring::Producer<'_>, func_id: u64, n: usize) {
+    for _ in 0..n {
+        let rec = tandem_proto::Record {
+            func_id,
+            grid_x: 40,
+            grid_y: 1,
+            grid_z: 1,
+            block_x: 256,
+            block_y: 1,
+            block_z: 1,
+            ..tandem_proto::Record::new(
+                tandem_proto::EventKind::LAUNCH,
+                tandem_proto::monotonic_ns(),
+            )
+        };
+        assert!(p.push(&rec));
+    }
+}
+
+/// A function's attributes: `regs` registers a thread, no static shared memory.
+fn attrs(regs: u32) -> FuncAttrs {
+    FuncAttrs {
+        regs_per_thread: regs,
+        static_smem_bytes: 0,
+    }
+}
+
 /// Scheduler v3's reservation: a training client asked to mask its launches
 /// is asked, after the next poll, to leave what inference's kernel widths on
 /// its GPU need (`crate::spatial`), within the configured share.
 #[test]
 fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     use std::os::fd::AsFd;
-    use tandem_proto::wire::DeviceShape;
     let mut cfg = Config::default();
     cfg.policy.inference.anyone = true;
     cfg.scheduler.spatial = tandem_sched::SpatialMode::Auto;
@@ -429,13 +457,6 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     let (t, i) = (t.client_id, i.client_id);
     let asked = r.clients[&t].spatial.reserve_permille;
     assert_eq!(asked, 250, "the configured share");
-    let shape = DeviceShape {
-        sms: 132,
-        threads_per_sm: 2048,
-        regs_per_sm: 65_536,
-        smem_per_sm: 233_472,
-        blocks_per_sm: 32,
-    };
     for id in [t, i] {
         r.device(
             id,
@@ -443,7 +464,7 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
                 ordinal: 0,
                 uuid: *b"GPU-spatial-0001",
                 name: b"H100",
-                shape: Some(shape),
+                shape: Some(H100),
             },
         );
     }
@@ -455,28 +476,7 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     assert_eq!(reserve(&r), asked, "no width yet: the configured share");
     // 40 blocks of 256 threads at 64 registers: four per SM, 10 SMs wide,
     // 5 TPCs; then at 255 registers, 40 SMs: the cap.
-    let mut launch = |func_id: u64, n: usize| {
-        for _ in 0..n {
-            let rec = tandem_proto::Record {
-                func_id,
-                grid_x: 40,
-                grid_y: 1,
-                grid_z: 1,
-                block_x: 256,
-                block_y: 1,
-                block_z: 1,
-                ..tandem_proto::Record::new(
-                    tandem_proto::EventKind::LAUNCH,
-                    tandem_proto::monotonic_ns(),
-                )
-            };
-            assert!(p.push(&rec));
-        }
-    };
-    let attrs = |regs| FuncAttrs {
-        regs_per_thread: regs,
-        static_smem_bytes: 0,
-    };
+    let mut launch = |func_id: u64, n: usize| launches(&mut p, func_id, n);
     r.func_name(i, 1, b"narrow", Some(attrs(64)));
     r.func_name(i, 2, b"wide", Some(attrs(255)));
     launch(1, 20);
@@ -514,4 +514,62 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     // The inference client is never asked anything.
     let cb = r.clients[&i].ring.as_ref().and_then(Ring::control).unwrap();
     assert_eq!(cb.spatial().reserve_permille, 0);
+}
+
+/// A job whose class is being detected runs as inference until its first
+/// backward kernel: the widths of its forward pass must not go on sizing
+/// the reservation once it is known to train.
+#[test]
+fn a_job_detected_as_training_takes_its_widths_out_of_the_reservation() {
+    use std::os::fd::AsFd;
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    cfg.scheduler.spatial = tandem_sched::SpatialMode::Auto;
+    assert_eq!(cfg.policy.auto_class, crate::config::AutoClass::Detect);
+    let mut r = Registry::new(cfg.scheduler.clone());
+    let o = offer();
+    let mut ids = Vec::new();
+    let mut producers = Vec::new();
+    for class in [
+        ClientClass::Training,
+        ClientClass::Inference,
+        ClientClass::Auto,
+    ] {
+        let (w, fd) = r
+            .register(&cfg, 0, who(7), &hello(class, HELLO_FLAG_MPS), Some(&o))
+            .unwrap();
+        let map = tandem_proto::shm::map_received(fd.as_fd(), w.region_len as usize).unwrap();
+        ids.push(w.client_id);
+        producers.push((map, w.layout().unwrap()));
+    }
+    let [t, i, a] = ids[..] else { unreachable!() };
+    assert_eq!(r.clients[&a].decision.class, ClientClass::Inference);
+    for id in [t, i, a] {
+        r.device(
+            id,
+            &Device {
+                ordinal: 0,
+                uuid: *b"GPU-spatial-0002",
+                name: b"H100",
+                shape: Some(H100),
+            },
+        );
+    }
+    let gpu = |r: &Registry| r.snapshot(Instant::now()).0[0].spatial_reserve_sms;
+    let mut pi = tandem_proto::ring::Producer::attach(&producers[1].0, producers[1].1).unwrap();
+    let mut pa = tandem_proto::ring::Producer::attach(&producers[2].0, producers[2].1).unwrap();
+    // The inference job's kernels are 10 SMs wide; the detected job's
+    // forward pass 40 (the cap, 34 SMs), as many launches as the window holds.
+    r.func_name(i, 1, b"narrow", Some(attrs(64)));
+    r.func_name(a, 1, b"conv_fwd", Some(attrs(255)));
+    launches(&mut pi, 1, 20);
+    launches(&mut pa, 1, 100);
+    r.poll(Instant::now());
+    assert_eq!(gpu(&r), Some(34), "the forward pass counted as inference's");
+    // Its first backward kernel: training, and its widths go.
+    r.func_name(a, 2, b"conv_bwd_backward_kernel", Some(attrs(255)));
+    assert_eq!(r.clients[&a].decision.class, ClientClass::Training);
+    launches(&mut pa, 2, 50);
+    r.poll(Instant::now());
+    assert_eq!(gpu(&r), Some(10), "the inference job's own widths alone");
 }
