@@ -201,6 +201,9 @@ pub struct Registry {
     /// board: the daemon sends each a writable one
     /// ([`Registry::take_owed_boards`]).
     boards_owed: Vec<u64>,
+    /// Scratch for the GPUs an inference client is on (reused by every
+    /// poll that publishes reservations: no allocation per poll).
+    pub(crate) inference_gpus: Vec<[u8; 16]>,
     /// `[trace]` in force (its mark interval for clients the scheduler
     /// asks none of).
     pub(crate) trace_cfg: crate::capture::TraceConfig,
@@ -256,6 +259,7 @@ impl Registry {
                 }
             },
             boards_owed: Vec::new(),
+            inference_gpus: Vec::new(),
             trace_cfg: crate::capture::TraceConfig::default(),
         }
     }

@@ -123,12 +123,14 @@ impl Registry {
         {
             return;
         }
-        let inference_gpus: Vec<[u8; 16]> = self
-            .clients
-            .values()
-            .filter(|c| c.decision.class == tandem_proto::wire::ClientClass::Inference)
-            .filter_map(|c| c.gpu)
-            .collect();
+        let mut inference_gpus = std::mem::take(&mut self.inference_gpus);
+        inference_gpus.clear();
+        inference_gpus.extend(
+            self.clients
+                .values()
+                .filter(|c| c.decision.class == tandem_proto::wire::ClientClass::Inference)
+                .filter_map(|c| c.gpu),
+        );
         for c in self.clients.values_mut() {
             if c.spatial.reserve_permille == 0 {
                 continue;
@@ -159,6 +161,7 @@ impl Registry {
                 c.spatial_standing_now = standing;
             }
         }
+        self.inference_gpus = inference_gpus;
     }
 }
 
