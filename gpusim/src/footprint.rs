@@ -99,18 +99,9 @@ mod tests {
 
     fn k(threads: u32, bps: u32, regs: u32, smem: u32) -> Kernel {
         Kernel {
-            name: "k".into(),
-            grid: [1000, 1, 1],
-            block: [threads, 1, 1],
-            blocks_per_sm: bps,
-            duration_ns: 1000,
-            sm_share: 1.0,
             regs_per_thread: regs,
             smem_per_block: smem,
-            dram_bytes: 0,
-            graph: 0,
-            stream: 0,
-            host_gap_ns: 0,
+            ..Kernel::new("k", 1000, threads, bps, 1000)
         }
     }
 

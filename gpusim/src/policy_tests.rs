@@ -145,18 +145,14 @@ fn long_kernel_trainer(sync_every: usize) -> JobSpec {
     let mut ops = Vec::new();
     for i in 0..sync_every {
         ops.push(Op::Kernel(Kernel {
-            name: format!("k{}", i % durations.len()),
-            grid: [132, 1, 1],
-            block: [256, 1, 1],
-            blocks_per_sm: 1,
-            duration_ns: durations[i % durations.len()],
-            sm_share: 1.0,
-            regs_per_thread: 0,
-            smem_per_block: 0,
-            dram_bytes: 0,
-            graph: 0,
-            stream: 0,
             host_gap_ns: 20_000,
+            ..Kernel::new(
+                &format!("k{}", i % durations.len()),
+                132,
+                256,
+                1,
+                durations[i % durations.len()],
+            )
         }));
     }
     ops.push(Op::Sync { host_gap_ns: 0 });

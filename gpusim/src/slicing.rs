@@ -104,18 +104,9 @@ mod tests {
 
     fn kernel(blocks: u32, bps: u32, duration_ns: Ns) -> Kernel {
         Kernel {
-            name: "sgemm_128x128".into(),
-            grid: [blocks, 1, 1],
-            block: [256, 1, 1],
-            blocks_per_sm: bps,
-            duration_ns,
-            sm_share: 1.0,
-            regs_per_thread: 0,
-            smem_per_block: 0,
             dram_bytes: 1_000_000,
-            graph: 0,
-            stream: 0,
             host_gap_ns: 7_000,
+            ..Kernel::new("sgemm_128x128", blocks, 256, bps, duration_ns)
         }
     }
 

@@ -451,20 +451,7 @@ mod tests {
     }
 
     fn kernel(blocks: u32, bps: u32) -> Kernel {
-        Kernel {
-            name: "k".into(),
-            grid: [blocks, 1, 1],
-            block: [256, 1, 1],
-            blocks_per_sm: bps,
-            duration_ns: 1_000,
-            sm_share: 1.0,
-            regs_per_thread: 0,
-            smem_per_block: 0,
-            dram_bytes: 0,
-            graph: 0,
-            stream: 0,
-            host_gap_ns: 0,
-        }
+        Kernel::new("k", blocks, 256, bps, 1_000)
     }
 
     #[test]

@@ -586,20 +586,7 @@ mod tests {
     }
 
     fn kernel() -> Kernel {
-        Kernel {
-            name: "k".into(),
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            blocks_per_sm: 1,
-            duration_ns: 1_000_000,
-            sm_share: 1.0,
-            regs_per_thread: 0,
-            smem_per_block: 0,
-            dram_bytes: 0,
-            graph: 0,
-            stream: 0,
-            host_gap_ns: 0,
-        }
+        Kernel::new("k", 1, 32, 1, 1_000_000)
     }
 
     #[test]

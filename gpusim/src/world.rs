@@ -516,18 +516,9 @@ mod tests {
             notes: String::new(),
             ops: vec![
                 Op::Kernel(Kernel {
-                    name: "k".into(),
-                    grid: [grid, 1, 1],
-                    block: [128, 1, 1],
-                    blocks_per_sm: 1,
-                    duration_ns,
                     sm_share,
-                    regs_per_thread: 0,
-                    smem_per_block: 0,
-                    dram_bytes: 0,
-                    graph: 0,
-                    stream: 0,
                     host_gap_ns: gap_ns,
+                    ..Kernel::new("k", grid, 128, 1, duration_ns)
                 }),
                 Op::Sync { host_gap_ns: 0 },
             ],

@@ -176,6 +176,35 @@ fn is_zero64(x: &u64) -> bool {
 }
 
 impl Kernel {
+    /// A launch of `blocks` blocks of `threads` threads, `blocks_per_sm` of
+    /// them an SM, `duration_ns` on an empty GPU, and nothing else known: its
+    /// blocks use their SMs fully, no registers, shared memory or DRAM
+    /// traffic recorded, not a graph node, stream 0, no host gap. Set the
+    /// rest with struct update syntax.
+    #[must_use]
+    pub fn new(
+        name: &str,
+        blocks: u32,
+        threads: u32,
+        blocks_per_sm: u32,
+        duration_ns: u64,
+    ) -> Kernel {
+        Kernel {
+            name: name.to_string(),
+            grid: [blocks, 1, 1],
+            block: [threads, 1, 1],
+            blocks_per_sm,
+            duration_ns,
+            sm_share: 1.0,
+            regs_per_thread: 0,
+            smem_per_block: 0,
+            dram_bytes: 0,
+            graph: 0,
+            stream: 0,
+            host_gap_ns: 0,
+        }
+    }
+
     /// Blocks in the grid.
     #[must_use]
     pub fn blocks(&self) -> u64 {

@@ -107,20 +107,7 @@ fn run_mode(
 /// A job that never runs: an inference server whose first request would
 /// arrive after some 30 years.
 fn idle_job() -> JobSpec {
-    let k = crate::trace::Kernel {
-        name: "idle".into(),
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        blocks_per_sm: 1,
-        duration_ns: 1,
-        sm_share: 1.0,
-        regs_per_thread: 0,
-        smem_per_block: 0,
-        dram_bytes: 0,
-        graph: 0,
-        stream: 0,
-        host_gap_ns: 0,
-    };
+    let k = crate::trace::Kernel::new("idle", 1, 32, 1, 1);
     JobSpec {
         trace: Trace {
             format: crate::trace::FORMAT.into(),

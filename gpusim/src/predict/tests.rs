@@ -3,18 +3,8 @@ use crate::trace::{JobClass, Kernel, Op, FORMAT};
 
 fn kernel(name: &str, blocks: u32, duration_ns: u64, host_gap_ns: u64) -> Op {
     Op::Kernel(Kernel {
-        name: name.into(),
-        grid: [blocks, 1, 1],
-        block: [256, 1, 1],
-        blocks_per_sm: 1,
-        duration_ns,
-        sm_share: 1.0,
-        regs_per_thread: 0,
-        smem_per_block: 0,
-        dram_bytes: 0,
-        graph: 0,
-        stream: 0,
         host_gap_ns,
+        ..Kernel::new(name, blocks, 256, 1, duration_ns)
     })
 }
 
