@@ -204,7 +204,17 @@ pub(crate) fn drain_client(
         }
         window.push(r);
         if let Some(w) = widths.as_deref_mut() {
-            w.observe(id, r, stats.func(r.func_id).and_then(|(_, a)| a));
+            // A width needs the function's registers and shared memory, from
+            // its FuncName, which the shim sends before the launch's record
+            // but on the socket, which may be read after the ring: a launch
+            // of a function not named yet teaches nothing (without them its
+            // width would come out too narrow). One the shim could not name
+            // never gets a FuncName, and counts without.
+            match stats.func(r.func_id) {
+                Some((_, attrs)) => w.observe(id, r, attrs),
+                None if r.func_id & tandem_proto::FUNC_ID_UNNAMED != 0 => w.observe(id, r, None),
+                None => {}
+            }
         }
         // The timestamp is the client's claim: never later than our clock
         // (re-read once if the record was pushed after we last read it), so

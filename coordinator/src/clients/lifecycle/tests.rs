@@ -477,6 +477,11 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     // 40 blocks of 256 threads at 64 registers: four per SM, 10 SMs wide,
     // 5 TPCs; then at 255 registers, 40 SMs: the cap.
     let mut launch = |func_id: u64, n: usize| launches(&mut p, func_id, n);
+    // Launches of a function whose FuncName has not been read yet teach
+    // nothing: without its registers their width would be 5 SMs, not 10.
+    launch(1, 20);
+    r.poll(Instant::now());
+    assert_eq!(reserve(&r), asked, "no width from an unnamed launch");
     r.func_name(i, 1, b"narrow", Some(attrs(64)));
     r.func_name(i, 2, b"wide", Some(attrs(255)));
     launch(1, 20);
@@ -511,6 +516,11 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     r.poll(Instant::now());
     assert_eq!(gpu(&r), Some(40));
     assert_eq!(reserve(&r), asked);
+    // A function the shim could not name never gets a FuncName: its
+    // launches count without its registers (5 SMs wide; the minimum, 8).
+    launch(tandem_proto::FUNC_ID_UNNAMED | 0x7f00, 128);
+    r.poll(Instant::now());
+    assert_eq!(gpu(&r), Some(8));
     // The inference client is never asked anything.
     let cb = r.clients[&i].ring.as_ref().and_then(Ring::control).unwrap();
     assert_eq!(cb.spatial().reserve_permille, 0);
