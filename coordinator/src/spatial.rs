@@ -10,7 +10,10 @@
 //!   gives a width: its blocks over the blocks an SM holds of its function
 //!   (block size from the record, registers and static shared memory from
 //!   the function's FuncName, plus the launch's dynamic shared memory), at
-//!   most the GPU. Graph launches carry no grid and give none.
+//!   most the GPU. Graph launches carry no grid and give none, nor does a
+//!   launch drained before its function's FuncName was read (without the
+//!   registers its width comes out too narrow), except of a function the
+//!   shim could not name, which never sends one.
 //! * `R` is the 0.9 quantile of the last 128 widths in whole TPCs, at least
 //!   8 SMs and at most `[scheduler] spatial_reserve` of the GPU
 //!   ([`tandem_sched::reserve::ReserveRule`]'s defaults, the model's).
