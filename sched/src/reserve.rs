@@ -238,6 +238,45 @@ mod tests {
         assert_eq!(w.reserve(), 34, "nothing learnt: the most again");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 300,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Pushes and forgets in any order leave the reserve a window
+        /// refilled from scratch with the same widths in the same order
+        /// would give.
+        #[test]
+        fn forgetting_is_as_if_the_job_had_never_pushed(
+            ops in proptest::collection::vec((0u64..4, 0u32..140, proptest::bool::weighted(0.05)), 0..400)
+        ) {
+            let rule = ReserveRule { window: 16, ..ReserveRule::default() };
+            let mut w = Widths::new(132, rule);
+            let mut held: VecDeque<(u32, u64)> = VecDeque::new();
+            for (owner, width, forget) in ops {
+                if forget {
+                    let before = held.len();
+                    held.retain(|&(_, o)| o != owner);
+                    proptest::prop_assert_eq!(w.forget(owner), before - held.len());
+                } else {
+                    w.push_from(owner, width);
+                    if held.len() == 16 {
+                        held.pop_front();
+                    }
+                    held.push_back((width.min(132), owner));
+                }
+                let mut fresh = Widths::new(132, rule);
+                for &(x, o) in &held {
+                    fresh.push_from(o, x);
+                }
+                proptest::prop_assert_eq!(w.len(), held.len());
+                proptest::prop_assert_eq!(w.reserve(), fresh.reserve());
+            }
+        }
+    }
+
     #[test]
     fn training_keeps_whole_steps() {
         // Steps of 8 on 132 SMs: training keeps a multiple of 8, inference
