@@ -209,10 +209,13 @@ pub(crate) fn drain_client(
             // but on the socket, which may be read after the ring: a launch
             // of a function not named yet teaches nothing (without them its
             // width would come out too narrow). One the shim could not name
-            // never gets a FuncName, and counts without.
+            // never gets a FuncName, nor does one past a full name table:
+            // those count without.
             match stats.func(r.func_id) {
                 Some((_, attrs)) => w.observe(id, r, attrs),
-                None if r.func_id & tandem_proto::FUNC_ID_UNNAMED != 0 => w.observe(id, r, None),
+                None if r.func_id & tandem_proto::FUNC_ID_UNNAMED != 0 || stats.names_full() => {
+                    w.observe(id, r, None);
+                }
                 None => {}
             }
         }

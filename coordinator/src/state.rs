@@ -149,6 +149,12 @@ impl ClientStats {
         true
     }
 
+    /// Whether the name table is full (a new function's name is dropped).
+    #[must_use]
+    pub fn names_full(&self) -> bool {
+        self.names.len() >= MAX_NAMES_PER_CLIENT
+    }
+
     /// The name of `func_id`, if the client sent one.
     #[must_use]
     pub fn name(&self, func_id: u64) -> Option<&str> {

@@ -521,6 +521,17 @@ fn a_masked_training_client_leaves_what_inference_widths_on_its_gpu_need() {
     launch(tandem_proto::FUNC_ID_UNNAMED | 0x7f00, 128);
     r.poll(Instant::now());
     assert_eq!(gpu(&r), Some(8));
+    // Nor does a function past a full name table: it counts without too.
+    launch(2, 128);
+    r.poll(Instant::now());
+    assert_eq!(gpu(&r), Some(40));
+    for f in 100..100 + crate::state::MAX_NAMES_PER_CLIENT as u64 {
+        r.func_name(i, f, b"filler", Some(attrs(64)));
+    }
+    assert!(r.clients[&i].stats.names_full());
+    launch(99_999, 128);
+    r.poll(Instant::now());
+    assert_eq!(gpu(&r), Some(8));
     // The inference client is never asked anything.
     let cb = r.clients[&i].ring.as_ref().and_then(Ring::control).unwrap();
     assert_eq!(cb.spatial().reserve_permille, 0);
