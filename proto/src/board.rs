@@ -20,9 +20,11 @@
 //! No timestamp crosses processes: jobs may live in different time
 //! namespaces. Each reader keeps its own [`Presence`]: when it sees `seq`
 //! move it notes the time on its own clock, and counts the GPU active until
-//! `hold_ns` after that (or while `open > 0`). An inference job that stops
-//! launching is therefore seen idle at most `hold_ns` after the reader last
-//! saw it bump, which errs towards inference.
+//! `hold_ns` after that (or while `open > 0`, up to [`OPEN_STALE_NS`] after
+//! it last saw `seq` move). An inference job that stops launching is
+//! therefore seen idle at most `hold_ns` after the reader last saw it bump,
+//! which errs towards inference, and one parked in a wait that never ends at
+//! most [`OPEN_STALE_NS`] after.
 //!
 //! Trust: the board is writable only by shims tandemd let claim the
 //! inference class (it sends the others a read-only descriptor, so their
@@ -32,7 +34,7 @@
 //! is bounded before use: a slot index out of range is no slot, and an
 //! `open` count left behind by a job that died is repaired by tandemd when
 //! that job's client leaves ([`Board::end_requests`]); until then it costs
-//! training throughput, never a hang.
+//! training throughput for at most [`OPEN_STALE_NS`], never a hang.
 //!
 //! # Layout
 //!
@@ -258,28 +260,45 @@ impl Board {
     }
 }
 
-/// A training shim's view of one slot: the last `seq` it saw and until when
-/// (its own clock) it counts the GPU active. Process-local; pure logic, so
-/// that the GPU-sharing model runs the very same rule.
+/// How long, at most, an `open` count keeps the GPU active while nothing
+/// moves on the slot (its reader's clock), ns. A job that launches, polls,
+/// or begins or ends a sync or a request bumps `seq`, which starts it again;
+/// so only an inference job parked in one wait for longer (a hung kernel, a
+/// stream waiting for an event nobody records, a request left open by a job
+/// that stopped using the GPU) stops counting, and training stops yielding
+/// to it. A wait that long on real work then costs inference some of its
+/// reservation, never training its share for good. Far above any request
+/// the model or the benchmarks run.
+pub const OPEN_STALE_NS: u64 = 10_000_000_000;
+
+/// A training shim's view of one slot: the last `seq` it saw, when it saw it
+/// move and until when (its own clock) it counts the GPU active.
+/// Process-local; pure logic, so that the GPU-sharing model runs the very
+/// same rule.
 #[derive(Debug, Default)]
 pub struct Presence {
     seen: AtomicU64,
     until: AtomicU64,
+    moved: AtomicU64,
 }
 
 impl Presence {
     /// Whether the GPU counts as inference-active at `now_ns` (the caller's
     /// clock), given the slot's `seq` and `open` as just loaded and the hold
-    /// period. A moved `seq` starts a new hold from `now_ns`.
+    /// period. A moved `seq` starts a new hold from `now_ns`; an `open`
+    /// count keeps it active until [`OPEN_STALE_NS`] after `seq` last moved.
     #[inline(always)]
     pub fn active(&self, seq: u64, open: u64, now_ns: u64, hold_ns: u64) -> bool {
         if seq != self.seen.load(Ordering::Relaxed) {
             self.seen.store(seq, Ordering::Relaxed);
             self.until
                 .store(now_ns.saturating_add(hold_ns), Ordering::Relaxed);
+            self.moved.store(now_ns, Ordering::Relaxed);
             return true;
         }
-        open > 0 || now_ns < self.until.load(Ordering::Relaxed)
+        now_ns < self.until.load(Ordering::Relaxed)
+            || (open > 0
+                && now_ns.saturating_sub(self.moved.load(Ordering::Relaxed)) < OPEN_STALE_NS)
     }
 
     /// Until when (the caller's clock) the last seen bump keeps the GPU
@@ -294,6 +313,7 @@ impl Presence {
     pub fn reset(&self) {
         self.seen.store(0, Ordering::Relaxed);
         self.until.store(0, Ordering::Relaxed);
+        self.moved.store(0, Ordering::Relaxed);
     }
 }
 
@@ -396,6 +416,25 @@ mod tests {
         s.end_request();
         assert!(p.active(s.seq(), s.open(), 90_500, hold), "the end bumped");
         assert!(!p.active(s.seq(), s.open(), 91_500, hold));
+        // An open count with nothing moving stops counting after
+        // OPEN_STALE_NS (a job parked in a wait that never ends); the next
+        // bump counts again.
+        s.begin_request();
+        let t = 200_000;
+        assert!(p.active(s.seq(), s.open(), t, hold));
+        assert!(p.active(s.seq(), s.open(), t + OPEN_STALE_NS - 1, hold));
+        assert!(
+            !p.active(s.seq(), s.open(), t + OPEN_STALE_NS, hold),
+            "stale"
+        );
+        s.bump();
+        let t = t + OPEN_STALE_NS + 5;
+        assert!(p.active(s.seq(), s.open(), t, hold));
+        assert!(
+            p.active(s.seq(), s.open(), t + 5 * hold, hold),
+            "open again past the hold"
+        );
+        s.end_request();
         // A dead client's open requests are repaired, never below zero.
         s.begin_request();
         s.begin_request();
