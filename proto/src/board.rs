@@ -317,15 +317,18 @@ impl Presence {
     }
 }
 
-/// An inference shim's side: when it last bumped (its own clock).
+/// An inference shim's side: when it last bumped, and when a launch last
+/// did (its own clock).
 #[derive(Debug, Default)]
 pub struct Announcer {
     last: AtomicU64,
+    launched: AtomicU64,
 }
 
 impl Announcer {
     /// Whether a launch at `now_ns` should bump the slot: the last bump is
-    /// older than a quarter of `hold_ns` (or there was none). Notes the bump.
+    /// older than a quarter of `hold_ns` (or there was none). Notes the bump,
+    /// as a launch's.
     #[inline(always)]
     pub fn due(&self, now_ns: u64, hold_ns: u64) -> bool {
         let last = self.last.load(Ordering::Relaxed);
@@ -333,12 +336,32 @@ impl Announcer {
             return false;
         }
         self.last.store(now_ns.max(1), Ordering::Relaxed);
+        self.launched.store(now_ns.max(1), Ordering::Relaxed);
         true
     }
 
-    /// Forget the last bump (a new board or slot).
+    /// Whether a poll at `now_ns` that found the process's work still on the
+    /// GPU should bump the slot: as [`Self::due`], and only within
+    /// [`OPEN_STALE_NS`] of the last bump a launch made, so that a job
+    /// polling for work that never completes stops counting after that, as
+    /// one parked in a sync does. Notes the bump, not as a launch's.
+    #[inline(always)]
+    pub fn due_polling(&self, now_ns: u64, hold_ns: u64) -> bool {
+        let launched = self.launched.load(Ordering::Relaxed);
+        if launched == 0 || now_ns.saturating_sub(launched) >= OPEN_STALE_NS {
+            return false;
+        }
+        if now_ns.saturating_sub(self.last.load(Ordering::Relaxed)) < hold_ns / 4 {
+            return false;
+        }
+        self.last.store(now_ns.max(1), Ordering::Relaxed);
+        true
+    }
+
+    /// Forget the last bumps (a new board or slot).
     pub fn reset(&self) {
         self.last.store(0, Ordering::Relaxed);
+        self.launched.store(0, Ordering::Relaxed);
     }
 }
 
@@ -440,6 +463,31 @@ mod tests {
         s.begin_request();
         b.end_requests(b.find(3).unwrap(), 5);
         assert_eq!(s.open(), 0);
+    }
+
+    #[test]
+    fn polls_bump_like_launches_but_only_within_the_stale_bound_of_a_launch() {
+        let a = Announcer::default();
+        let hold = 1_000_000;
+        assert!(!a.due_polling(5, hold), "no launch yet");
+        assert!(a.due(10, hold));
+        assert!(!a.due_polling(100_000, hold), "a quarter hold not passed");
+        assert!(a.due_polling(250_010, hold));
+        assert!(!a.due(300_000, hold), "the poll's bump counts for launches");
+        // Polling alone keeps bumping until OPEN_STALE_NS after the launch's.
+        let polls = (1..100u64)
+            .map(|i| i * OPEN_STALE_NS / 100)
+            .filter(|&t| a.due_polling(t, hold))
+            .count();
+        assert_eq!(polls, 99);
+        assert!(!a.due_polling(10 + OPEN_STALE_NS, hold), "stale");
+        assert!(!a.due_polling(20 * OPEN_STALE_NS, hold));
+        // A launch starts it again.
+        let t = 20 * OPEN_STALE_NS;
+        assert!(a.due(t, hold));
+        assert!(a.due_polling(t + hold, hold));
+        a.reset();
+        assert!(!a.due_polling(t + 2 * hold, hold), "forgotten");
     }
 
     #[test]

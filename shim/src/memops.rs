@@ -532,7 +532,10 @@ fn synchronizing(
 /// by polling (TensorFlow's event manager, `torch.cuda.Event.query` loops)
 /// keeps the GPU inference-active until its work is done, as one blocked in a
 /// sync does ([`synchronizing`]), instead of only for the hold after its last
-/// launch. Training clients pay one load of their class on that answer.
+/// launch; as for a sync, for at most `tandem_proto::board::OPEN_STALE_NS`
+/// (10 s) after the last launch, so a job polling for work that never
+/// completes does not hold training back for good. Training clients pay one
+/// load of their class on that answer.
 ///
 /// # Safety
 /// Arguments as the driver function requires.

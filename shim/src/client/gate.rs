@@ -89,12 +89,13 @@ impl Session {
 
     /// A query found this process's work still in flight: an inference
     /// client announces itself on the board, as at a launch (its host waits
-    /// by polling). Others: nothing.
+    /// by polling), for up to `OPEN_STALE_NS` after its last launch's bump.
+    /// Others: nothing.
     #[inline(always)]
     pub(crate) fn work_in_flight(&self) {
         let cb = self.control();
         if cb.class() == CLASS_INFERENCE {
-            self.local.announce(cb);
+            self.local.announce_polling(cb);
         }
     }
 

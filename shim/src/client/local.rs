@@ -216,6 +216,25 @@ impl Local {
         }
     }
 
+    /// An inference client's poll that found its work still on the GPU:
+    /// bump as at a launch, while its last launch's bump is recent
+    /// ([`Announcer::due_polling`]).
+    #[inline(always)]
+    pub(crate) fn announce_polling(&self, cb: &ControlBlock) {
+        // Acquire: as in `announce`.
+        if !self.writable.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(s) = self.slot() {
+            if self
+                .announcer
+                .due_polling(monotonic_ns(), cb.budgets().hold_ns)
+            {
+                s.bump();
+            }
+        }
+    }
+
     /// An explicit request began (`begin`) or ended in this process.
     pub(crate) fn request(&self, begin: bool, cb: &ControlBlock) {
         // Only requests counted on the board are counted here and in the
