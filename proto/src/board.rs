@@ -331,11 +331,9 @@ impl Announcer {
     /// as a launch's.
     #[inline(always)]
     pub fn due(&self, now_ns: u64, hold_ns: u64) -> bool {
-        let last = self.last.load(Ordering::Relaxed);
-        if last != 0 && now_ns.saturating_sub(last) < hold_ns / 4 {
+        if !self.bump_due(now_ns, hold_ns) {
             return false;
         }
-        self.last.store(now_ns.max(1), Ordering::Relaxed);
         self.launched.store(now_ns.max(1), Ordering::Relaxed);
         true
     }
@@ -351,7 +349,15 @@ impl Announcer {
         if launched == 0 || now_ns.saturating_sub(launched) >= OPEN_STALE_NS {
             return false;
         }
-        if now_ns.saturating_sub(self.last.load(Ordering::Relaxed)) < hold_ns / 4 {
+        self.bump_due(now_ns, hold_ns)
+    }
+
+    /// The one rule both share: the last bump is older than a quarter of
+    /// `hold_ns` (or there was none). Notes the bump.
+    #[inline(always)]
+    fn bump_due(&self, now_ns: u64, hold_ns: u64) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        if last != 0 && now_ns.saturating_sub(last) < hold_ns / 4 {
             return false;
         }
         self.last.store(now_ns.max(1), Ordering::Relaxed);
