@@ -10,7 +10,11 @@
 //! of, docs/traces.md); a later launch
 //! is a few loads: the slot's key, id and the session generation its name was
 //! sent in. After a reconnect the generation differs, so each name is sent once
-//! more, to the new coordinator, on the function's next launch.
+//! more, to the new coordinator, on the function's next launch. A FuncName
+//! that cannot be sent (the coordinator's socket full or closed) is tried
+//! again on a later launch of its function, after [`NAME_RETRY_NS`]: without
+//! it tandemd would size no SM reservation from that function's launches for
+//! the rest of the session (their widths need its attributes).
 
 use core::ffi::{c_char, c_int, CStr};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -26,6 +30,10 @@ const CAPACITY: usize = 8192;
 const MASK: usize = CAPACITY - 1;
 /// Slots probed from a function's home before it is treated as unnamed.
 const PROBES: usize = 64;
+/// How long a session sends no FuncName after one could not be sent: a
+/// coordinator that stopped reading then costs an unnamed function's launch
+/// a clock read, not a name lookup and a failed send each.
+const NAME_RETRY_NS: u64 = 1_000_000;
 
 #[repr(C, align(32))]
 struct Slot {
@@ -254,8 +262,8 @@ fn id_of_name(name: &[u8]) -> u64 {
 
 /// Sends the FuncName of `id` (the function `key`) on `s`, truncating the
 /// name to the wire limit; with its attributes where the coordinator
-/// decodes them.
-fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) {
+/// decodes them. `false` when it did not go out.
+fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) -> bool {
     let name = &name[..name.len().min(MAX_FUNC_NAME_LEN)];
     let mut buf = [0u8; wire::HEADER_LEN
         + wire::FUNC_NAME_FIXED_LEN
@@ -269,35 +277,81 @@ fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) {
     });
     match msg.encode(&mut buf) {
         Ok(n) => {
-            if !s.send(&buf[..n]) {
+            let sent = s.send(&buf[..n]);
+            if !sent {
                 crate::log!(
                     Debug,
-                    "FuncName for {id:#x} not sent (socket closed or full)"
+                    "FuncName for {id:#x} not sent (socket closed or full); tried again later"
                 );
             }
+            sent
         }
-        Err(e) => crate::log!(Debug, "FuncName for {id:#x} not encoded: {e}"),
+        Err(e) => {
+            // Not a passing state: trying again would fail the same way.
+            crate::log!(Debug, "FuncName for {id:#x} not encoded: {e}");
+            true
+        }
     }
+}
+
+/// Whether `s` is holding FuncNames back after one could not be sent.
+fn names_backing_off(s: &Session) -> bool {
+    let until = s.names_retry_ns.load(Ordering::Relaxed);
+    until != 0 && tandem_proto::monotonic_ns() < until
+}
+
+/// Sends the FuncName of `slot` (the function `key`, a named `id`), whose
+/// `sent` this thread has claimed for `s`. A failed send gives the claim
+/// back, so a later launch of the function tries again, and holds the
+/// session's FuncNames back for [`NAME_RETRY_NS`].
+fn send_claimed(s: &Session, slot: &Slot, key: usize, id: u64, name: &[u8]) {
+    if send_name(s, key, id, name) {
+        if s.names_retry_ns.load(Ordering::Relaxed) != 0 {
+            s.names_retry_ns.store(0, Ordering::Relaxed);
+        }
+        return;
+    }
+    // Only this session's claim is given back: a newer session's stays.
+    let _ = slot
+        .sent
+        .compare_exchange(s.gen, 0, Ordering::Relaxed, Ordering::Relaxed);
+    s.names_retry_ns.store(
+        tandem_proto::monotonic_ns().saturating_add(NAME_RETRY_NS),
+        Ordering::Relaxed,
+    );
 }
 
 #[cold]
 #[inline(never)]
 fn found_cold(s: &Session, slot: &Slot, key: usize) -> u64 {
+    resend(s, slot, key, name_of)
+}
+
+/// [`found_cold`], with the driver's naming passed in (tests name without one).
+fn resend(
+    s: &Session,
+    slot: &Slot,
+    key: usize,
+    name_of: fn(usize) -> Option<&'static [u8]>,
+) -> u64 {
     let id = slot.id.load(Ordering::Acquire);
     if id == 0 {
         // Another thread is filling the slot in: name it here, without storing.
         return name_of(key).map_or(unnamed(key), id_of_name);
     }
+    let named = id & FUNC_ID_UNNAMED == 0;
     let sent = slot.sent.load(Ordering::Relaxed);
-    if sent != s.gen
-        && slot
-            .sent
-            .compare_exchange(sent, s.gen, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        && id & FUNC_ID_UNNAMED == 0
+    if sent == s.gen || (named && names_backing_off(s)) {
+        return id;
+    }
+    if slot
+        .sent
+        .compare_exchange(sent, s.gen, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+        && named
     {
         if let Some(name) = name_of(key) {
-            send_name(s, key, id, name);
+            send_claimed(s, slot, key, id, name);
         }
     }
     id
@@ -316,10 +370,19 @@ fn insert_cold(s: &Session, key: usize) -> u64 {
             Ok(_) => {
                 let name = name_of(key);
                 let id = name.map_or(unnamed(key), id_of_name);
-                slot.sent.store(s.gen, Ordering::Relaxed);
+                // Claimed for this session before the id is published, so
+                // no other thread sends it too; left unclaimed while the
+                // session is holding names back, for a later launch to send.
+                let send = name.filter(|_| !names_backing_off(s));
+                let claim = if name.is_some() && send.is_none() {
+                    0
+                } else {
+                    s.gen
+                };
+                slot.sent.store(claim, Ordering::Relaxed);
                 slot.id.store(id, Ordering::Release);
-                if let Some(name) = name {
-                    send_name(s, key, id, name);
+                if let Some(name) = send {
+                    send_claimed(s, slot, key, id, name);
                 }
                 return id;
             }
@@ -475,6 +538,107 @@ mod tests {
         }
         assert!(seen.len() > 900, "{} distinct homes", seen.len());
         assert!(seen.iter().all(|&h| h < CAPACITY));
+    }
+
+    /// A non-blocking datagram pair, as the shim's coordinator socket is.
+    fn pair() -> (i32, std::os::fd::OwnedFd) {
+        use std::os::fd::FromRawFd;
+        let mut sv = [0; 2];
+        // SAFETY: `sv` is a valid out-array of two ints.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: a fresh descriptor from socketpair, owned by us alone.
+        (sv[0], unsafe { std::os::fd::OwnedFd::from_raw_fd(sv[1]) })
+    }
+
+    /// The messages waiting on `peer`: the FuncNames' ids and names, and how
+    /// many others.
+    fn received(peer: &std::os::fd::OwnedFd) -> (Vec<(u64, Vec<u8>)>, usize) {
+        use std::os::fd::AsFd;
+        let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
+        let (mut names, mut others) = (Vec::new(), 0);
+        while let Ok(r) = wire::recv(peer.as_fd(), &mut buf) {
+            match Message::decode(&buf[..r.len]) {
+                Ok(Message::FuncName(f)) => names.push((f.func_id, f.name.to_vec())),
+                _ => others += 1,
+            }
+        }
+        (names, others)
+    }
+
+    const KEY: usize = 0x7f00_1234_5670;
+
+    fn gemm(_: usize) -> Option<&'static [u8]> {
+        Some(b"gemm")
+    }
+
+    fn slot(id: u64) -> Slot {
+        Slot {
+            key: AtomicUsize::new(KEY),
+            id: AtomicU64::new(id),
+            sent: AtomicU32::new(0),
+            cluster: AtomicU8::new(CLUSTER_UNKNOWN),
+            footprint: AtomicU64::new(FOOTPRINT_UNKNOWN),
+        }
+    }
+
+    #[test]
+    fn a_func_name_the_socket_could_not_take_goes_out_on_a_later_launch() {
+        let (sock, peer) = pair();
+        let (s, _ring) = super::super::session::tests::session_on(sock);
+        let mut filler = 0;
+        while s.send(&[0u8; 256]) {
+            filler += 1;
+        }
+        assert!(filler > 0, "the socket took something before it was full");
+        let id = id_of_name(b"gemm");
+        let slot = slot(id);
+
+        assert_eq!(resend(&s, &slot, KEY, gemm), id);
+        assert_eq!(
+            slot.sent.load(Ordering::Relaxed),
+            0,
+            "a send that failed gives its claim back"
+        );
+        assert!(names_backing_off(&s));
+        assert_eq!(received(&peer), (vec![], filler), "only the filler arrived");
+
+        // The coordinator reads again, but the session is still holding back.
+        assert_eq!(resend(&s, &slot, KEY, gemm), id);
+        assert_eq!(received(&peer), (vec![], 0));
+        assert_eq!(slot.sent.load(Ordering::Relaxed), 0);
+
+        // Past the back-off, the next launch sends it, once.
+        s.names_retry_ns.store(1, Ordering::Relaxed);
+        assert_eq!(resend(&s, &slot, KEY, gemm), id);
+        assert_eq!(received(&peer), (vec![(id, b"gemm".to_vec())], 0));
+        assert_eq!(slot.sent.load(Ordering::Relaxed), s.gen);
+        assert!(!names_backing_off(&s));
+        assert_eq!(s.names_retry_ns.load(Ordering::Relaxed), 0);
+        assert_eq!(resend(&s, &slot, KEY, gemm), id);
+        assert_eq!(received(&peer), (vec![], 0), "sent once per session");
+    }
+
+    #[test]
+    fn an_unnamed_function_is_claimed_at_once_even_while_names_are_held_back() {
+        let (sock, peer) = pair();
+        let (s, _ring) = super::super::session::tests::session_on(sock);
+        s.names_retry_ns.store(u64::MAX, Ordering::Relaxed);
+        let slot = slot(unnamed(KEY));
+        assert_eq!(resend(&s, &slot, KEY, gemm), unnamed(KEY));
+        assert_eq!(
+            slot.sent.load(Ordering::Relaxed),
+            s.gen,
+            "its later launches take the fast path"
+        );
+        assert_eq!(received(&peer), (vec![], 0), "an unnamed id sends nothing");
     }
 
     #[test]

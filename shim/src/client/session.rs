@@ -67,6 +67,9 @@ pub struct Session {
     pub(crate) gen: u32,
     /// Whether the Device message went out (or was attempted) on this session.
     pub(crate) device_sent: AtomicBool,
+    /// When a FuncName may next be tried after one could not be sent
+    /// (monotonic ns; 0 = no failed send pending): `super::funcs`.
+    pub(crate) names_retry_ns: AtomicU64,
     /// Gate waits give up when the heartbeat stands still this long.
     pub(super) stale_after: Duration,
     /// The heartbeat last seen by a gate wait, and when (monotonic ns): a
@@ -112,6 +115,7 @@ impl Session {
             local: super::local::Local::new(estimates),
             gen,
             device_sent: AtomicBool::new(false),
+            names_retry_ns: AtomicU64::new(0),
             stale_after: Duration::from_millis(u64::from(heartbeat_ms).saturating_mul(4)),
             last_beat: AtomicU64::new(control.heartbeat()),
             beat_seen_ns: AtomicU64::new(tandem_proto::monotonic_ns()),
@@ -269,11 +273,16 @@ impl Session {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tandem_proto::{ring, Consumer, EventKind, Mapping, Producer, RingLayout};
 
     fn session() -> (Session, Consumer<'static>) {
+        session_on(-1)
+    }
+
+    /// A session over a fresh ring, sending on `sock` (-1: no socket).
+    pub(crate) fn session_on(sock: i32) -> (Session, Consumer<'static>) {
         let layout = RingLayout::new(16).unwrap();
         let map: &'static Mapping = Box::leak(Box::new(
             Mapping::anonymous_shared(layout.region_len()).unwrap(),
@@ -287,7 +296,7 @@ mod tests {
             control,
             estimates,
             (map.as_ptr() as usize, map.len()),
-            -1,
+            sock,
             9,
             1,
             100,
