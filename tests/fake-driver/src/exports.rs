@@ -81,6 +81,9 @@ driver_api! {
     cuFuncGetAttribute["cuFuncGetAttribute", 2020, legacy, init](
         pi: *mut c_int, attrib: c_int, func: Handle,
     ) => kernels::func_get_attribute(pi, attrib, func);
+    cuFuncSetAttribute["cuFuncSetAttribute", 9000, legacy, init](
+        func: Handle, attrib: c_int, value: c_int,
+    ) => kernels::func_set_attribute(func, attrib, value);
 
     // ---- launches -----------------------------------------------------------------------------
     cuLaunchKernel["cuLaunchKernel", 4000, legacy, init](

@@ -165,12 +165,15 @@ pub unsafe fn add_kernel_node(
     if !p.ctx.is_null() {
         st.contexts.check(key(p.ctx))?;
     }
-    let (op, duration_ns) = st.modules.function(p.func)?;
-    check_dims(&Dims {
-        grid: [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
-        block: [p.block_dim_x, p.block_dim_y, p.block_dim_z],
-        shared: p.shared_mem_bytes,
-    })?;
+    let (op, duration_ns, max_dynamic) = st.modules.function(p.func)?;
+    check_dims(
+        &Dims {
+            grid: [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
+            block: [p.block_dim_x, p.block_dim_y, p.block_dim_z],
+            shared: p.shared_mem_bytes,
+        },
+        max_dynamic,
+    )?;
     // SAFETY: forwarded caller contract. The values are copied now.
     let args = unsafe { decode_args(op, p.kernel_params, p.extra) }?;
     let n = st.new_handle();

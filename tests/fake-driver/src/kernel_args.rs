@@ -7,10 +7,15 @@ use crate::state::modules::{Dims, KernelArgs, Op};
 use crate::types::*;
 
 /// Dynamic shared memory a function may use without opting in (48 KiB).
-const MAX_DYNAMIC_SHARED: c_uint = 48 * 1024;
+pub(crate) const MAX_DYNAMIC_SHARED: c_uint = 48 * 1024;
+/// Shared memory a block may use once its function opted in
+/// (`MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, the fake device's attribute 97).
+pub(crate) const MAX_SHARED_OPTIN: c_uint = 232_448;
 
-/// Validates launch dimensions against the fake device's limits (H100-like).
-pub fn check_dims(d: &Dims) -> CuResult<()> {
+/// Validates launch dimensions against the fake device's limits (H100-like),
+/// and its dynamic shared memory against what the function may use
+/// (`max_dynamic`: 48 KiB unless it opted in with `cuFuncSetAttribute`).
+pub fn check_dims(d: &Dims, max_dynamic: c_uint) -> CuResult<()> {
     let [gx, gy, gz] = d.grid;
     let [bx, by, bz] = d.block;
     let grid_ok = (1..=i32::MAX as u32).contains(&gx)
@@ -20,7 +25,7 @@ pub fn check_dims(d: &Dims) -> CuResult<()> {
         && (1..=1024).contains(&by)
         && (1..=64).contains(&bz)
         && u64::from(bx) * u64::from(by) * u64::from(bz) <= 1024;
-    if grid_ok && block_ok && d.shared <= MAX_DYNAMIC_SHARED {
+    if grid_ok && block_ok && d.shared <= max_dynamic {
         Ok(())
     } else {
         Err(CUDA_ERROR_INVALID_VALUE)

@@ -19,7 +19,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use crate::execute::execute;
-use crate::kernel_args::{check_dims, decode_args};
+use crate::kernel_args::{check_dims, decode_args, MAX_DYNAMIC_SHARED, MAX_SHARED_OPTIN};
 use crate::state::lock;
 use crate::state::modules::{parse_image, Dims, Function, Work};
 use crate::types::*;
@@ -51,6 +51,7 @@ pub unsafe fn module_load_data(out: *mut Handle, image: *const c_void) -> CuResu
                 regs: d.regs,
                 smem: d.smem,
                 cluster: d.cluster,
+                max_dynamic_smem: MAX_DYNAMIC_SHARED,
             },
         );
         funcs.push((d.name, f));
@@ -145,6 +146,27 @@ pub unsafe fn func_get_attribute(out: *mut c_int, attrib: c_int, f: Handle) -> C
     unsafe { write_out(out, c_int::try_from(v).unwrap_or(c_int::MAX)) }
 }
 
+/// `cuFuncSetAttribute`: the dynamic shared memory its launches may ask for
+/// (8, `MAX_DYNAMIC_SHARED_SIZE_BYTES`: up to the opt-in limit less its static
+/// shared memory) and the preferred carveout (9: -1 to 100, accepted and
+/// ignored); any other attribute, or a value out of range, is refused.
+pub fn func_set_attribute(f: Handle, attrib: c_int, value: c_int) -> CuResult<()> {
+    let mut st = lock();
+    let func = st
+        .modules
+        .functions
+        .get_mut(&key(f))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    match (attrib, u32::try_from(value)) {
+        (8, Ok(v)) if v <= MAX_SHARED_OPTIN.saturating_sub(func.smem) => {
+            func.max_dynamic_smem = v;
+            Ok(())
+        }
+        (9, _) if (-1..=100).contains(&value) => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
 /// `cuLaunchKernel` / `cuLaunchCooperativeKernel` (`extra` NULL) and their `_ptsz` forms.
 ///
 /// # Safety
@@ -162,8 +184,8 @@ pub unsafe fn launch(
     let sms = crate::callbacks::before_launch()?;
     let mut st = lock();
     st.require_ctx()?;
-    let (op, duration_ns) = st.modules.function(f)?;
-    check_dims(&dims)?;
+    let (op, duration_ns, max_dynamic) = st.modules.function(f)?;
+    check_dims(&dims, max_dynamic)?;
     // SAFETY: forwarded caller contract.
     let args = unsafe { decode_args(op, params, extra) }?;
     let s = st.streams.resolve(stream, per_thread_default)?;
@@ -291,6 +313,60 @@ mod tests {
         ok(unsafe { cuModuleUnload(m) });
         d.free(input);
         d.free(out);
+    }
+
+    #[test]
+    fn dynamic_shared_memory_over_48_kib_needs_the_functions_opt_in() {
+        let d = Driver::new();
+        let image = c"tandem-fake-module v1\nkernel big 0 noop smem=1024\n";
+        let (mut m, mut f): (Handle, Handle) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: valid out-pointers and NUL-terminated strings.
+        unsafe {
+            ok(cuModuleLoadData(&mut m, image.as_ptr().cast()));
+            ok(cuModuleGetFunction(&mut f, m, c"big".as_ptr()));
+        }
+        let launch = |shared: std::ffi::c_uint| {
+            // SAFETY: a noop kernel reads no parameters; the legacy stream.
+            unsafe {
+                cuLaunchKernel(
+                    f,
+                    1,
+                    1,
+                    1,
+                    1024,
+                    1,
+                    1,
+                    shared,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        };
+        // SAFETY: takes its arguments by value; the fake checks the handle.
+        let set = |f: Handle, attrib: c_int, value: c_int| unsafe {
+            cuFuncSetAttribute(f, attrib, value)
+        };
+        let half_an_sm = 117 * 1024;
+        assert_eq!(launch(half_an_sm), CUDA_ERROR_INVALID_VALUE, "not opted in");
+        ok(launch(48 * 1024));
+        ok(set(f, 8, half_an_sm as c_int));
+        ok(launch(half_an_sm));
+        assert_eq!(launch(half_an_sm + 1), CUDA_ERROR_INVALID_VALUE);
+        let limit = (MAX_SHARED_OPTIN - 1024) as c_int;
+        ok(set(f, 8, limit));
+        for (attrib, value) in [(8, limit + 1), (8, -1), (3, 0), (9, 101)] {
+            assert_eq!(
+                set(f, attrib, value),
+                CUDA_ERROR_INVALID_VALUE,
+                "attribute {attrib} = {value}"
+            );
+        }
+        ok(set(f, 9, 50));
+        assert_eq!(set(std::ptr::null_mut(), 8, 0), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(d.sticky(), None);
+        // SAFETY: a live module.
+        ok(unsafe { cuModuleUnload(m) });
     }
 
     #[test]
@@ -466,26 +542,38 @@ mod tests {
             block: [32, 1, 1],
             shared: 0,
         };
-        assert!(check_dims(&ok).is_ok());
-        assert!(check_dims(&Dims {
-            grid: [0, 1, 1],
-            ..ok
-        })
+        assert!(check_dims(&ok, MAX_DYNAMIC_SHARED).is_ok());
+        assert!(check_dims(
+            &Dims {
+                grid: [0, 1, 1],
+                ..ok
+            },
+            MAX_DYNAMIC_SHARED,
+        )
         .is_err());
-        assert!(check_dims(&Dims {
-            block: [1024, 2, 1],
-            ..ok
-        })
+        assert!(check_dims(
+            &Dims {
+                block: [1024, 2, 1],
+                ..ok
+            },
+            MAX_DYNAMIC_SHARED,
+        )
         .is_err());
-        assert!(check_dims(&Dims {
-            block: [1, 1, 65],
-            ..ok
-        })
+        assert!(check_dims(
+            &Dims {
+                block: [1, 1, 65],
+                ..ok
+            },
+            MAX_DYNAMIC_SHARED,
+        )
         .is_err());
-        assert!(check_dims(&Dims {
-            shared: 48 * 1024 + 1,
-            ..ok
-        })
+        assert!(check_dims(
+            &Dims {
+                shared: 48 * 1024 + 1,
+                ..ok
+            },
+            MAX_DYNAMIC_SHARED,
+        )
         .is_err());
     }
 

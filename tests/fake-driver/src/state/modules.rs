@@ -138,6 +138,9 @@ pub(crate) struct Function {
     pub(crate) regs: u32,
     pub(crate) smem: u32,
     pub(crate) cluster: u32,
+    /// The dynamic shared memory its launches may ask for
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+    pub(crate) max_dynamic_smem: u32,
 }
 
 pub struct Modules {
@@ -160,8 +163,9 @@ impl Modules {
     }
 
     /// The op and duration of a live function.
-    pub fn function(&self, f: Handle) -> CuResult<(Op, u64)> {
-        self.func(f).map(|f| (f.op, f.duration_ns))
+    pub fn function(&self, f: Handle) -> CuResult<(Op, u64, u32)> {
+        self.func(f)
+            .map(|f| (f.op, f.duration_ns, f.max_dynamic_smem))
     }
 }
 
