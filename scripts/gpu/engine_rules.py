@@ -39,6 +39,19 @@ what MPS + priority and an SM reservation cost and buy:
     both_low   1         1           50 us x 20 waves as equal
     resident   1         unset       2 ms x 1 wave    up to one block, 2 ms (row 2)
 
+* **Neighbours on SMs of their own (rows 7 and 15; issue 23's premise).**
+  An SM reservation helps inference only as far as a kernel on SMs of its
+  own keeps its speed beside training on the others. The model slows it
+  there only through DRAM (row 7: demands over the peak), and on the A100
+  through a global `interference` that SMs of its own do not escape (row
+  15). Measured here, in one context outside MPS: a `victim` on one eighth
+  of the SMs, beside an `aggressor` on all the others, each block asking
+  for half an SM's shared memory so that no SM holds blocks of both (the
+  blocks' `%smid` are checked). Each is the copy (memory) or `burn`
+  (fused multiply-adds only, no memory traffic); the victim's time beside
+  each aggressor over its time alone (the median of NEIGHBOUR_REPS) is the
+  finding. The model predicts 1.0 for `burn` beside anything on the H100,
+  and a copy slowed beside a copy only by DRAM's oversubscription.
 * **The launch floor (row 8).** The model adds `kernel_floor_ns` (2.5 us,
   assumed) to every kernel's time, also when kernels are queued back to
   back. Measured here, alone on the GPU in the bandwidth part's process: the
@@ -64,6 +77,7 @@ tests/fake-mps-control on PATH): its figures measure nothing about a GPU.
 
 import argparse
 import json
+import math
 import os
 import ctypes
 import random
@@ -117,7 +131,7 @@ LOOP:
 # hog kernel's, the long one's and the probe's durations, and the copy's.
 FAKE_IMAGE = (b"tandem-fake-module v1\nkernel spin_short 1000000 noop\n"
               b"kernel spin_long 2000000 noop\nkernel spin 20000 noop\n"
-              b"kernel stream 200000 noop\n")
+              b"kernel stream 200000 noop\nkernel burn 300000 noop\n")
 
 KERNELS = os.path.join(HERE, "kernels")
 STREAM_LL = os.path.join(KERNELS, "stream.ll")
@@ -130,6 +144,19 @@ STREAM_REPS = 3
 FLOOR_KERNELS = 1000
 FLOOR_BUSY_NS = 20_000
 FLOOR_HEAD_NS = 50_000_000
+# Neighbours: the victim's share of the SMs, its timed launches per cell,
+# the compute loop's iterations (four FMA chains per thread: about 1 ms on
+# an eighth of an H100 by its FP32 peak), and the most aggressor launches
+# queued ahead of one victim launch.
+VICTIM_SHARE = 8
+NEIGHBOUR_REPS = 5
+BURN_ITERS = 65536
+MAX_AGGRESSOR_LAUNCHES = 5000
+# cuda.h: CU_STREAM_NON_BLOCKING; CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+# CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR and _PER_BLOCK_OPTIN.
+STREAM_NON_BLOCKING = 1
+FUNC_MAX_DYNAMIC_SMEM = 8
+ATTR_SMEM_PER_SM, ATTR_SMEM_OPTIN = 81, 97
 
 
 # ------------------------------------------------------------------ clients
@@ -267,6 +294,200 @@ def client_bandwidth(drv, info, dry):
                        "floor": client_floor(drv, dry)})
 
 
+def exclusive_smem(per_sm, optin):
+    """Dynamic shared memory per block that keeps every other block off its
+    SM (two blocks, each with the 1 KiB the SM reserves per block, would
+    need more than the SM has), or None where a block may not ask that much."""
+    smem = per_sm // 2
+    return smem if 0 < smem <= optin and 2 * (smem + 1024) > per_sm else None
+
+
+def aggressor_launches(victim_ns, aggressor_ns):
+    """Aggressor launches to queue ahead of one victim launch: enough to
+    outlast it three times over, and at least two."""
+    if not aggressor_ns or aggressor_ns <= 0:
+        return 2
+    return max(2, min(MAX_AGGRESSOR_LAUNCHES, math.ceil(3 * victim_ns / aggressor_ns) + 2))
+
+
+class Neighbours:
+    """The copy and the compute loop on two non-blocking streams of one
+    context, each block holding an SM of its own."""
+
+    def __init__(self, drv, info, dry):
+        self.drv, self.sms = drv, info["sms"]
+        self.k = max(1, self.sms // VICTIM_SHARE)
+        dev = drv.dev
+        per_sm, optin = ctypes.c_int(), ctypes.c_int()
+        drv.call("cuDeviceGetAttribute", ctypes.byref(per_sm), ATTR_SMEM_PER_SM, dev)
+        drv.call("cuDeviceGetAttribute", ctypes.byref(optin), ATTR_SMEM_OPTIN, dev)
+        self.smem = exclusive_smem(per_sm.value, optin.value)
+        if dry:
+            image = FAKE_IMAGE
+        else:
+            with open(STREAM_PTX, "rb") as f:
+                image = f.read()
+        _, self.copy = drv.load_function(image, b"stream")
+        _, self.burn = drv.load_function(image, b"burn")
+        if self.smem:
+            for func in (self.copy, self.burn):
+                drv.call("cuFuncSetAttribute", func, FUNC_MAX_DYNAMIC_SMEM, self.smem)
+        self.streams = {}
+        for role in ("victim", "aggressor"):
+            st = ctypes.c_void_p()
+            drv.call("cuStreamCreate", ctypes.byref(st), STREAM_NON_BLOCKING)
+            self.streams[role] = st
+        self.bufs, self.args = [], {}
+        self.smids = {}
+        for role in ("victim", "aggressor"):
+            src, dst, smids, out = (self.alloc(n) for n in (
+                STREAM_BYTES, STREAM_BYTES, 4 * self.sms, 4 * THREADS * self.sms))
+            drv.call("cuMemsetD32_v2", src, ctypes.c_uint(7), ctypes.c_size_t(STREAM_BYTES // 4))
+            n = ctypes.c_uint64(STREAM_BYTES // 16)
+            iters = ctypes.c_uint64(BURN_ITERS)
+            keep = (src, dst, smids, out, n, iters)
+            self.args[role] = {
+                "copy": ((ctypes.c_void_p * 4)(*(ctypes.addressof(x) for x in (src, dst, n, smids))),
+                         keep),
+                "burn": ((ctypes.c_void_p * 3)(*(ctypes.addressof(x) for x in (iters, out, smids))),
+                         keep),
+            }
+            self.smids[role] = smids
+        self.events = [ctypes.c_void_p() for _ in range(2)]
+        for ev in self.events:
+            drv.call("cuEventCreate", ctypes.byref(ev), 0)
+
+    def alloc(self, size):
+        ptr = ctypes.c_uint64()
+        self.drv.call("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(size))
+        self.bufs.append(ptr)
+        return ptr
+
+    def launch(self, role, kind):
+        blocks = self.k if role == "victim" else self.sms - self.k
+        func = self.copy if kind == "copy" else self.burn
+        self.drv.call("cuLaunchKernel", func, blocks, 1, 1, THREADS, 1, 1, self.smem or 0,
+                      self.streams[role], self.args[role][kind][0], None)
+
+    def timed(self, role, kind):
+        """One launch on `role`'s stream, its GPU time in ns (events)."""
+        st = self.streams[role]
+        self.drv.call("cuEventRecord", self.events[0], st)
+        self.launch(role, kind)
+        self.drv.call("cuEventRecord", self.events[1], st)
+        self.drv.call("cuEventSynchronize", self.events[1])
+        ms = ctypes.c_float()
+        self.drv.call("cuEventElapsedTime", ctypes.byref(ms), self.events[0], self.events[1])
+        return ms.value * 1e6
+
+    def sms_of(self, role):
+        blocks = self.k if role == "victim" else self.sms - self.k
+        self.drv.call("cuCtxSynchronize")
+        host = (ctypes.c_uint32 * blocks)()
+        self.drv.call("cuMemcpyDtoH_v2", host, self.smids[role], ctypes.c_size_t(4 * blocks))
+        return {i for i in host if i != 0xFFFFFFFF}
+
+    def clear_smids(self):
+        for role in ("victim", "aggressor"):
+            self.drv.call("cuMemsetD32_v2", self.smids[role], ctypes.c_uint(0xFFFFFFFF),
+                          ctypes.c_size_t(self.sms))
+
+    def close(self):
+        self.drv.call("cuCtxSynchronize")
+        for ptr in self.bufs:
+            self.drv.call("cuMemFree_v2", ptr)
+        for ev in self.events:
+            destroy_event(self.drv, ev)
+        for st in self.streams.values():
+            self.drv.call("cuStreamDestroy_v2", st)
+
+
+def median(xs):
+    return bl.percentile(xs, 50) if xs else None
+
+
+def client_neighbours(drv, info, dry):
+    """Each victim kind alone, then beside each aggressor kind: the median
+    of NEIGHBOUR_REPS timed victim launches (after one untimed), each behind
+    enough aggressor launches to outlast it, and the SMs each side's last
+    launch ran on."""
+    nb = Neighbours(drv, info, dry)
+    kinds = ("copy", "burn")
+    cells = {}
+    try:
+        aggressor_ns = {}
+        for kind in kinds:
+            nb.timed("aggressor", kind)
+            aggressor_ns[kind] = round(min(nb.timed("aggressor", kind) for _ in range(2)))
+        for victim in kinds:
+            nb.timed("victim", victim)
+            alone = median([nb.timed("victim", victim) for _ in range(NEIGHBOUR_REPS)])
+            cell = cells[victim] = {"alone_ns": round(alone), "beside": {}}
+            for aggressor in kinds:
+                n = aggressor_launches(alone, aggressor_ns[aggressor])
+                times, shared, seen = [], set(), set()
+                for rep in range(NEIGHBOUR_REPS + 1):
+                    nb.clear_smids()
+                    for _ in range(n):
+                        nb.launch("aggressor", aggressor)
+                    ns = nb.timed("victim", victim)
+                    mine, theirs = nb.sms_of("victim"), nb.sms_of("aggressor")
+                    seen |= mine
+                    shared |= mine & theirs
+                    if rep:
+                        times.append(ns)
+                beside = median(times)
+                cell["beside"][aggressor] = {
+                    "ns": round(beside), "ratio": round(beside / alone, 3) if alone else None,
+                    "aggressor_launches": n, "victim_sms": len(seen),
+                    "shared_sms": len(shared)}
+    finally:
+        nb.close()
+    bl.emit("RESULT", {"sms": nb.sms, "victim_blocks": nb.k, "aggressor_blocks": nb.sms - nb.k,
+                       "smem_per_block": nb.smem, "exclusive": nb.smem is not None,
+                       "burn_iters": BURN_ITERS, "aggressor_ns": aggressor_ns,
+                       "cells": cells})
+
+
+def neighbours_findings(doc):
+    """The victim's slowdown beside each aggressor (`<victim>_beside_<aggressor>`),
+    and whether the two sides kept to SMs of their own (`disjoint`: blocks
+    exclusive and no SM on both sides in any launch checked; None where no
+    block recorded its SM, as on the fake driver)."""
+    cells = (doc or {}).get("cells") or {}
+    f, seen, shared = {}, 0, 0
+    for victim, cell in cells.items():
+        for aggressor, b in (cell.get("beside") or {}).items():
+            if b.get("ratio") is not None:
+                f[f"{victim}_beside_{aggressor}"] = b["ratio"]
+            seen += b.get("victim_sms") or 0
+            shared += b.get("shared_sms") or 0
+    if f:
+        f["disjoint"] = (None if not seen
+                         else bool(doc.get("exclusive")) and shared == 0)
+        f["victim_sms"] = doc.get("victim_blocks")
+        f["aggressor_sms"] = doc.get("aggressor_blocks")
+    return f
+
+
+def neighbours_headline(f):
+    if not f:
+        return []
+
+    def r(key):
+        return f"{f[key]:.2f}x" if key in f else "not measured"
+
+    line = (f"neighbours on SMs of their own ({f['victim_sms']} beside {f['aggressor_sms']}): "
+            f"a copy takes {r('copy_beside_copy')} its time alone beside a copy, "
+            f"{r('copy_beside_burn')} beside compute; compute {r('burn_beside_copy')} "
+            f"beside a copy, {r('burn_beside_burn')} beside compute")
+    if f["disjoint"] is None:
+        line += " (placement not recorded)"
+    elif not f["disjoint"]:
+        line += " (NOT disjoint: some SM held blocks of both sides)"
+    return [line]
+
+
 def burst_ns(drv, k, n, spin_ns):
     """GPU time of `n` one-block spin(`spin_ns`) kernels queued back to back
     on the legacy stream, between two events, behind a FLOOR_HEAD_NS kernel
@@ -365,6 +586,8 @@ def child_main(a):
             client_hog(drv, info, a.shape, a.dry_run)
         elif a.child == "bandwidth":
             client_bandwidth(drv, info, a.dry_run)
+        elif a.child == "neighbours":
+            client_neighbours(drv, info, a.dry_run)
         else:
             client_probe(drv, info, a.seconds, a.dry_run)
         return 0
@@ -467,13 +690,13 @@ def mps_summary(runs):
     return {"waits": w, "findings": f, "headline": head}
 
 
-def run_bandwidth(a):
-    """The bandwidth part in a process of its own, outside MPS:
-    {rungs} or {error}."""
-    child = bl.Child("bandwidth", child_argv(a) + ["--child", "bandwidth"], bl.clean_env(),
-                     os.path.join(a.out, "bandwidth.log"))
+def run_alone(a, part, timeout_s=60.0):
+    """A part that runs alone on the GPU (`bandwidth`, `neighbours`) in a
+    process of its own, outside MPS: its RESULT, or {error}."""
+    child = bl.Child(part, child_argv(a) + ["--child", part], bl.clean_env(),
+                     os.path.join(a.out, f"{part}.log"))
     try:
-        return child.wait_for("RESULT", 60.0)
+        return child.wait_for("RESULT", timeout_s)
     except bl.BenchError as e:
         return {"error": str(e)}
     finally:
@@ -504,7 +727,8 @@ def main(argv):
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--regenerate-ptx", action="store_true",
                     help=f"write {os.path.relpath(STREAM_PTX)} from stream.ll (needs llc)")
-    ap.add_argument("--child", choices=("hog", "probe", "bandwidth"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("hog", "probe", "bandwidth", "neighbours"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--shape", choices=sorted(SHAPES), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.regenerate_ptx:
@@ -526,9 +750,9 @@ def main(argv):
     bl.exit_on_signals()
     bl.claim_owner()
     path = os.path.join(a.out, "engine_rules.json")
-    doc = {"dry_run": a.dry_run, "bandwidth": {}, "mps": {}, "problems": []}
+    doc = {"dry_run": a.dry_run, "bandwidth": {}, "neighbours": {}, "mps": {}, "problems": []}
     # Bandwidth first, alone on the GPU, before an MPS daemon exists.
-    got = run_bandwidth(a)
+    got = run_alone(a, "bandwidth")
     if got.get("error"):
         doc["problems"].append(f"bandwidth: {got['error']}")
     floor = got.pop("floor", None)
@@ -545,10 +769,20 @@ def main(argv):
         summary = mps_summary(mps["runs"]) if mps["runs"] else {"headline": []}
         doc["headline"] = (bandwidth_headline(doc["bandwidth"].get("findings"))
                            + floor_headline(doc["launch_floor"]["findings"])
+                           + neighbours_headline(doc["neighbours"].get("findings"))
                            + summary.pop("headline"))
         mps.update(summary)
         bl.write_json(path, doc)
 
+    save()
+    # Then the neighbours, alone on the GPU too; a stage stopped here keeps
+    # the bandwidth part's findings, saved above.
+    got = run_alone(a, "neighbours")
+    if got.get("error"):
+        doc["problems"].append(f"neighbours: {got['error']}")
+    doc["neighbours"] = got
+    if "cells" in got:
+        got["findings"] = neighbours_findings(got)
     save()
     if not names:
         mps["skipped"] = "no configs asked"

@@ -573,6 +573,51 @@ class EngineRules(unittest.TestCase):
         self.assertEqual(self.mp.floor_findings(None), {})
         self.assertEqual(self.mp.floor_headline({}), [])
 
+    def test_half_an_sms_shared_memory_keeps_every_other_block_off_it(self):
+        # H100 (228 KiB an SM, 227 KiB a block opted in) and A100 (164, 163)
+        self.assertEqual(self.mp.exclusive_smem(233_472, 232_448), 116_736)
+        self.assertEqual(self.mp.exclusive_smem(167_936, 166_912), 83_968)
+        # a block may not ask for half the SM: no exclusivity to be had
+        self.assertIsNone(self.mp.exclusive_smem(233_472, 49_152))
+        self.assertIsNone(self.mp.exclusive_smem(0, 0))
+
+    def test_the_aggressor_outlasts_the_victim_three_times(self):
+        self.assertEqual(self.mp.aggressor_launches(1_000_000, 200_000), 17)
+        self.assertEqual(self.mp.aggressor_launches(100, 1_000_000), 3)
+        self.assertEqual(self.mp.aggressor_launches(1_000_000, 0), 2)
+        self.assertEqual(self.mp.aggressor_launches(1e12, 1),
+                         self.mp.MAX_AGGRESSOR_LAUNCHES)
+
+    def neighbours(self, shared=0, seen=16, exclusive=True):
+        def cell(ratios):
+            return {"alone_ns": 1000, "beside": {
+                a: {"ns": 1000 * r, "ratio": r, "aggressor_launches": 5,
+                    "victim_sms": seen, "shared_sms": shared} for a, r in ratios.items()}}
+        return {"victim_blocks": 16, "aggressor_blocks": 116, "exclusive": exclusive,
+                "cells": {"copy": cell({"copy": 1.42, "burn": 1.01}),
+                          "burn": cell({"copy": 1.0, "burn": 1.03})}}
+
+    def test_the_neighbours_slowdowns_and_whether_they_kept_apart(self):
+        f = self.mp.neighbours_findings(self.neighbours())
+        self.assertEqual(f, {"copy_beside_copy": 1.42, "copy_beside_burn": 1.01,
+                             "burn_beside_copy": 1.0, "burn_beside_burn": 1.03,
+                             "disjoint": True, "victim_sms": 16, "aggressor_sms": 116})
+        self.assertEqual(self.mp.neighbours_headline(f), [
+            "neighbours on SMs of their own (16 beside 116): a copy takes 1.42x its time "
+            "alone beside a copy, 1.01x beside compute; compute 1.00x beside a copy, "
+            "1.03x beside compute"])
+        # an SM both sides ran on, or blocks that could share one: not disjoint
+        for doc in (self.neighbours(shared=1), self.neighbours(exclusive=False)):
+            f = self.mp.neighbours_findings(doc)
+            self.assertIs(f["disjoint"], False)
+            self.assertIn("NOT disjoint", self.mp.neighbours_headline(f)[0])
+        # no block recorded its SM (the fake driver): unchecked, not disjoint
+        f = self.mp.neighbours_findings(self.neighbours(seen=0))
+        self.assertIsNone(f["disjoint"])
+        self.assertIn("placement not recorded", self.mp.neighbours_headline(f)[0])
+        self.assertEqual(self.mp.neighbours_findings({}), {})
+        self.assertEqual(self.mp.neighbours_headline({}), [])
+
     def test_the_ladder_runs_powers_of_two_half_whole_and_every_slot(self):
         self.assertEqual(self.mp.sm_ladder(132),
                          [1, 2, 4, 8, 16, 32, 64, 66, 128, 132, 264])

@@ -446,9 +446,17 @@ class DryRun(unittest.TestCase):
             self.assertEqual(set(rules["waits"]),
                              {"equal", "lowprio", "both_low", "tally", "resident"})
             self.assertIn("priority_2_reads_as", rules["mps"])
+            # the neighbours ran every victim beside every aggressor, on
+            # SMs the fake records no placement for
+            nb = rules["neighbours"]
+            self.assertEqual(set(nb) - {"disjoint", "victim_sms", "aggressor_sms"},
+                             {f"{v}_beside_{a}" for v in ("copy", "burn")
+                              for a in ("copy", "burn")})
+            self.assertIsNone(nb["disjoint"])
             self.assertIn("copy bandwidth: best", rules["headline"][0])
             self.assertIn("launch floor:", rules["headline"][1])
-            self.assertIn("probe wait p50/p99 us", rules["headline"][2])
+            self.assertIn("neighbours on SMs of their own", rules["headline"][2])
+            self.assertIn("probe wait p50/p99 us", rules["headline"][3])
             # part 4's co-location in issue 23's mode: tandemd accepted the
             # spatial config, both modes paired with the alone cell; the
             # fake workers make no CUDA call, so no shim reports the state
