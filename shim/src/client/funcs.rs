@@ -11,10 +11,11 @@
 //! is a few loads: the slot's key, id and the session generation its name was
 //! sent in. After a reconnect the generation differs, so each name is sent once
 //! more, to the new coordinator, on the function's next launch. A FuncName
-//! that cannot be sent (the coordinator's socket full or closed) is tried
-//! again on a later launch of its function, after [`NAME_RETRY_NS`]: without
-//! it tandemd would size no SM reservation from that function's launches for
-//! the rest of the session (their widths need its attributes).
+//! or Device message that cannot be sent (the coordinator's socket full or
+//! closed) is tried again on a later launch, after [`REPORT_RETRY_NS`]:
+//! without it tandemd would size no SM reservation from that function's
+//! launches for the rest of the session (their widths need its attributes),
+//! nor see a detected job's first backward kernel.
 
 use core::ffi::{c_char, c_int, CStr};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -30,10 +31,10 @@ const CAPACITY: usize = 8192;
 const MASK: usize = CAPACITY - 1;
 /// Slots probed from a function's home before it is treated as unnamed.
 const PROBES: usize = 64;
-/// How long a session sends no FuncName after one could not be sent: a
-/// coordinator that stopped reading then costs an unnamed function's launch
-/// a clock read, not a name lookup and a failed send each.
-const NAME_RETRY_NS: u64 = 1_000_000;
+/// How long a session sends no FuncName or Device message after one could
+/// not be sent: a coordinator that stopped reading then costs a launch that
+/// has one to send a clock read, not the driver calls and a failed send each.
+const REPORT_RETRY_NS: u64 = 1_000_000;
 
 #[repr(C, align(32))]
 struct Slot {
@@ -294,31 +295,40 @@ fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) -> bool {
     }
 }
 
-/// Whether `s` is holding FuncNames back after one could not be sent.
-fn names_backing_off(s: &Session) -> bool {
-    let until = s.names_retry_ns.load(Ordering::Relaxed);
+/// Whether `s` is holding its reports back after one could not be sent.
+fn reports_backing_off(s: &Session) -> bool {
+    let until = s.reports_retry_ns.load(Ordering::Relaxed);
     until != 0 && tandem_proto::monotonic_ns() < until
+}
+
+/// Notes whether a report went out: a failed one holds the session's
+/// reports back for [`REPORT_RETRY_NS`], a sent one ends that.
+fn report_sent(s: &Session, sent: bool) {
+    if sent {
+        if s.reports_retry_ns.load(Ordering::Relaxed) != 0 {
+            s.reports_retry_ns.store(0, Ordering::Relaxed);
+        }
+    } else {
+        s.reports_retry_ns.store(
+            tandem_proto::monotonic_ns().saturating_add(REPORT_RETRY_NS),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 /// Sends the FuncName of `slot` (the function `key`, a named `id`), whose
 /// `sent` this thread has claimed for `s`. A failed send gives the claim
 /// back, so a later launch of the function tries again, and holds the
-/// session's FuncNames back for [`NAME_RETRY_NS`].
+/// session's reports back for [`REPORT_RETRY_NS`].
 fn send_claimed(s: &Session, slot: &Slot, key: usize, id: u64, name: &[u8]) {
-    if send_name(s, key, id, name) {
-        if s.names_retry_ns.load(Ordering::Relaxed) != 0 {
-            s.names_retry_ns.store(0, Ordering::Relaxed);
-        }
-        return;
+    let sent = send_name(s, key, id, name);
+    if !sent {
+        // Only this session's claim is given back: a newer session's stays.
+        let _ = slot
+            .sent
+            .compare_exchange(s.gen, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
-    // Only this session's claim is given back: a newer session's stays.
-    let _ = slot
-        .sent
-        .compare_exchange(s.gen, 0, Ordering::Relaxed, Ordering::Relaxed);
-    s.names_retry_ns.store(
-        tandem_proto::monotonic_ns().saturating_add(NAME_RETRY_NS),
-        Ordering::Relaxed,
-    );
+    report_sent(s, sent);
 }
 
 #[cold]
@@ -341,7 +351,7 @@ fn resend(
     }
     let named = id & FUNC_ID_UNNAMED == 0;
     let sent = slot.sent.load(Ordering::Relaxed);
-    if sent == s.gen || (named && names_backing_off(s)) {
+    if sent == s.gen || (named && reports_backing_off(s)) {
         return id;
     }
     if slot
@@ -372,8 +382,8 @@ fn insert_cold(s: &Session, key: usize) -> u64 {
                 let id = name.map_or(unnamed(key), id_of_name);
                 // Claimed for this session before the id is published, so
                 // no other thread sends it too; left unclaimed while the
-                // session is holding names back, for a later launch to send.
-                let send = name.filter(|_| !names_backing_off(s));
+                // session is holding reports back, for a later launch to send.
+                let send = name.filter(|_| !reports_backing_off(s));
                 let claim = if name.is_some() && send.is_none() {
                     0
                 } else {
@@ -447,7 +457,7 @@ fn shape_of(dev: c_int) -> Option<wire::DeviceShape> {
 #[cold]
 #[inline(never)]
 pub fn send_device(s: &Session) {
-    if s.device_sent.swap(true, Ordering::Relaxed) {
+    if reports_backing_off(s) || s.device_sent.swap(true, Ordering::Relaxed) {
         return;
     }
     let Some(get_dev) = driver::support(Support::CtxGetDevice) else {
@@ -516,11 +526,14 @@ pub fn send_device(s: &Session) {
         + wire::DEVICE_SHAPE_LEN];
     match msg.encode(&mut buf) {
         Ok(n) => {
-            if !s.send(&buf[..n]) {
-                // A full socket now may drain later: try again next time.
+            let sent = s.send(&buf[..n]);
+            if !sent {
+                // A full socket now may drain later: try again, after the
+                // back-off, on a later launch.
                 s.device_sent.store(false, Ordering::Relaxed);
                 crate::log!(Debug, "Device message not sent (socket closed or full)");
             }
+            report_sent(s, sent);
         }
         Err(e) => crate::log!(Debug, "Device message not encoded: {e}"),
     }
@@ -607,7 +620,7 @@ mod tests {
             0,
             "a send that failed gives its claim back"
         );
-        assert!(names_backing_off(&s));
+        assert!(reports_backing_off(&s));
         assert_eq!(received(&peer), (vec![], filler), "only the filler arrived");
 
         // The coordinator reads again, but the session is still holding back.
@@ -616,21 +629,21 @@ mod tests {
         assert_eq!(slot.sent.load(Ordering::Relaxed), 0);
 
         // Past the back-off, the next launch sends it, once.
-        s.names_retry_ns.store(1, Ordering::Relaxed);
+        s.reports_retry_ns.store(1, Ordering::Relaxed);
         assert_eq!(resend(&s, &slot, KEY, gemm), id);
         assert_eq!(received(&peer), (vec![(id, b"gemm".to_vec())], 0));
         assert_eq!(slot.sent.load(Ordering::Relaxed), s.gen);
-        assert!(!names_backing_off(&s));
-        assert_eq!(s.names_retry_ns.load(Ordering::Relaxed), 0);
+        assert!(!reports_backing_off(&s));
+        assert_eq!(s.reports_retry_ns.load(Ordering::Relaxed), 0);
         assert_eq!(resend(&s, &slot, KEY, gemm), id);
         assert_eq!(received(&peer), (vec![], 0), "sent once per session");
     }
 
     #[test]
-    fn an_unnamed_function_is_claimed_at_once_even_while_names_are_held_back() {
+    fn an_unnamed_function_is_claimed_at_once_even_while_reports_are_held_back() {
         let (sock, peer) = pair();
         let (s, _ring) = super::super::session::tests::session_on(sock);
-        s.names_retry_ns.store(u64::MAX, Ordering::Relaxed);
+        s.reports_retry_ns.store(u64::MAX, Ordering::Relaxed);
         let slot = slot(unnamed(KEY));
         assert_eq!(resend(&s, &slot, KEY, gemm), unnamed(KEY));
         assert_eq!(
@@ -639,6 +652,23 @@ mod tests {
             "its later launches take the fast path"
         );
         assert_eq!(received(&peer), (vec![], 0), "an unnamed id sends nothing");
+    }
+
+    #[test]
+    fn the_device_message_waits_out_the_same_back_off() {
+        let (s, _ring) = super::super::session::tests::session_on(-1);
+        s.reports_retry_ns.store(u64::MAX, Ordering::Relaxed);
+        send_device(&s);
+        assert!(
+            !s.device_sent.load(Ordering::Relaxed),
+            "held back: not claimed, so a later launch tries"
+        );
+        s.reports_retry_ns.store(1, Ordering::Relaxed);
+        send_device(&s);
+        assert!(
+            s.device_sent.load(Ordering::Relaxed),
+            "tried once the back-off passed"
+        );
     }
 
     #[test]

@@ -67,9 +67,10 @@ pub struct Session {
     pub(crate) gen: u32,
     /// Whether the Device message went out (or was attempted) on this session.
     pub(crate) device_sent: AtomicBool,
-    /// When a FuncName may next be tried after one could not be sent
-    /// (monotonic ns; 0 = no failed send pending): `super::funcs`.
-    pub(crate) names_retry_ns: AtomicU64,
+    /// When a report (a FuncName, the Device message) may next be tried
+    /// after one could not be sent (monotonic ns; 0 = no failed send
+    /// pending): `super::funcs`.
+    pub(crate) reports_retry_ns: AtomicU64,
     /// Gate waits give up when the heartbeat stands still this long.
     pub(super) stale_after: Duration,
     /// The heartbeat last seen by a gate wait, and when (monotonic ns): a
@@ -115,7 +116,7 @@ impl Session {
             local: super::local::Local::new(estimates),
             gen,
             device_sent: AtomicBool::new(false),
-            names_retry_ns: AtomicU64::new(0),
+            reports_retry_ns: AtomicU64::new(0),
             stale_after: Duration::from_millis(u64::from(heartbeat_ms).saturating_mul(4)),
             last_beat: AtomicU64::new(control.heartbeat()),
             beat_seen_ns: AtomicU64::new(tandem_proto::monotonic_ns()),
