@@ -4,7 +4,9 @@
 //! traces (`tests/traces/`), and the share of SMs that saturate DRAM
 //! `scripts/gpu/engine_rules.py` measures (prove's `engine_rules` stage,
 //! part 4), committed as `engine_rules.json` there ([`ENGINE_FILE`]), with
-//! the GPU time of an empty kernel queued back to back (the launch floor).
+//! the GPU time of an empty kernel queued back to back (the launch floor)
+//! and the interference a compute kernel on SMs of its own meets beside
+//! another on the rest (the neighbours part).
 //! `tandem-sim` applies them before any `--set`, and the matrix's report
 //! says which parameters came from a GPU.
 //!
@@ -33,6 +35,8 @@ pub const ENGINE_FILE: &str = "engine_rules.json";
 const SATURATING_RANGE: (f64, f64) = (0.02, 1.0);
 /// Plausible GPU times of an empty kernel queued back to back.
 const FLOOR_RANGE_NS: (f64, f64) = (100.0, 50_000.0);
+/// Plausible slowdowns of a kernel beside another on other SMs.
+const NEIGHBOUR_RANGE: (f64, f64) = (0.5, 5.0);
 
 /// Applies `dir/timeslice.json` and `dir/engine_rules.json` to `params`.
 /// Returns what it changed, one phrase per parameter (empty: no file, a
@@ -65,9 +69,11 @@ pub fn apply(params: &mut Params, dir: &Path) -> Result<Vec<String>, String> {
 /// `bandwidth.findings.share_of_sms_for_90pct` (the fewest SMs that pulled
 /// 90% of its best bandwidth, over the GPU's) becomes
 /// `dram_saturating_share`, and `launch_floor.findings.empty_back_to_back_ns`
-/// (an empty kernel's GPU time queued back to back) `kernel_floor_ns`. A
-/// part that did not run (or, for the floor, was host-bound) leaves its
-/// value.
+/// (an empty kernel's GPU time queued back to back) `kernel_floor_ns`, and
+/// the neighbours' compute loop on SMs of its own, slowed beside a copy or
+/// a compute loop on the others, `interference` ([`neighbour_interference`]).
+/// A part that did not run (or, for the floor, was host-bound; for the
+/// neighbours, could not show the two sides kept apart) leaves its value.
 ///
 /// # Errors
 /// Not a JSON object, a dry run's file (the fake driver's figures measure
@@ -94,7 +100,14 @@ pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<St
         |x| (FLOOR_RANGE_NS.0..=FLOOR_RANGE_NS.1).contains(&x),
         "100-50000 ns",
     )?;
+    let interference = neighbour_interference(&v["neighbours"]["findings"])?;
     let mut applied = Vec::new();
+    if let Some((x, worst)) = interference {
+        params.gpu.interference = x;
+        applied.push(format!(
+            "interference {x:.3} (compute on SMs of its own, {worst:.2}x beside the rest)"
+        ));
+    }
     if let Some(x) = share {
         params.gpu.dram_saturating_share = x;
         applied.push(format!("DRAM saturated by {:.0}% of the SMs", x * 100.0));
@@ -104,6 +117,52 @@ pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<St
         applied.push(format!("launch floor {:.2} us", ns / 1e3));
     }
     Ok(applied)
+}
+
+/// The engine's `interference` from the neighbours' findings, with the
+/// slowdown it comes from. The engine slows a block dispatched beside other
+/// clients by `1 + interference x (their share of the SMs)` wherever it
+/// lands (docs/MODEL.md row 15); the neighbours measure that where it is
+/// purest: the compute loop, which pulls no DRAM (row 7 has no part in it),
+/// on SMs no other block shares (no co-residence), beside the aggressor's
+/// share of the SMs. The worse of its two slowdowns (beside a copy, beside
+/// compute) gives it, at least 0. `None` without the findings, or unless
+/// they show the two sides kept to SMs of their own (`disjoint`).
+///
+/// # Errors
+/// A slowdown or an SM count that is not a number or is implausible.
+fn neighbour_interference(f: &Value) -> Result<Option<(f64, f64)>, String> {
+    if f.is_null() || f["disjoint"].as_bool() != Some(true) {
+        return Ok(None);
+    }
+    let mut worst: Option<f64> = None;
+    for key in ["burn_beside_copy", "burn_beside_burn"] {
+        let r = figure(
+            &f[key],
+            &format!("neighbours.findings.{key}"),
+            |x| (NEIGHBOUR_RANGE.0..=NEIGHBOUR_RANGE.1).contains(&x),
+            "0.5-5",
+        )?;
+        worst = match (worst, r) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let Some(worst) = worst else {
+        return Ok(None);
+    };
+    let sms = |key: &str| {
+        figure(
+            &f[key],
+            &format!("neighbours.findings.{key}"),
+            |x| x >= 1.0,
+            "1 or more",
+        )?
+        .ok_or(format!("neighbours.findings.{key} is missing"))
+    };
+    let (victim, aggressor) = (sms("victim_sms")?, sms("aggressor_sms")?);
+    let share = aggressor / (victim + aggressor);
+    Ok(Some((((worst - 1.0) / share).max(0.0), worst)))
 }
 
 /// A measured figure at `v`: `None` when absent, else a number `plausible`
@@ -280,6 +339,69 @@ mod tests {
             "launch_floor": {"findings": {"empty_back_to_back_ns": 20}}}"#;
         assert!(apply_engine_rules_json(&mut p, broken).is_err());
         assert_eq!(p, fitted, "nothing applied on an error");
+    }
+
+    /// An engine-rules file with the neighbours' findings `f` (JSON).
+    fn with_neighbours(f: &str) -> String {
+        format!(r#"{{"dry_run": false, "neighbours": {{"findings": {f}}}}}"#)
+    }
+
+    #[test]
+    fn compute_slowed_on_sms_of_its_own_becomes_the_engines_interference() {
+        let mut p = Params::calibrated();
+        let text = with_neighbours(
+            r#"{"copy_beside_copy": 1.6, "copy_beside_burn": 1.0, "burn_beside_copy": 1.07,
+                "burn_beside_burn": 1.035, "disjoint": true, "victim_sms": 16,
+                "aggressor_sms": 112}"#,
+        );
+        let got = apply_engine_rules_json(&mut p, &text).unwrap();
+        // The worse slowdown, 1.07x, beside 112 of 128 SMs: 0.07 / 0.875.
+        assert_eq!(
+            got,
+            vec!["interference 0.080 (compute on SMs of its own, 1.07x beside the rest)"]
+        );
+        assert!(
+            (p.gpu.interference - 0.08).abs() < 1e-12,
+            "{}",
+            p.gpu.interference
+        );
+        let mut q = Params::calibrated();
+        q.gpu.interference = p.gpu.interference;
+        assert_eq!(p, q, "nothing else moves: the copy's slowdown is row 7's");
+        // Faster beside the rest (noise): no interference, not a negative one.
+        let mut p = Params::calibrated();
+        p.gpu.interference = 0.5;
+        let faster = with_neighbours(
+            r#"{"burn_beside_copy": 0.98, "burn_beside_burn": 0.99, "disjoint": true,
+                "victim_sms": 16, "aggressor_sms": 112}"#,
+        );
+        apply_engine_rules_json(&mut p, &faster).unwrap();
+        assert_eq!(p.gpu.interference, 0.0);
+    }
+
+    #[test]
+    fn neighbours_that_shared_sms_or_are_implausible_change_nothing() {
+        let fitted = Params::calibrated();
+        let mut p = fitted.clone();
+        for disjoint in ["false", "null"] {
+            let text = with_neighbours(&format!(
+                r#"{{"burn_beside_copy": 1.5, "disjoint": {disjoint}, "victim_sms": 16,
+                    "aggressor_sms": 112}}"#
+            ));
+            assert!(apply_engine_rules_json(&mut p, &text).unwrap().is_empty());
+        }
+        for f in [
+            r#"{"burn_beside_copy": 9.0, "disjoint": true, "victim_sms": 16, "aggressor_sms": 112}"#,
+            r#"{"burn_beside_copy": "x", "disjoint": true, "victim_sms": 16, "aggressor_sms": 112}"#,
+            r#"{"burn_beside_copy": 1.1, "disjoint": true, "victim_sms": 0, "aggressor_sms": 112}"#,
+            r#"{"burn_beside_copy": 1.1, "disjoint": true, "aggressor_sms": 112}"#,
+        ] {
+            assert!(
+                apply_engine_rules_json(&mut p, &with_neighbours(f)).is_err(),
+                "{f}"
+            );
+        }
+        assert_eq!(p, fitted, "nothing applied");
     }
 
     #[test]
