@@ -4,6 +4,7 @@
  *
  *   launcher [--path linked|linked-ptds|dlopen|gpa] [--rate HZ] [--count N]
  *            [--seconds S] [--until-stdin] [--hold] [--alloc-every K]
+ *            [--kernels K]
  *
  * The driver is resolved the way --path says (default linked), then the host
  * launches `noop` with cuLaunchKernel (cuLaunchKernel_ptsz for linked-ptds)
@@ -14,10 +15,15 @@
  * before exiting, so a test can read the coordinator's view of this
  * still-connected client. With --alloc-every K, every K-th launch is followed
  * by a cuMemAlloc_v2 of 4 KiB and its cuMemFree_v2 (two more ring records).
+ * With --kernels K (2 to 4096) the module holds K noop kernels, k0 to k<K-1>,
+ * and launch n runs k<min(n, K-1)>: K-1 kernels once each, then the last one
+ * for every launch after (each new kernel is a FuncName the shim sends).
  *
  * Output (stdout, flushed line by line):
  *   READY pid=<pid> path=<path> shim=<0|1> client_id=<id|->
  *       after the driver is initialised, before the first launch
+ *   DISTINCT kernels=<K>
+ *       (--kernels) after the launch of the last kernel's first run
  *   IDCHANGE from=<id> to=<id> launched=<n> t=<s>
  *       tandem_client_id() changed; checked before every launch, so every
  *       launch after this line (launches n+1, n+2, ...) ran with id `to`;
@@ -54,6 +60,10 @@ typedef uint64_t (*u64_fn)(void);
 
 static const char k_module[] = "tandem-fake-module v1\n"
                                "kernel noop 0 noop\n";
+#define MAX_KERNELS 4096
+/* --kernels: the module's image (k0 .. k<K-1>) and their handles. */
+static char g_many[32 + MAX_KERNELS * 32];
+static CUfunction g_funcs[MAX_KERNELS];
 
 static volatile int g_stop;     /* a line or EOF on stdin (atomic accesses) */
 static volatile int g_stdin_eof; /* EOF on stdin */
@@ -99,7 +109,8 @@ static void print_opt(const char *key, u64_fn f)
 static int usage(void)
 {
     fprintf(stderr, "usage: launcher [--path linked|linked-ptds|dlopen|gpa] [--rate HZ] "
-                    "[--count N] [--seconds S] [--until-stdin] [--hold] [--alloc-every K]\n");
+                    "[--count N] [--seconds S] [--until-stdin] [--hold] [--alloc-every K] "
+                    "[--kernels K]\n");
     return WL_EXIT_USAGE;
 }
 
@@ -117,7 +128,7 @@ int main(int argc, char **argv)
 {
     const char *path = "linked";
     double rate = 0, seconds = 0;
-    uint64_t count = 0, alloc_every = 0;
+    uint64_t count = 0, alloc_every = 0, kernels = 1;
     int until_stdin = 0, hold = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -138,6 +149,9 @@ int main(int argc, char **argv)
         } else if (v && strcmp(a, "--alloc-every") == 0) {
             alloc_every = strtoull(v, NULL, 10);
             i++;
+        } else if (v && strcmp(a, "--kernels") == 0) {
+            kernels = strtoull(v, NULL, 10);
+            i++;
         } else if (v && strcmp(a, "--seconds") == 0) {
             seconds = atof(v);
             i++;
@@ -145,7 +159,8 @@ int main(int argc, char **argv)
             return usage();
         }
     }
-    if (rate < 0 || seconds < 0 || (!count && !seconds && !until_stdin))
+    if (rate < 0 || seconds < 0 || (!count && !seconds && !until_stdin) || kernels < 1 ||
+        kernels > MAX_KERNELS)
         return usage();
 
     struct drv d;
@@ -184,8 +199,22 @@ int main(int argc, char **argv)
     CK(((PFN_cuDeviceGet)d.fn[SLOT_cuDeviceGet])(&dev, 0));
     CK(((PFN_cuDevicePrimaryCtxRetain)d.fn[SLOT_cuDevicePrimaryCtxRetain])(&ctx, dev));
     CK(((PFN_cuCtxSetCurrent)d.fn[SLOT_cuCtxSetCurrent])(ctx));
-    CK(((PFN_cuModuleLoadData)d.fn[SLOT_cuModuleLoadData])(&mod, k_module));
-    CK(((PFN_cuModuleGetFunction)d.fn[SLOT_cuModuleGetFunction])(&noop, mod, "noop"));
+    if (kernels == 1) {
+        CK(((PFN_cuModuleLoadData)d.fn[SLOT_cuModuleLoadData])(&mod, k_module));
+        CK(((PFN_cuModuleGetFunction)d.fn[SLOT_cuModuleGetFunction])(&noop, mod, "noop"));
+        g_funcs[0] = noop;
+    } else {
+        size_t at = (size_t)snprintf(g_many, sizeof(g_many), "tandem-fake-module v1\n");
+        for (uint64_t k = 0; k < kernels; k++)
+            at += (size_t)snprintf(g_many + at, sizeof(g_many) - at, "kernel k%" PRIu64 " 0 noop\n",
+                                   k);
+        CK(((PFN_cuModuleLoadData)d.fn[SLOT_cuModuleLoadData])(&mod, g_many));
+        for (uint64_t k = 0; k < kernels; k++) {
+            char name[32];
+            snprintf(name, sizeof(name), "k%" PRIu64, k);
+            CK(((PFN_cuModuleGetFunction)d.fn[SLOT_cuModuleGetFunction])(&g_funcs[k], mod, name));
+        }
+    }
     CK(((PFN_cuStreamCreate)d.fn[SLOT_cuStreamCreate])(&stream, CU_STREAM_DEFAULT));
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)d.fn[SLOT_cuLaunchKernel];
     PFN_cuMemAlloc mem_alloc = (PFN_cuMemAlloc)d.fn[SLOT_cuMemAlloc];
@@ -243,8 +272,13 @@ int main(int argc, char **argv)
                 exact = 1;
             }
         }
-        CK(launch(noop, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+        CUfunction f = g_funcs[launched < kernels - 1 ? launched : kernels - 1];
+        CK(launch(f, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
         launched++;
+        if (kernels > 1 && launched == kernels) {
+            printf("DISTINCT kernels=%" PRIu64 "\n", kernels);
+            fflush(stdout);
+        }
         if (alloc_every && launched % alloc_every == 0) {
             CUdeviceptr p;
             CK(mem_alloc(&p, 4096));

@@ -5,8 +5,8 @@
 use std::os::unix::process::CommandExt;
 
 use tandem_e2e::coord::{
-    client_by_pid, client_env, clients, host_command, kv, poll, ready_client_id, spawn_host, total,
-    FakeBehaviour, FakeCoordinator, Proc, Tandemd, TestDir, EXIT, SETTLE,
+    client_by_id, client_by_pid, client_env, clients, host_command, kv, poll, ready_client_id,
+    spawn_host, total, FakeBehaviour, FakeCoordinator, Proc, Tandemd, TestDir, EXIT, SETTLE,
 };
 use tandem_proto::PROTOCOL_VERSION;
 
@@ -85,6 +85,46 @@ fn stalled_coordinator_never_hangs_the_job() {
     let p = run_launcher(&client_env(&dir.socket()), &["--count", "2000"]);
     assert_eq!(ready_id(&p), "0", "{p}");
     assert!(fake.accepted() >= 1, "the shim never tried to connect: {p}");
+}
+
+/// A FuncName the coordinator's socket could not take reaches tandemd on a
+/// later launch of its function. tandemd is stopped while the job launches
+/// 2,000 kernels for the first time, so their names fill its socket; the
+/// last kernel, launched first after that and on every launch after, must
+/// be named in `/stats` once tandemd reads again. Before the retry its name
+/// was lost for the session: tandemd could not size the SM reservation
+/// from its launches, nor detect a training job by it.
+#[test]
+fn a_kernel_first_launched_while_the_socket_was_full_is_named_later() {
+    let dir = TestDir::new("fullsock");
+    let mut d = Tandemd::start(&dir);
+    let env = client_env(d.socket()).log("debug");
+    let mut p = spawn_host(
+        "launcher",
+        &["--kernels", "2000", "--rate", "4000", "--until-stdin"],
+        &env,
+    );
+    let id = ready_client_id(&mut p);
+    d.signal(libc::SIGSTOP);
+    p.wait_line("DISTINCT ", SETTLE);
+    d.signal(libc::SIGCONT);
+    poll(SETTLE, "tandemd to learn the last kernel's name", || {
+        let st = d.try_stats()?;
+        let c = client_by_id(&st, id).ok_or("the launcher is not listed")?;
+        let top = &c["top_kernels"][0];
+        if top["name"].as_str() == Some("k1999") {
+            Ok(())
+        } else {
+            Err(format!("most launched: {top}"))
+        }
+    });
+    p.close_stdin();
+    assert!(p.wait_exit(EXIT).success(), "{p}");
+    assert!(
+        p.stderr()
+            .contains("not sent (socket closed or full); tried again later"),
+        "the socket never filled, so the retry went untested: {p}"
+    );
 }
 
 /// TANDEM_CLASS=off: fully passive, never connects (the coordinator lists
