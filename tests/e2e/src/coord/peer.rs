@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use super::SETTLE;
+use super::wait::SETTLE;
 
 /// A raw `SOCK_SEQPACKET` connection to the coordinator's main socket, for
 /// sending well-formed or deliberately broken messages.

@@ -13,7 +13,7 @@ use crate::{artifacts, host, Env};
 
 use super::bins::coordinator_bins;
 use super::tandemd::clean_env;
-use super::SETTLE;
+use super::wait::SETTLE;
 
 /// A spawned process whose stdout/stderr are collected by reader threads
 /// while it runs, with its stdin held open (piped) until

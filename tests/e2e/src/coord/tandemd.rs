@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::bins::{coordinator_bins, default_config};
+use super::dir::TestDir;
 use super::http::{fetch_stats, http_get, HttpResponse};
-use super::{poll, TestDir, SETTLE};
+use super::wait::{poll, SETTLE};
 
 /// A running `tandemd` on a test directory's socket; killed on drop.
 pub struct Tandemd {
