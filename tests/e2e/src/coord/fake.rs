@@ -1,14 +1,13 @@
 //! A fake coordinator that greets, refuses or ignores the shims that connect.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::peer::{poll_in, Peer};
+use super::peer::{poll_in, unix_addr, Peer};
 
 /// What a [`FakeCoordinator`] does with each connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,16 +43,7 @@ fn listen_seqpacket(path: &Path) -> Result<OwnedFd, String> {
     }
     // SAFETY: fresh fd owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: an all-zero sockaddr_un is valid.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.len() >= addr.sun_path.len() {
-        return Err("path too long".into());
-    }
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
+    let addr = unix_addr(path)?;
     let _ = std::fs::remove_file(path);
     // SAFETY: addr is a valid sockaddr_un of the size given.
     let r = unsafe {

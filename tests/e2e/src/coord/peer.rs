@@ -24,16 +24,7 @@ impl Peer {
         }
         // SAFETY: `raw` is a fresh, valid fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero sockaddr_un is a valid value.
-        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        let bytes = sock.as_os_str().as_bytes();
-        if bytes.len() >= addr.sun_path.len() {
-            return Err(format!("socket path too long: {}", sock.display()));
-        }
-        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-            *d = *s as libc::c_char;
-        }
+        let addr = unix_addr(sock)?;
         // SAFETY: addr is a valid, NUL-terminated sockaddr_un of the size given.
         let r = unsafe {
             libc::connect(
@@ -153,16 +144,7 @@ pub fn warn_lines<'a>(log: &'a str, needle: &str) -> Vec<&'a str> {
 pub fn connect_as(sock: &Path, uid: u32, gid: u32) -> Result<Peer, String> {
     // Everything the child needs is prepared before fork: between fork and
     // _exit it only makes system calls (no allocation, no locks).
-    // SAFETY: an all-zero sockaddr_un is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = sock.as_os_str().as_bytes();
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(format!("socket path too long: {}", sock.display()));
-    }
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
+    let addr = unix_addr(sock)?;
     let mut pair = [0 as libc::c_int; 2];
     // SAFETY: socketpair writes two fds into `pair`.
     if unsafe {
@@ -283,4 +265,19 @@ pub(super) fn poll_in(fd: BorrowedFd<'_>, ms: libc::c_int) -> libc::c_short {
     } else {
         0
     }
+}
+
+/// The `sockaddr_un` of the socket at `path` (NUL-terminated).
+pub(super) fn unix_addr(path: &Path) -> Result<libc::sockaddr_un, String> {
+    // SAFETY: an all-zero sockaddr_un is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(format!("socket path too long: {}", path.display()));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    Ok(addr)
 }
