@@ -329,9 +329,16 @@ class Neighbours:
                 image = f.read()
         _, self.copy = drv.load_function(image, b"stream")
         _, self.burn = drv.load_function(image, b"burn")
-        if self.smem:
-            for func in (self.copy, self.burn):
+        self.why_shared = None if self.smem else (
+            f"half an SM's shared memory ({per_sm.value // 2} B) is over a block's "
+            f"opt-in limit ({optin.value} B)")
+        try:
+            for func in (self.copy, self.burn) if self.smem else ():
                 drv.call("cuFuncSetAttribute", func, FUNC_MAX_DYNAMIC_SMEM, self.smem)
+        except smmask.CudaError as e:
+            # Measured all the same, with blocks that may share an SM: the
+            # findings then say the sides were not kept apart.
+            self.smem, self.why_shared = None, f"opt-in refused: {e}"
         self.streams = {}
         for role in ("victim", "aggressor"):
             st = ctypes.c_void_p()
@@ -445,6 +452,7 @@ def client_neighbours(drv, info, dry):
         nb.close()
     bl.emit("RESULT", {"sms": nb.sms, "victim_blocks": nb.k, "aggressor_blocks": nb.sms - nb.k,
                        "smem_per_block": nb.smem, "exclusive": nb.smem is not None,
+                       "why_not_exclusive": nb.why_shared,
                        "burn_iters": BURN_ITERS, "aggressor_ns": aggressor_ns,
                        "cells": cells})
 

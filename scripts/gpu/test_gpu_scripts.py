@@ -588,6 +588,25 @@ class EngineRules(unittest.TestCase):
         self.assertEqual(self.mp.aggressor_launches(1e12, 1),
                          self.mp.MAX_AGGRESSOR_LAUNCHES)
 
+    def test_a_refused_opt_in_measures_the_neighbours_unconfined_and_says_why(self):
+        err = self.mp.smmask.CudaError
+
+        class Drv:
+            dev = 0
+
+            def call(self, name, *args):
+                if name == "cuDeviceGetAttribute":
+                    args[0]._obj.value = {81: 233_472, 97: 232_448}[args[1]]
+                elif name == "cuFuncSetAttribute":
+                    raise err("cuFuncSetAttribute returned 1")
+
+            def load_function(self, image, name):
+                return None, name
+
+        nb = self.mp.Neighbours(Drv(), {"sms": 132}, dry=True)
+        self.assertEqual((nb.k, nb.smem), (16, None))
+        self.assertEqual(nb.why_shared, "opt-in refused: cuFuncSetAttribute returned 1")
+
     def neighbours(self, shared=0, seen=16, exclusive=True):
         def cell(ratios):
             return {"alone_ns": 1000, "beside": {
