@@ -9,10 +9,12 @@ fn traces() -> &'static std::path::Path {
 }
 
 fn reduced(device: Device) -> Vec<Row> {
-    let mut params = device.params();
-    if device == Device::H100 {
-        crate::measured::apply(&mut params, traces()).unwrap();
-    }
+    let mut h100 = Device::H100.params();
+    crate::measured::apply(&mut h100, traces()).unwrap();
+    let params = match device {
+        Device::H100 => h100,
+        Device::A100 => Params::a100_over(&h100),
+    };
     run_matrix(&reduced_matrix(device, params), Some(traces())).unwrap()
 }
 

@@ -71,9 +71,11 @@ pub fn markdown(
             .to_string()
     } else {
         format!(
-            "Measured on a GPU (`{}` in the traces folder): {}; every other parameter as in \
+            "Measured on a GPU (`{}` and `{}` in the traces folder): {}, the A100 carrying the \
+             time slice, the switch and the launch floor; every other parameter as in \
              `gpusim/src/params.rs`.",
             crate::measured::FILE,
+            crate::measured::ENGINE_FILE,
             measured.join(", ")
         )
     };

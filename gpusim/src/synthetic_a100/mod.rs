@@ -231,7 +231,9 @@ impl Params {
     /// fitted on the A100's fit set, the six Llama-2-7B pairs under MPS and
     /// MPS + priority ([`A100_INTERFERENCE`]); the time-slicing figures
     /// (`timeslice_ns`, `switch_ns`) are the H100 fit's, carried over (the
-    /// A100 time-slicing points do not constrain them: see `docs/MODEL.md`);
+    /// A100 time-slicing points do not constrain them: see `docs/MODEL.md`),
+    /// as is the launch floor (`kernel_floor_ns`, assumed), and where a GPU
+    /// measured them the measurement is carried instead ([`Params::a100_over`]);
     /// the launch costs of the
     /// H100 jobs (`resnet_launch_ns`, `bert_launch_ns`, `train_*`) are kept
     /// for the H100 jobs' builders and unused by the A100 ones, which carry
@@ -239,7 +241,19 @@ impl Params {
     /// inference jobs' alone spread (p99 only 1.0-1.2% above the mean).
     #[must_use]
     pub fn a100() -> Params {
-        let h100 = Params::calibrated();
+        Params::a100_over(&Params::calibrated())
+    }
+
+    /// [`a100`](Self::a100), carrying `h100`'s time slice, context switch
+    /// and launch floor: the fitted and assumed ones, or what a GPU measured
+    /// where [`crate::measured`] applied it to `h100`. The slice is the
+    /// driver's (the same default on Volta and later, docs/MODEL.md row 9).
+    /// What is the A100's own stays: its SMs, DRAM, interference, and the
+    /// share of its SMs that saturate DRAM, which an H100's measurement does
+    /// not give (its bandwidth per SM differs).
+    #[must_use]
+    pub fn a100_over(h100: &Params) -> Params {
+        let h100 = h100.clone();
         Params {
             gpu: GpuParams {
                 sms: 108,
@@ -249,6 +263,7 @@ impl Params {
                 sm: SmResources::AMPERE,
                 dram_bytes_per_ns: A100_DRAM_GBPS,
                 interference: A100_INTERFERENCE,
+                dram_saturating_share: Params::calibrated().gpu.dram_saturating_share,
                 ..h100.gpu.clone()
             },
             sm_flop_per_ns: A100_TENSOR_TFLOPS * 1e3 / 108.0,

@@ -204,3 +204,42 @@ fn training_alone_matches_the_artifacts_gpu_utilisation() {
         );
     }
 }
+
+/// A GPU's time slice, switch and launch floor reach the A100, which
+/// carries the H100's; its own SMs, DRAM, interference and saturating
+/// share do not move.
+#[test]
+fn the_a100_carries_the_h100s_measured_slice_switch_and_floor_only() {
+    assert_eq!(Params::a100(), Params::a100_over(&Params::calibrated()));
+    let mut h100 = Params::calibrated();
+    crate::measured::apply_json(
+        &mut h100,
+        r#"{"skipped": null, "timeslice": {"median_ns": 1024000}, "switch": {"median_ns": 60000}}"#,
+    )
+    .unwrap();
+    crate::measured::apply_engine_rules_json(
+        &mut h100,
+        r#"{"bandwidth": {"findings": {"share_of_sms_for_90pct": 0.4}},
+            "launch_floor": {"findings": {"empty_back_to_back_ns": 1800}},
+            "neighbours": {"findings": {"burn_beside_copy": 1.1, "disjoint": true,
+                "victim_sms": 16, "aggressor_sms": 112}}}"#,
+    )
+    .unwrap();
+    let a = Params::a100_over(&h100);
+    let own = Params::a100();
+    assert_eq!(
+        (a.timeslice_ns, a.switch_ns, a.kernel_floor_ns),
+        (1_024_000, 60_000, 1_800)
+    );
+    assert_eq!(a.gpu.interference, own.gpu.interference);
+    assert_eq!(a.gpu.dram_saturating_share, own.gpu.dram_saturating_share);
+    assert_eq!(
+        (a.gpu.sms, a.gpu.dram_bytes_per_ns),
+        (108, own.gpu.dram_bytes_per_ns)
+    );
+    let mut back = a.clone();
+    back.timeslice_ns = own.timeslice_ns;
+    back.switch_ns = own.switch_ns;
+    back.kernel_floor_ns = own.kernel_floor_ns;
+    assert_eq!(back, own, "nothing else moved");
+}
