@@ -14,6 +14,7 @@ fn reduced(device: Device) -> Vec<Row> {
     let params = match device {
         Device::H100 => h100,
         Device::A100 => Params::a100_over(&h100),
+        Device::H200 => Params::h200_over(&h100),
     };
     run_matrix(&reduced_matrix(device, params), Some(traces())).unwrap()
 }

@@ -1,10 +1,10 @@
 //! `tandem-sim`: the GPU-sharing model's command line.
 //!
 //! ```text
-//! tandem-sim matrix [--reduced] [--device h100|a100|all] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N]
+//! tandem-sim matrix [--reduced] [--device h100|a100|h200|all] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N]
 //! tandem-sim traces [--traces DIR]          # each job's kernels, GPU and CPU time
 //! tandem-sim check-trace FILE               # parse and check one trace file
-//! tandem-sim synthetic-trace JOB [--device h100|a100]  # a job's synthetic trace, as JSON
+//! tandem-sim synthetic-trace JOB [--device h100|a100|h200]  # a job's synthetic trace, as JSON
 //! tandem-sim predict --job FILE... --add FILE [--json] [--why]  # see predict::cli
 //! ```
 //!
@@ -30,7 +30,7 @@ use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
 
 fn usage_text() -> String {
-    format!("usage: tandem-sim matrix [--reduced] [--device h100|a100|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]... [--sched KEY=VALUE]... [--spatial KEY=VALUE]... [--mps-inflight-ns N] [--mps-v1-gates on|off] [--v1-gates on|off]\n       tandem-sim traces [--traces DIR] [--device D] [--set KEY=VALUE]...\n       tandem-sim check-trace FILE\n       tandem-sim synthetic-trace JOB [--device h100|a100] [--traces DIR] [--set KEY=VALUE]...\n       {}", tandem_gpusim::predict::cli::USAGE)
+    format!("usage: tandem-sim matrix [--reduced] [--device h100|a100|h200|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]... [--sched KEY=VALUE]... [--spatial KEY=VALUE]... [--mps-inflight-ns N] [--mps-v1-gates on|off] [--v1-gates on|off]\n       tandem-sim traces [--traces DIR] [--device D] [--set KEY=VALUE]...\n       tandem-sim check-trace FILE\n       tandem-sim synthetic-trace JOB [--device h100|a100|h200] [--traces DIR] [--set KEY=VALUE]...\n       {}", tandem_gpusim::predict::cli::USAGE)
 }
 
 fn usage() -> ExitCode {
@@ -152,12 +152,13 @@ fn main() -> ExitCode {
     let traces = value("--traces").map(PathBuf::from);
     let devices: Vec<Device> = match value("--device").as_deref() {
         None | Some("all") => Device::ALL.to_vec(),
-        Some("h100") => vec![Device::H100],
-        Some("a100") => vec![Device::A100],
-        Some(other) => {
-            eprintln!("tandem-sim: --device {other}: h100, a100 or all");
-            return ExitCode::from(2);
-        }
+        Some(name) => match Device::named(name) {
+            Some(d) => vec![d],
+            None => {
+                eprintln!("tandem-sim: --device {name}: h100, a100, h200 or all (h100 and a100)");
+                return ExitCode::from(2);
+            }
+        },
     };
     let mut params = Params::calibrated();
     // GPU measurements first, so that `--set` still overrides them (the
@@ -180,12 +181,17 @@ fn main() -> ExitCode {
     // The A100 carries the H100's time slice, switch and launch floor,
     // measured where the traces folder says.
     let mut a100 = Params::a100_over(&params);
+    let mut h200 = Params::h200_over(&params);
     for (i, a) in args.iter().enumerate() {
         if a == "--set" {
             let Some((k, v)) = args.get(i + 1).and_then(|kv| kv.split_once('=')) else {
                 return usage();
             };
-            if let Err(e) = params.set(k, v).and_then(|()| a100.set(k, v)) {
+            if let Err(e) = params
+                .set(k, v)
+                .and_then(|()| a100.set(k, v))
+                .and_then(|()| h200.set(k, v))
+            {
                 eprintln!("tandem-sim: {e}");
                 return ExitCode::from(2);
             }
@@ -194,6 +200,7 @@ fn main() -> ExitCode {
     let params_of = |d: Device| match d {
         Device::H100 => params.clone(),
         Device::A100 => a100.clone(),
+        Device::H200 => h200.clone(),
     };
     match cmd.as_str() {
         "check-trace" => {

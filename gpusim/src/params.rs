@@ -109,6 +109,24 @@ impl Params {
         }
     }
 
+    /// The H200 SXM 141GB over `h100`'s parameters: the same GH100 die (132
+    /// SMs, the same tensor peak and clocks), with HBM3e at 4.8 TB/s for the
+    /// H100's 3.35 (public: NVIDIA's H200 datasheet, as summarised at
+    /// aiwiki.ai/wiki/nvidia_h200). Everything else is the H100's: fitted,
+    /// or what a GPU measured where `crate::measured` applied it to `h100`.
+    /// The fitted CPU costs are the H100 benchmark machine's, not the H200
+    /// machine's.
+    #[must_use]
+    pub fn h200_over(h100: &Params) -> Params {
+        Params {
+            gpu: GpuParams {
+                dram_bytes_per_ns: 4800.0,
+                ..h100.gpu.clone()
+            },
+            ..h100.clone()
+        }
+    }
+
     /// Plain sharing with these parameters.
     #[must_use]
     pub fn plain(&self) -> Sharing {

@@ -37,6 +37,12 @@ pub enum Device {
     H100,
     /// A100: Tally's published pairs (DESIGN.md "Facts from peers").
     A100,
+    /// H200 SXM 141GB, the GPU the project's device windows lend: the H100's
+    /// die with HBM3e ([`Params::h200_over`]), the H100 set's jobs. Nothing
+    /// measured on it yet, so no calibration point: its rows are
+    /// predictions made before the first run (`results/sim/h200/`), which
+    /// prove part 1's co-location then checks. Not in [`Device::ALL`].
+    H200,
 }
 
 impl Device {
@@ -49,33 +55,43 @@ impl Device {
         match self {
             Device::H100 => Params::calibrated(),
             Device::A100 => Params::a100(),
+            Device::H200 => Params::h200_over(&Params::calibrated()),
         }
     }
 
-    /// Its compute capability's major version (9 for the H100, 8 for the
-    /// A100): what green contexts' partition steps follow.
+    /// Its compute capability's major version (9 for the H100 and H200, 8
+    /// for the A100): what green contexts' partition steps follow.
     #[must_use]
     pub fn compute_major(self) -> u32 {
         match self {
-            Device::H100 => 9,
+            Device::H100 | Device::H200 => 9,
             Device::A100 => 8,
         }
     }
 
-    /// `h100` or `a100`.
+    /// `h100`, `a100` or `h200`.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Device::H100 => "h100",
             Device::A100 => "a100",
+            Device::H200 => "h200",
         }
+    }
+
+    /// The device named `name` ([`name`](Self::name)'s inverse).
+    #[must_use]
+    pub fn named(name: &str) -> Option<Device> {
+        [Device::H100, Device::A100, Device::H200]
+            .into_iter()
+            .find(|d| d.name() == name)
     }
 
     /// Its inference jobs.
     #[must_use]
     pub fn inference(self) -> &'static [(&'static str, Option<f64>)] {
         match self {
-            Device::H100 => &INFERENCE,
+            Device::H100 | Device::H200 => &INFERENCE,
             Device::A100 => &A100_INFERENCE,
         }
     }
@@ -84,7 +100,7 @@ impl Device {
     #[must_use]
     pub fn training(self) -> &'static [&'static str] {
         match self {
-            Device::H100 => &TRAINING,
+            Device::H100 | Device::H200 => &TRAINING,
             Device::A100 => &A100_TRAINING,
         }
     }
@@ -120,7 +136,7 @@ impl Device {
                 .map(|t| crate::synthetic::as_graph(&t, job, p));
         }
         match self {
-            Device::H100 => crate::synthetic::job(p, job),
+            Device::H100 | Device::H200 => crate::synthetic::job(p, job),
             Device::A100 => crate::synthetic_a100::job(p, job),
         }
     }

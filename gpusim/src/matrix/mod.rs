@@ -355,6 +355,36 @@ pub(crate) fn one_pair(
 mod tests {
     use super::*;
 
+    /// The H200 is the H100's die with faster DRAM: only its DRAM bandwidth
+    /// differs, so its synthetic jobs' memory-bound kernels are shorter and
+    /// no kernel is longer; it runs the H100 set's jobs, under its own name.
+    #[test]
+    fn the_h200_is_the_h100_with_faster_dram() {
+        let (h100, h200) = (Device::H100.params(), Device::H200.params());
+        assert!(h200.gpu.dram_bytes_per_ns > h100.gpu.dram_bytes_per_ns);
+        let mut same = h200.clone();
+        same.gpu.dram_bytes_per_ns = h100.gpu.dram_bytes_per_ns;
+        assert_eq!(same, h100);
+        assert_eq!(Device::H200.pairs(), Device::H100.pairs());
+        assert_eq!(Device::H200.compute_major(), 9);
+        for d in [Device::H100, Device::A100, Device::H200] {
+            assert_eq!(Device::named(d.name()), Some(d));
+        }
+        assert_eq!(Device::named("b200"), None);
+        assert!(
+            !Device::ALL.contains(&Device::H200),
+            "scripts/sim runs the measured sets"
+        );
+        for (job, _) in INFERENCE.iter().take(1) {
+            let a = Device::H100.synthetic(&h100, job).unwrap();
+            let b = Device::H200.synthetic(&h200, job).unwrap();
+            let pairs: Vec<_> = a.kernels().zip(b.kernels()).collect();
+            assert_eq!(pairs.len(), a.kernels().count());
+            assert!(pairs.iter().all(|(x, y)| y.duration_ns <= x.duration_ns));
+            assert!(pairs.iter().any(|(x, y)| y.duration_ns < x.duration_ns));
+        }
+    }
+
     /// No mode keeps more training than the SM capacity inference leaves:
     /// beside CUDA-graph BERT on the H100 (inference's kernels back to back,
     /// so it takes more of the GPU than the eager jobs) the bound is below

@@ -1,7 +1,7 @@
 //! `tandem-sim predict`'s command line.
 //!
 //! ```text
-//! tandem-sim predict [--device h100|a100] [--p99-target X] [--kept-target X]
+//! tandem-sim predict [--device h100|a100|h200] [--p99-target X] [--kept-target X]
 //!     --job FILE [JOB FLAGS]...     # each job on the GPU (at least one)
 //!     --add FILE [JOB FLAGS]        # the candidate
 //!     [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]
@@ -20,7 +20,7 @@ use super::{human, load, predict, JobInput, Settings, Slo, DEFAULT_SLO, MODES};
 use crate::matrix::Device;
 
 /// The usage line.
-pub const USAGE: &str = "tandem-sim predict [--device h100|a100] [--p99-target X] [--kept-target X] --job FILE [--class C] [--rate R] [--slo-p99 X] [--slo-p99-ms MS] [--slo-kept X] [--label NAME]... --add FILE [same job flags] [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]";
+pub const USAGE: &str = "tandem-sim predict [--device h100|a100|h200] [--p99-target X] [--kept-target X] --job FILE [--class C] [--rate R] [--slo-p99 X] [--slo-p99-ms MS] [--slo-kept X] [--label NAME]... --add FILE [same job flags] [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]";
 
 struct Pending {
     path: String,
@@ -78,13 +78,12 @@ pub fn run(args: &[String]) -> Result<String, String> {
             "--why" => why = true,
             "--steepness" => steepness = true,
             "--device" => {
-                device = match v.map(String::as_str) {
-                    Some("h100") => Device::H100,
-                    Some("a100") => Device::A100,
-                    other => {
+                device = match v.map(String::as_str).and_then(Device::named) {
+                    Some(d) => d,
+                    None => {
                         return Err(format!(
-                            "--device {}: h100 or a100",
-                            other.unwrap_or("(missing)")
+                            "--device {}: h100, a100 or h200",
+                            v.map_or("(missing)", String::as_str)
                         ))
                     }
                 };
