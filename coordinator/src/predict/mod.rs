@@ -200,12 +200,16 @@ pub fn traces_for_gpu(
     on.into_iter().map(|c| live_job(src, c, seconds)).collect()
 }
 
-/// The model's description of a GPU by its name: `a100` for an A100, else
-/// `h100` (the model describes those two).
+/// The model's description of a GPU by its name: `a100` for an A100,
+/// `h200` for an H200 (the H100's die with HBM3e), else `h100` (the model
+/// describes those three).
 #[must_use]
 pub fn device_of(gpu_name: &str) -> &'static str {
-    if gpu_name.to_ascii_uppercase().contains("A100") {
+    let name = gpu_name.to_ascii_uppercase();
+    if name.contains("A100") {
         "a100"
+    } else if name.contains("H200") {
+        "h200"
     } else {
         "h100"
     }
@@ -228,7 +232,7 @@ pub fn sim_path() -> PathBuf {
 /// The rest of `tandem-sim predict`'s command line.
 #[derive(Clone, Debug, Default)]
 pub struct SimOpts {
-    /// `h100` or `a100`.
+    /// `h100`, `a100` or `h200`.
     pub device: String,
     /// `--json`.
     pub json: bool,
@@ -413,5 +417,23 @@ pub fn run_sim(
                 |l, (path, label)| l.replace(path.as_str(), label),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_of;
+
+    #[test]
+    fn each_gpu_name_gets_the_model_that_describes_it() {
+        for (name, device) in [
+            ("NVIDIA A100-SXM4-40GB", "a100"),
+            ("NVIDIA H200", "h200"),
+            ("NVIDIA H200 NVL", "h200"),
+            ("NVIDIA H100 80GB HBM3", "h100"),
+            ("NVIDIA L40S", "h100"),
+        ] {
+            assert_eq!(device_of(name), device, "{name}");
+        }
     }
 }
