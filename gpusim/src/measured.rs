@@ -135,20 +135,16 @@ fn neighbour_interference(f: &Value) -> Result<Option<(f64, f64)>, String> {
     if f.is_null() || f["disjoint"].as_bool() != Some(true) {
         return Ok(None);
     }
-    let mut worst: Option<f64> = None;
-    for key in ["burn_beside_copy", "burn_beside_burn"] {
-        let r = figure(
+    let slowdown = |key: &str| {
+        figure(
             &f[key],
             &format!("neighbours.findings.{key}"),
             |x| (NEIGHBOUR_RANGE.0..=NEIGHBOUR_RANGE.1).contains(&x),
             "0.5-5",
-        )?;
-        worst = match (worst, r) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    let Some(worst) = worst else {
+        )
+    };
+    let slowdowns = [slowdown("burn_beside_copy")?, slowdown("burn_beside_burn")?];
+    let Some(worst) = slowdowns.into_iter().flatten().reduce(f64::max) else {
         return Ok(None);
     };
     let sms = |key: &str| {

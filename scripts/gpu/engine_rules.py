@@ -370,11 +370,15 @@ class Neighbours:
         self.bufs.append(ptr)
         return ptr
 
+    def blocks(self, role):
+        """The victim's eighth of the SMs, or the aggressor's rest: one
+        block an SM."""
+        return self.k if role == "victim" else self.sms - self.k
+
     def launch(self, role, kind):
-        blocks = self.k if role == "victim" else self.sms - self.k
         func = self.copy if kind == "copy" else self.burn
-        self.drv.call("cuLaunchKernel", func, blocks, 1, 1, THREADS, 1, 1, self.smem or 0,
-                      self.streams[role], self.args[role][kind][0], None)
+        self.drv.call("cuLaunchKernel", func, self.blocks(role), 1, 1, THREADS, 1, 1,
+                      self.smem or 0, self.streams[role], self.args[role][kind][0], None)
 
     def timed(self, role, kind):
         """One launch on `role`'s stream, its GPU time in ns (events)."""
@@ -388,7 +392,7 @@ class Neighbours:
         return ms.value * 1e6
 
     def sms_of(self, role):
-        blocks = self.k if role == "victim" else self.sms - self.k
+        blocks = self.blocks(role)
         self.drv.call("cuCtxSynchronize")
         host = (ctypes.c_uint32 * blocks)()
         self.drv.call("cuMemcpyDtoH_v2", host, self.smids[role], ctypes.c_size_t(4 * blocks))
@@ -450,7 +454,8 @@ def client_neighbours(drv, info, dry):
                     "shared_sms": len(shared)}
     finally:
         nb.close()
-    bl.emit("RESULT", {"sms": nb.sms, "victim_blocks": nb.k, "aggressor_blocks": nb.sms - nb.k,
+    bl.emit("RESULT", {"sms": nb.sms, "victim_blocks": nb.blocks("victim"),
+                       "aggressor_blocks": nb.blocks("aggressor"),
                        "smem_per_block": nb.smem, "exclusive": nb.smem is not None,
                        "why_not_exclusive": nb.why_shared,
                        "burn_iters": BURN_ITERS, "aggressor_ns": aggressor_ns,

@@ -263,7 +263,9 @@ fn id_of_name(name: &[u8]) -> u64 {
 
 /// Sends the FuncName of `id` (the function `key`) on `s`, truncating the
 /// name to the wire limit; with its attributes where the coordinator
-/// decodes them. `false` when it did not go out.
+/// decodes them. `false` when it did not go out and may later (the socket
+/// full or closed); a name that cannot be encoded never will, and counts
+/// as sent.
 fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) -> bool {
     let name = &name[..name.len().min(MAX_FUNC_NAME_LEN)];
     let mut buf = [0u8; wire::HEADER_LEN
@@ -383,15 +385,11 @@ fn insert_cold(s: &Session, key: usize) -> u64 {
                 // Claimed for this session before the id is published, so
                 // no other thread sends it too; left unclaimed while the
                 // session is holding reports back, for a later launch to send.
-                let send = name.filter(|_| !reports_backing_off(s));
-                let claim = if name.is_some() && send.is_none() {
-                    0
-                } else {
-                    s.gen
-                };
+                let held_back = name.is_some() && reports_backing_off(s);
+                let claim = if held_back { 0 } else { s.gen };
                 slot.sent.store(claim, Ordering::Relaxed);
                 slot.id.store(id, Ordering::Release);
-                if let Some(name) = send {
+                if let Some(name) = name.filter(|_| !held_back) {
                     send_claimed(s, slot, key, id, name);
                 }
                 return id;
