@@ -178,8 +178,8 @@ fn main() -> ExitCode {
             measured.join(", ")
         );
     }
-    // The A100 carries the H100's time slice, switch and launch floor,
-    // measured where the traces folder says.
+    // The A100 carries the H100's time slice, switch and launch floor, the
+    // H200 all but its DRAM: measured where the traces folder says.
     let mut a100 = Params::a100_over(&params);
     let mut h200 = Params::h200_over(&params);
     for (i, a) in args.iter().enumerate() {
