@@ -3,7 +3,7 @@
  *
  *   replica --weights-mib M --seed S --requests N [--gap-ms G] [--act-mib A]
  *           [--write-after K --write memcpy|memset|d2d|kernel [--write-when-shared]]
- *           [--wait-file PATH] [--trace]
+ *           [--wait-file PATH] [--flood K] [--linger-file PATH] [--trace]
  *
  * Linked against the driver (-lcuda) and calling the exported symbols directly, so an
  * LD_PRELOADed shim sees every call. One module with the fake kernels `sum_u32` and `fill_u32`
@@ -41,6 +41,11 @@
  * With --wait-file PATH, after DONE the replica polls every 10 ms until PATH exists (its memory
  * still allocated, so a test can look at the coordinator meanwhile), then prints SHIM, frees
  * everything and exits 0.
+ * With --flood K (1 to 4096), just before the frees it loads a module of K noop kernels, f0 to
+ * f<K-1>, launches each once, synchronizes and prints `FLOODED kernels=<K>`: K first launches, so
+ * K FuncName reports from the shim, enough to fill the coordinator's socket while it is stopped.
+ * With --linger-file PATH, after the frees it prints `FREED` and polls every 10 ms until PATH
+ * exists before it exits (its session still open, so the coordinator sees the frees, not the exit).
  *
  * Exit status: 0 done; 2 a driver call failed (ERROR line); 3 the kernel write failed; 64 bad
  * command line.
@@ -61,6 +66,7 @@
 #define EXIT_USAGE 64
 
 #define MIB (1024ull * 1024ull)
+#define MAX_FLOOD 4096
 #define WRITE_BYTES (2ull * MIB)
 #define OUT_BYTES 4096u
 
@@ -126,11 +132,33 @@ static uint64_t shim_stat(const char *name)
     return f ? f() : 0;
 }
 
+/* --flood: K noop kernels f0 .. f<K-1>, each launched once, then a sync. */
+static void flood(uint64_t k)
+{
+    static char image[32 + MAX_FLOOD * 32];
+    size_t at = (size_t)snprintf(image, sizeof(image), "tandem-fake-module v1\n");
+    for (uint64_t i = 0; i < k; i++)
+        at += (size_t)snprintf(image + at, sizeof(image) - at, "kernel f%" PRIu64 " 0 noop\n", i);
+    CUmodule mod;
+    CK("cuModuleLoadData", cuModuleLoadData(&mod, image));
+    for (uint64_t i = 0; i < k; i++) {
+        char name[32];
+        CUfunction f;
+        snprintf(name, sizeof(name), "f%" PRIu64, i);
+        CK("cuModuleGetFunction", cuModuleGetFunction(&f, mod, name));
+        CK("cuLaunchKernel", cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    }
+    CK("cuCtxSynchronize", cuCtxSynchronize());
+    CK("cuModuleUnload", cuModuleUnload(mod));
+    printf("FLOODED kernels=%" PRIu64 "\n", k);
+    fflush(stdout);
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: replica --weights-mib M --seed S --requests N [--gap-ms G] "
                     "[--act-mib A] [--write-after K --write memcpy|memset|d2d|kernel] "
-                    "[--wait-file PATH] [--trace]\n");
+                    "[--wait-file PATH] [--flood K] [--linger-file PATH] [--trace]\n");
     return EXIT_USAGE;
 }
 
@@ -150,9 +178,10 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 int main(int argc, char **argv)
 {
     uint64_t weights_mib = 0, seed = 0, requests = 0, gap_ms = 5, act_mib = 4, write_after = 0;
+    uint64_t flood_kernels = 0;
     int have_weights = 0, have_seed = 0, have_requests = 0, have_write_after = 0, trace = 0;
     int when_shared = 0;
-    const char *write_kind = NULL, *wait_file = NULL;
+    const char *write_kind = NULL, *wait_file = NULL, *linger_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -190,6 +219,10 @@ int main(int argc, char **argv)
                   strcmp(v, "kernel");
         } else if (strcmp(a, "--wait-file") == 0) {
             wait_file = v;
+        } else if (strcmp(a, "--flood") == 0) {
+            bad = parse_u64(v, MAX_FLOOD, &flood_kernels) || flood_kernels == 0;
+        } else if (strcmp(a, "--linger-file") == 0) {
+            linger_file = v;
         } else {
             bad = 1;
         }
@@ -307,9 +340,17 @@ int main(int argc, char **argv)
            shim_stat("tandem_dedup_cow_breaks"));
     fflush(stdout);
 
+    if (flood_kernels)
+        flood(flood_kernels);
     CK("cuMemFree_v2", cuMemFree_v2(out));
     CK("cuMemFree_v2", cuMemFree_v2(act));
     CK("cuMemFree_v2", cuMemFree_v2(weights));
+    if (linger_file) {
+        printf("FREED\n");
+        fflush(stdout);
+        while (access(linger_file, F_OK) != 0)
+            sleep_ms(10);
+    }
     CK("cuModuleUnload", cuModuleUnload(mod));
     CK("cuDevicePrimaryCtxRelease_v2", cuDevicePrimaryCtxRelease_v2(dev));
     free(host);

@@ -551,24 +551,6 @@ mod tests {
         assert!(seen.iter().all(|&h| h < CAPACITY));
     }
 
-    /// A non-blocking datagram pair, as the shim's coordinator socket is.
-    fn pair() -> (i32, std::os::fd::OwnedFd) {
-        use std::os::fd::FromRawFd;
-        let mut sv = [0; 2];
-        // SAFETY: `sv` is a valid out-array of two ints.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-                sv.as_mut_ptr(),
-            )
-        };
-        assert_eq!(rc, 0);
-        // SAFETY: a fresh descriptor from socketpair, owned by us alone.
-        (sv[0], unsafe { std::os::fd::OwnedFd::from_raw_fd(sv[1]) })
-    }
-
     /// The messages waiting on `peer`: the FuncNames' ids and names, and how
     /// many others.
     fn received(peer: &std::os::fd::OwnedFd) -> (Vec<(u64, Vec<u8>)>, usize) {
@@ -602,7 +584,7 @@ mod tests {
 
     #[test]
     fn a_func_name_the_socket_could_not_take_goes_out_on_a_later_launch() {
-        let (sock, peer) = pair();
+        let (sock, peer) = super::super::session::tests::pair();
         let (s, _ring) = super::super::session::tests::session_on(sock);
         let mut filler = 0;
         while s.send(&[0u8; 256]) {
@@ -639,7 +621,7 @@ mod tests {
 
     #[test]
     fn an_unnamed_function_is_claimed_at_once_even_while_reports_are_held_back() {
-        let (sock, peer) = pair();
+        let (sock, peer) = super::super::session::tests::pair();
         let (s, _ring) = super::super::session::tests::session_on(sock);
         s.reports_retry_ns.store(u64::MAX, Ordering::Relaxed);
         let slot = slot(unnamed(KEY));

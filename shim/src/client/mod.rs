@@ -49,6 +49,7 @@ mod interval;
 mod local;
 pub(crate) mod marks;
 pub(crate) mod mps;
+mod outbox;
 mod published;
 pub(crate) mod session;
 mod slots;

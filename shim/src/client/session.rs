@@ -93,6 +93,8 @@ pub struct Session {
     sock: AtomicI32,
     /// Threads inside [`Session::send`] (so the socket is not closed under them).
     senders: AtomicU32,
+    /// Messages the coordinator must not miss, held while its socket is full.
+    outbox: super::outbox::Outbox,
     /// The ring region (base, length): remapped to anonymous memory when retired.
     region: (usize, usize),
 }
@@ -127,6 +129,7 @@ impl Session {
             device_shape: welcome_flags & tandem_proto::wire::WELCOME_FLAG_DEVICE_SHAPE != 0,
             sock: AtomicI32::new(sock),
             senders: AtomicU32::new(0),
+            outbox: super::outbox::Outbox::default(),
             region,
         }
     }
@@ -185,7 +188,8 @@ impl Session {
 
     /// Sends one encoded message without blocking. `false` when the socket is
     /// closed, full (the coordinator is not reading) or broken: the message is
-    /// lost, and the job goes on.
+    /// lost, and the job goes on. For a message that must not be lost, see
+    /// [`post`](Self::post).
     pub(crate) fn send(&self, msg: &[u8]) -> bool {
         self.send_with_fd(msg, None)
     }
@@ -196,18 +200,60 @@ impl Session {
         msg: &[u8],
         attached: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> bool {
+        self.try_send(msg, attached).is_ok()
+    }
+
+    /// Sends one message that the coordinator must not miss: at once if the
+    /// socket takes it and nothing is held, else held, in order, for the
+    /// watcher to send as the socket drains ([`super::outbox`]). `false` only
+    /// when it is lost: the session is ending, or too much is held.
+    pub(crate) fn post(&self, msg: &[u8], attached: Option<std::os::fd::BorrowedFd<'_>>) -> bool {
+        let posted = self
+            .outbox
+            .post(msg, attached, |m, fd| self.try_send(m, fd));
+        posted != super::outbox::Posted::Lost
+    }
+
+    /// Sends a request whose answer is awaited, never ahead of a posted
+    /// message still held; `false` if it did not go out.
+    pub(crate) fn send_in_order(
+        &self,
+        msg: &[u8],
+        attached: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> bool {
+        self.outbox
+            .send_in_order(msg, attached, |m, fd| self.try_send(m, fd))
+    }
+
+    /// Sends held messages while the socket takes them (watcher thread);
+    /// returns how many are still held.
+    pub(crate) fn flush_held(&self) -> usize {
+        self.outbox.flush(|m, fd| self.try_send(m, fd))
+    }
+
+    fn try_send(
+        &self,
+        msg: &[u8],
+        attached: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<(), super::outbox::Refused> {
+        use super::outbox::Refused;
         // SeqCst pairs with `close_socket`: either we see the closed (-1) socket,
         // or the closer sees us in `senders` and waits for us to leave.
         self.senders.fetch_add(1, Ordering::SeqCst);
         let fd = self.sock.load(Ordering::SeqCst);
-        let ok = fd >= 0 && {
+        let sent = if fd < 0 {
+            Err(Refused::Closed)
+        } else {
             // SAFETY: `fd` stays open while we are counted in `senders` (see close_socket).
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
             // The socket is non-blocking: a full socket is EAGAIN, never a stall.
-            tandem_proto::wire::send(fd, msg, attached).is_ok()
+            tandem_proto::wire::send(fd, msg, attached).map_err(|e| match e.errno() {
+                Some(libc::EAGAIN | libc::ENOBUFS) => Refused::Full,
+                _ => Refused::Closed,
+            })
         };
         self.senders.fetch_sub(1, Ordering::SeqCst);
-        ok
+        sent
     }
 
     /// Closes the socket once no thread is sending on it (bounded; leaks the
@@ -256,6 +302,7 @@ impl Session {
     pub(crate) fn retire(&self) {
         self.detach_ring();
         self.close_socket();
+        self.outbox.clear();
     }
 
     /// In a child after fork (one thread; the session is no longer published):
@@ -264,6 +311,7 @@ impl Session {
     /// parent exits. Only async-signal-safe calls.
     pub(crate) fn abandon_in_child(&self) {
         self.detach_ring();
+        self.outbox.close_fds_in_child();
         let fd = self.sock.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
             // SAFETY: the child's copy of the parent's socket; nothing else in the
@@ -304,6 +352,67 @@ pub(crate) mod tests {
             0,
         );
         (s, consumer)
+    }
+
+    /// A non-blocking datagram pair, as the shim's coordinator socket is.
+    pub(crate) fn pair() -> (i32, std::os::fd::OwnedFd) {
+        use std::os::fd::FromRawFd;
+        let mut sv = [0; 2];
+        // SAFETY: `sv` is a valid out-array of two ints.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: a fresh descriptor from socketpair, owned by us alone.
+        (sv[0], unsafe { std::os::fd::OwnedFd::from_raw_fd(sv[1]) })
+    }
+
+    #[test]
+    fn a_posted_message_waits_out_a_full_socket_and_keeps_its_place() {
+        use std::os::fd::AsFd;
+        let (sock, peer) = pair();
+        let (s, _ring) = session_on(sock);
+        let mut filler = 0;
+        while s.send(&[0u8; 256]) {
+            filler += 1;
+        }
+        assert!(filler > 0, "the socket took something before it was full");
+        assert!(!s.send(b"lost"), "full: a plain send is lost");
+        assert!(s.post(b"first", None), "full: a posted message is held");
+        assert!(s.post(b"second", None));
+        assert!(!s.send_in_order(b"ask", None), "an ask never passes them");
+        assert_eq!(s.flush_held(), 2, "nothing read yet: both still held");
+
+        let mut buf = vec![0u8; 512];
+        let mut read = || {
+            let r = tandem_proto::wire::recv(peer.as_fd(), &mut buf).ok()?;
+            Some(buf[..r.len].to_vec())
+        };
+        for _ in 0..filler {
+            assert_eq!(read().unwrap().len(), 256);
+        }
+        assert_eq!(read(), None, "the plain send that failed was not queued");
+        assert_eq!(s.flush_held(), 0);
+        assert!(s.send_in_order(b"ask", None));
+        assert_eq!(read().as_deref(), Some(&b"first"[..]));
+        assert_eq!(read().as_deref(), Some(&b"second"[..]));
+        assert_eq!(read().as_deref(), Some(&b"ask"[..]));
+    }
+
+    #[test]
+    fn a_retired_session_drops_what_it_held() {
+        let (sock, _peer) = pair();
+        let (s, _ring) = session_on(sock);
+        while s.send(&[0u8; 256]) {}
+        assert!(s.post(b"held", None));
+        s.retire();
+        assert_eq!(s.flush_held(), 0, "nothing left to send on a closed socket");
+        assert!(!s.post(b"late", None), "closed: lost, not held");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! weight dedup's Dedup messages and, between them, its periodic granule
 //! scan; follow mode's Follow messages); and
 //! where completion marks are polled (`super::marks`, every 200 us while any
-//! is outstanding; the first mark after an idle spell wakes it).
+//! is outstanding; the first mark after an idle spell wakes it), and where
+//! messages held while the socket was full go out (`super::outbox`, every
+//! 5 ms while any is held).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::os::fd::BorrowedFd;
@@ -119,6 +121,9 @@ fn watch(s: &Session) {
         let features = features::get();
         (features.tick)(s);
         super::marks::poll(s);
+        // Messages held while the socket was full: send what it takes now,
+        // and look again soon while any is left.
+        let held = s.flush_held();
         // A scan under way asks for no sleep at all; it still pauses 1 ms.
         let slice = (features.poll_slice)(s, Duration::from_millis(POLL_SLICE_MS))
             .max(Duration::from_millis(1));
@@ -128,6 +133,11 @@ fn watch(s: &Session) {
         s.local.resolve_slot(s.control());
         let slice = if s.local.wants_slot() {
             slice.min(SLOT_RESCAN)
+        } else {
+            slice
+        };
+        let slice = if held > 0 {
+            slice.min(super::outbox::RETRY_EVERY)
         } else {
             slice
         };

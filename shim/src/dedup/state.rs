@@ -43,11 +43,14 @@ pub(super) fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Posts a Dedup message: none may be lost while the session lasts (a lost
+/// WITHDRAW would keep this job a holder of a shared copy, and the copy open,
+/// until it leaves), so a full socket holds it for later, in order.
 pub(super) fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
     let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
     match Message::Dedup(d).encode(&mut buf) {
         Ok(n) => {
-            if !s.send_with_fd(&buf[..n], fd) {
+            if !s.post(&buf[..n], fd) {
                 crate::log!(
                     Debug,
                     "dedup: could not send {} for {:#x}",

@@ -46,13 +46,20 @@ pub(super) fn notify(s: &Session, op: FollowOp, name: &[u8], bytes: u64, layout:
     }
 }
 
+/// Posts `f`: sent now, or held while the socket is full and sent in order
+/// as it drains (`Session::post`: nothing posted is lost while the session
+/// lasts). `false` if it is lost all the same.
 pub(super) fn send(s: &Session, f: &Follow, fd: Option<BorrowedFd<'_>>) -> bool {
+    encode(f).is_some_and(|(buf, n)| s.post(&buf[..n], fd))
+}
+
+fn encode(f: &Follow) -> Option<([u8; HEADER_LEN + FOLLOW_LEN], usize)> {
     let mut buf = [0u8; HEADER_LEN + FOLLOW_LEN];
     match Message::Follow(*f).encode(&mut buf) {
-        Ok(n) => s.send_with_fd(&buf[..n], fd),
+        Ok(n) => Some((buf, n)),
         Err(e) => {
             crate::log!(Debug, "follow: cannot encode {}: {e}", f.op.name());
-            false
+            None
         }
     }
 }
@@ -66,7 +73,8 @@ pub(super) fn ask(
     deadline: Instant,
 ) -> Option<(Follow, Option<OwnedFd>)> {
     MAILBOX.expect(f.request);
-    let sent = send(s, f, fd);
+    // Never held: its asker would give up before a held request went out.
+    let sent = encode(f).is_some_and(|(buf, n)| s.send_in_order(&buf[..n], fd));
     let (a, fd) = MAILBOX.wait(f.request, if sent { deadline } else { Instant::now() })?;
     let expected = if f.op == FollowOp::Share {
         FollowOp::Shared

@@ -363,3 +363,56 @@ fn two_hundred_start_stop_cycles_leak_nothing() {
     resident.kill9();
     assert_nothing_left(&d, fds);
 }
+
+/// A job that frees its shared weights while tandemd is not reading (its
+/// socket full) still stops holding them: the WITHDRAWs wait in the shim
+/// and go out, in order, once tandemd reads again, so the copies are closed
+/// while the job lives on. Lost, they kept the copies open until it left.
+#[test]
+fn weights_freed_while_the_socket_is_full_are_released_all_the_same() {
+    let dir = TestDir::new("dedup-fullsock");
+    let mut d = Tandemd::start(&dir);
+    let fds = settled_fds(d.pid());
+    let wf = dir.path().join("go");
+    let linger = dir.path().join("linger");
+    let env = replica_env(&dir).log("debug");
+    let mut a = spawn_replica("replica", 20, &wf, &env, &[]);
+    let linger_arg = linger.to_str().unwrap();
+    let b_args = ["--flood", "3000", "--linger-file", linger_arg];
+    let mut b = spawn_replica("replica", 20, &wf, &env, &b_args);
+    wait_saved(
+        &d,
+        "both replicas merged",
+        WEIGHTS_MIB * MIB,
+        Some(WEIGHTS_MIB / 2),
+    );
+
+    // A frees and leaves; B fills its socket with 3000 first launches' names,
+    // then frees its weights, and stays.
+    d.signal(libc::SIGSTOP);
+    std::fs::File::create(&wf).unwrap();
+    b.wait_line("FREED", WAIT);
+    let st = a.wait_exit(WAIT);
+    assert!(st.success(), "{st:?}\n{}", a.stderr());
+    d.signal(libc::SIGCONT);
+
+    let s = poll(WAIT, "the copies closed while B lives", || {
+        let s = d.try_stats()?;
+        let copies = gnum(&s, "dedup_shared_copies");
+        let held = client_by_pid(&s, b.pid()).map(|c| c["dedup"]["shared_bytes"].clone());
+        (copies == 0)
+            .then_some(s)
+            .ok_or(format!("{copies} shared copies; B holds {held:?} bytes"))
+    });
+    assert!(client_by_pid(&s, b.pid()).is_some(), "B is still a client");
+    let err = b.stderr();
+    assert!(
+        err.contains("socket is full: holding messages back"),
+        "the socket never filled, so nothing was held: {err}"
+    );
+    assert!(err.contains("held messages sent"), "{err}");
+    std::fs::File::create(&linger).unwrap();
+    let st = b.wait_exit(WAIT);
+    assert!(st.success(), "{st:?}\n{}", b.stderr());
+    assert_nothing_left(&d, fds);
+}
