@@ -191,16 +191,7 @@ impl Session {
     /// lost, and the job goes on. For a message that must not be lost, see
     /// [`post`](Self::post).
     pub(crate) fn send(&self, msg: &[u8]) -> bool {
-        self.send_with_fd(msg, None)
-    }
-
-    /// [`send`](Self::send), with one descriptor attached (SCM_RIGHTS).
-    pub(crate) fn send_with_fd(
-        &self,
-        msg: &[u8],
-        attached: Option<std::os::fd::BorrowedFd<'_>>,
-    ) -> bool {
-        self.try_send(msg, attached).is_ok()
+        self.try_send(msg, None).is_ok()
     }
 
     /// Sends one message that the coordinator must not miss: at once if the
