@@ -91,7 +91,7 @@ pub struct Session {
     pub(crate) device_shape: bool,
     /// The connected socket, or -1 once closed.
     sock: AtomicI32,
-    /// Threads inside [`Session::send`] (so the socket is not closed under them).
+    /// Threads sending on the socket (so it is not closed under them).
     senders: AtomicU32,
     /// Messages the coordinator must not miss, held while its socket is full.
     outbox: super::outbox::Outbox,
