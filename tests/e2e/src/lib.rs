@@ -503,16 +503,7 @@ impl Env {
     }
 
     fn apply(&self, cmd: &mut Command, a: &Artifacts) {
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy();
-            if k.starts_with("TANDEM_")
-                || k.starts_with("FAKECUDA_")
-                || k == "LD_PRELOAD"
-                || k == "LD_LIBRARY_PATH"
-            {
-                cmd.env_remove(&*k);
-            }
-        }
+        strip_inherited(cmd);
         cmd.env("LD_LIBRARY_PATH", &a.lib_dir);
         cmd.env(
             "TANDEM_SOCKET",
@@ -526,6 +517,24 @@ impl Env {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),
             };
+        }
+    }
+}
+
+/// Removes what the test runner's own environment would otherwise hand
+/// to a spawned process and change its behaviour: tandem's and the fake
+/// driver's variables, a preload, and a service manager's notify socket (a
+/// tandemd a test starts must not report to the runner's). The harness's
+/// own spawns (hosts through [`Env`], tandemd, `tandemctl`) go through it.
+pub fn strip_inherited(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("TANDEM_")
+            || k.starts_with("FAKECUDA_")
+            || k == "LD_PRELOAD"
+            || k == "NOTIFY_SOCKET"
+        {
+            cmd.env_remove(&*k);
         }
     }
 }

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use crate::{artifacts, host, Env};
 
 use super::bins::coordinator_bins;
-use super::tandemd::clean_env;
 use super::wait::SETTLE;
 
 /// A spawned process whose stdout/stderr are collected by reader threads
@@ -280,7 +279,7 @@ pub fn client_env(socket: &Path) -> Env {
 pub fn tandemctl(socket: &Path, args: &[&str]) -> Command {
     let bins = coordinator_bins();
     let mut cmd = Command::new(&bins.tandemctl);
-    clean_env(&mut cmd);
+    crate::strip_inherited(&mut cmd);
     cmd.args(args).env("TANDEM_SOCKET", socket);
     cmd
 }

@@ -22,19 +22,6 @@ pub struct Tandemd {
     log: PathBuf,
 }
 
-pub(super) fn clean_env(cmd: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if k.starts_with("TANDEM_")
-            || k.starts_with("FAKECUDA_")
-            || k == "LD_PRELOAD"
-            || k == "NOTIFY_SOCKET"
-        {
-            cmd.env_remove(&*k);
-        }
-    }
-}
-
 impl Tandemd {
     /// Starts `tandemd --config <dir>/tandemd.toml --socket <dir>/tandemd.sock
     /// --foreground` with the default config and waits until its stats
@@ -90,7 +77,7 @@ impl Tandemd {
         let f = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
         let f2 = f.try_clone().expect("dup log fd");
         let mut cmd = Command::new(&bins.tandemd);
-        clean_env(&mut cmd);
+        crate::strip_inherited(&mut cmd);
         cmd.arg("--config")
             .arg(&cfg_path)
             .arg("--socket")
