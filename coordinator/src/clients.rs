@@ -264,11 +264,21 @@ impl Registry {
         }
     }
 
-    /// The clients owed a writable board since the last call (granted the
-    /// inference class after their shim got a read-only one). No allocation
-    /// when there are none.
+    /// The clients owed a board since the last call: a writable one (granted
+    /// the inference class after their shim got a read-only one), or any
+    /// (the last could not be sent). No allocation when there are none.
     pub(crate) fn take_owed_boards(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.boards_owed)
+    }
+
+    /// Client `id`'s board could not be sent: it has none, and is owed one.
+    pub(crate) fn board_unsent(&mut self, id: u64) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.board_sent = None;
+            if !self.boards_owed.contains(&id) {
+                self.boards_owed.push(id);
+            }
+        }
     }
 
     /// Feed one input to the scheduler now and apply its gate changes.

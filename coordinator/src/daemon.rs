@@ -366,6 +366,7 @@ impl Daemon {
                 }
             }
             self.expire_pending();
+            self.send_owed_boards();
             self.dedup_tick();
             self.update_status();
             if stop {

@@ -211,11 +211,12 @@ impl Daemon {
     }
 
     /// Sends client `id` the GPU board (its shim asked in its Hello). A
-    /// failure costs the client only the board: it keeps its registration.
-    fn send_board(&mut self, token: u64, id: u64) {
-        let Some((fd, flags)) = self.shared.registry().board_for(id) else {
-            return;
-        };
+    /// failure costs the client only the board: it keeps its registration,
+    /// and the board is owed to it, sent again by [`Self::send_owed_boards`]
+    /// (a full socket: the shim's watcher is not reading yet). Whether the
+    /// board sent is writable; `None` if none was.
+    fn send_board(&mut self, token: u64, id: u64) -> Option<bool> {
+        let (fd, flags) = self.shared.registry().board_for(id)?;
         let sent = Message::Board(wire::BoardMsg { flags })
             .encode(&mut self.out)
             .map_err(|e| e.to_string())
@@ -224,25 +225,34 @@ impl Daemon {
                 wire::send(c.fd.as_fd(), &self.out[..n], Some(fd.as_fd()))
                     .map_err(|e| e.to_string())
             });
-        if let Err(e) = sent {
-            debug!(client = id, "could not send the GPU board: {e}");
+        match sent {
+            Ok(()) => Some(flags & wire::BOARD_FLAG_WRITABLE != 0),
+            Err(e) => {
+                debug!(
+                    client = id,
+                    "could not send the GPU board: {e}; trying again later"
+                );
+                self.shared.registry().board_unsent(id);
+                None
+            }
         }
     }
 
     /// Sends a writable board to each client granted the inference class
     /// since it got a read-only one: its shim then announces its requests
-    /// without reconnecting. Called where a class can turn to inference (an
-    /// operator's `set-class`, a reload); registration hands out the board
-    /// that fits already, and detection only ever makes a job training.
+    /// without reconnecting; and a board again to each client whose board
+    /// could not be sent. Called where a class can turn to inference (an
+    /// operator's `set-class`, a reload) and on every turn of the loop (no
+    /// work when nothing is owed); registration hands out the board that
+    /// fits already, and detection only ever makes a job training.
     pub(super) fn send_owed_boards(&mut self) {
         let owed = self.shared.registry().take_owed_boards();
         for id in owed {
             if let Some(&token) = self.client_tokens.get(&id) {
-                info!(
-                    client = id,
-                    "inference now: sending it a writable GPU board"
-                );
-                self.send_board(token, id);
+                // A failure is owed again (logged at debug, as each retry).
+                if let Some(writable) = self.send_board(token, id) {
+                    info!(client = id, writable, "sent it the GPU board it was owed");
+                }
             }
         }
     }
@@ -326,7 +336,7 @@ impl Daemon {
                                     self.client_tokens.insert(id, token);
                                 }
                                 if h.flags & wire::HELLO_FLAG_BOARD != 0 {
-                                    self.send_board(token, id);
+                                    let _ = self.send_board(token, id);
                                 }
                                 self.dedup_join(id);
                             }

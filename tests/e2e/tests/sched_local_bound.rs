@@ -129,7 +129,10 @@ fn hold_training_with_tandemd_stopped(reclassified: bool) {
         tandemctl_ok(d.socket(), &["set-class", &id_s, "inference"]);
         poll(SETTLE, "tandemd to send the writable board", || {
             let log = d.log();
-            if log.contains("sending it a writable GPU board") {
+            let sent = log
+                .lines()
+                .any(|l| l.contains("GPU board it was owed") && l.contains("writable=true"));
+            if sent {
                 Ok(())
             } else {
                 Err(log)

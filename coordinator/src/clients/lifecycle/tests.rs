@@ -273,6 +273,31 @@ fn a_job_made_inference_after_a_read_only_board_is_owed_a_writable_one() {
 }
 
 #[test]
+fn a_board_that_could_not_be_sent_is_owed_until_one_is() {
+    let cfg = Config::default();
+    let mut r = Registry::default();
+    let t = hello(ClientClass::Training, tandem_proto::wire::HELLO_FLAG_BOARD);
+    let (a, _fd) = r.register(&cfg, 0, who(7), &t, None).unwrap();
+    let a = a.client_id;
+    let (_fd, flags) = r.board_for(a).unwrap();
+    assert_eq!(flags, 0);
+    r.board_unsent(a);
+    r.board_unsent(a);
+    assert_eq!(r.take_owed_boards(), vec![a], "owed once");
+    // Made inference while it has none: the next send is writable, and
+    // nothing more is owed once one went out.
+    r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
+    assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
+    let (_fd, flags) = r.board_for(a).unwrap();
+    assert_eq!(flags, tandem_proto::wire::BOARD_FLAG_WRITABLE);
+    assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
+    // A client that left is owed nothing.
+    assert!(r.reclaim(a, "test"));
+    r.board_unsent(a);
+    assert_eq!(r.take_owed_boards(), Vec::<u64>::new());
+}
+
+#[test]
 fn the_sm_reservation_is_asked_only_of_training_that_joined_mps_below_normal() {
     use tandem_proto::spatial::Spatial;
     let mut cfg = Config::default();
