@@ -229,6 +229,10 @@ pub fn export_fd(h: CUmemGenericAllocationHandle) -> Result<std::os::fd::OwnedFd
     if fd < 0 {
         return Err(missing("cuMemExportToShareableHandle"));
     }
+    // Close-on-exec: a program that forks and execs must not hand the
+    // memory it names to the new program (the driver does not set it).
+    // SAFETY: F_SETFD on the descriptor the driver just gave us.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: the driver gave us a new descriptor we now own.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }

@@ -2,6 +2,7 @@
  * follower: one side of follow mode, for the follow-mode tests.
  *
  *   follower share|map --name NAME --mib M [--layout TAG] [--timeout-ms T] [--fill SEED]
+ *            [--wait-go]
  *
  * Linked against the driver (-lcuda); the tandem_follow_* functions are looked up with
  * dlsym(RTLD_DEFAULT) so the host also runs without libtandem.so (then it prints NOSHIM and
@@ -12,6 +13,8 @@
  *        `write SEED` command below (its WROTE line); then tandem_follow_offer(NAME, TAG)
  *        -> `SHARE rc=<code> allocated=<0|1>`
  * map:   tandem_follow_map(NAME, M MiB, TAG, T) -> `MAP rc=<code> allocated=<0|1>`
+ * With --wait-go, after CUDA is set up (the shim registered) and before the share or map, it
+ * prints `READY` and waits for one line on stdin, so a test can stop the coordinator first.
  * Then commands, one per stdin line, each answered by one stdout line:
  *   write SEED   cuMemcpyHtoD_v2 of the whole region from a splitmix64 stream seeded by SEED
  *                -> `WROTE rc=<CUresult> digest=<16 hex>` (the digest of what was written)
@@ -23,6 +26,7 @@
  *                -> `THREADFREE rc=<code>`
  *   cufree       cuMemFree_v2 -> `CUFREE rc=<CUresult>`
  *   stats        `STATS shared=<tandem_follow_shared_bytes> mapped=<tandem_follow_mapped_bytes>`
+ *   fork         fork(); the child sleeps until killed (at most 60 s) -> `FORKED pid=<child>`
  *   exit         exit 0 (end of input too)
  * Digests are FNV-1a 64 over the region's bytes.
  *
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXIT_SETUP 2
 #define EXIT_USAGE 64
@@ -108,7 +113,7 @@ static void write_region(unsigned long long ptr, unsigned char *host, size_t byt
 static int usage(void)
 {
     fprintf(stderr, "usage: follower share|map --name NAME --mib M [--layout TAG] "
-                    "[--timeout-ms T] [--fill SEED]\n");
+                    "[--timeout-ms T] [--fill SEED] [--wait-go]\n");
     return EXIT_USAGE;
 }
 
@@ -132,9 +137,14 @@ int main(int argc, char **argv)
         return usage();
     const char *name = NULL, *tag = "layout-v1";
     unsigned long long mib = 0, timeout_ms = 0, fill_seed = 0;
-    int fill = 0;
+    int fill = 0, wait_go = 0;
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--wait-go") == 0) {
+            wait_go = 1;
+            i--;
+            continue;
+        }
         if (!v)
             return usage();
         if (strcmp(a, "--name") == 0)
@@ -181,6 +191,13 @@ int main(int argc, char **argv)
         printf("ERROR malloc rc=0\n");
         return EXIT_SETUP;
     }
+    if (wait_go) {
+        char go[64];
+        printf("READY\n");
+        fflush(stdout);
+        if (!fgets(go, sizeof go, stdin))
+            return 0;
+    }
     unsigned long long ptr = 0;
     int rc;
     if (share) {
@@ -226,6 +243,13 @@ int main(int argc, char **argv)
             printf("CUFREE rc=%d\n", cuMemFree_v2(ptr));
         } else if (strcmp(line, "stats") == 0) {
             printf("STATS shared=%" PRIu64 " mapped=%" PRIu64 "\n", f_shared(), f_mapped());
+        } else if (strcmp(line, "fork") == 0) {
+            pid_t c = fork();
+            if (c == 0) {
+                sleep(60);
+                _exit(0);
+            }
+            printf("FORKED pid=%d\n", (int)c);
         } else if (strcmp(line, "exit") == 0) {
             break;
         } else {

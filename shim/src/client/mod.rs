@@ -84,9 +84,11 @@ pub(crate) fn published_session() -> Client {
     published()
 }
 
-/// Sends the Device message of `s` if it has not gone out yet.
-pub(crate) fn send_device(s: &Session) {
+/// Sends the Device message of `s` if it has not gone out yet; whether it
+/// is out now (what the coordinator keys a client's GPU state by).
+pub(crate) fn send_device(s: &Session) -> bool {
     funcs::send_device(s);
+    s.device_sent.load(Ordering::Acquire)
 }
 
 #[cold]

@@ -80,6 +80,14 @@ impl Stability {
         Verdict::Nothing
     }
 
+    /// The candidate of `hash` did not go out: the next pass offers it
+    /// again (nothing changes if the content moved on meanwhile).
+    pub fn unsend(&mut self, hash: [u8; 16]) {
+        if self.sent && self.hash == Some(hash) {
+            self.sent = false;
+        }
+    }
+
     /// The hash the last candidate was sent with, if one is out.
     pub fn sent_hash(&self) -> Option<[u8; 16]> {
         if self.sent {
@@ -282,6 +290,31 @@ mod tests {
             s.observe(h(2), false, 62, true, RULE),
             Verdict::Candidate(h(2))
         );
+    }
+
+    #[test]
+    fn a_candidate_that_did_not_go_out_is_offered_again_by_the_next_check() {
+        let mut s = Stability::default();
+        for k in 0..3 {
+            s.observe(h(1), false, k, true, RULE);
+        }
+        assert_eq!(s.sent_hash(), Some(h(1)));
+        s.unsend(h(1));
+        assert_eq!(s.sent_hash(), None);
+        assert_eq!(
+            s.observe(h(1), false, 5, true, RULE),
+            Verdict::Candidate(h(1))
+        );
+        // An unsend of content already replaced changes nothing.
+        assert_eq!(s.observe(h(2), false, 6, true, RULE), Verdict::Withdraw);
+        s.unsend(h(1));
+        assert_eq!(s.observe(h(2), false, 7, true, RULE), Verdict::Nothing);
+        assert_eq!(
+            s.observe(h(2), false, 8, true, RULE),
+            Verdict::Candidate(h(2))
+        );
+        s.unsend(h(1));
+        assert_eq!(s.sent_hash(), Some(h(2)), "another hash's unsend");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tandem_proto::dedup::{Dedup, DedupOp, DedupStatus, WithdrawReason};
 use super::granules::{Alloc, Backing, Granule, Rule, Verdict};
 use super::hash::{hash128, is_uniform};
 use super::quiesce::{self, Bracket};
-use super::state::{ctx_of, send, state, State, MIN_BYTES};
+use super::state::{ctx_of, send, send_candidate, state, State, MIN_BYTES};
 use super::stats::{shared_changed, BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
 use crate::client::session::Session;
 use crate::types::{CUdeviceptr, CuResult};
@@ -334,7 +334,8 @@ pub fn scan_step(s: &Session, rule: Rule, new_pass: bool, until: Instant) -> boo
     }
     // The coordinator keys candidates by GPU: make sure it knows ours (this
     // thread has the context current now; a launch may not have sent it yet).
-    crate::client::send_device(s);
+    // Until it has gone out, candidates wait for a later pass.
+    let device_out = crate::client::send_device(s);
     let stream = w.stream as crate::types::CUstream;
     let Worker { a, pass, .. } = &mut *w;
     let Some(p) = pass.as_mut() else {
@@ -370,7 +371,11 @@ pub fn scan_step(s: &Session, rule: Rule, new_pass: bool, until: Instant) -> boo
                 Verdict::Candidate(hash) => {
                     let mut d = Dedup::new(DedupOp::Candidate, va, len);
                     d.hash = hash;
-                    send(s, d, None);
+                    if !(device_out && send_candidate(s, d)) {
+                        if let Some(g) = state().table.granule(va) {
+                            g.track.unsend(hash);
+                        }
+                    }
                 }
                 Verdict::Withdraw => {
                     let mut d = Dedup::new(DedupOp::Withdraw, va, len);

@@ -63,6 +63,21 @@ pub(super) fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
     }
 }
 
+/// Sends a CANDIDATE only if the socket takes it now and nothing is held
+/// ([`Session::send_in_order`]): a candidate not sent is offered again by
+/// the next scan pass, so it never takes a held message's room (a scan
+/// over a large model while tandemd stalls would fill it). Whether it went.
+pub(super) fn send_candidate(s: &Session, d: Dedup) -> bool {
+    let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
+    match Message::Dedup(d).encode(&mut buf) {
+        Ok(n) => s.send_in_order(&buf[..n], None),
+        Err(e) => {
+            crate::log!(Debug, "dedup: cannot encode a candidate: {e}");
+            false
+        }
+    }
+}
+
 /// The context dedup works in, as the driver type.
 pub(super) fn ctx_of(addr: usize) -> CUcontext {
     addr as CUcontext

@@ -130,8 +130,13 @@ pub unsafe extern "C" fn tandem_follow_offer(
         None => api::DRIVER,
     };
     if code == api::OK && !regions().set_offered(dptr, true) {
-        // Freed by another thread while tandemd answered: withdraw it.
-        notify(s, FollowOp::Unshare, &a.name, a.bytes, a.layout);
+        // Freed by another thread while tandemd answered: that free sent the
+        // UNSHARE (after this SHARE, so tandemd withdraws what it just took).
+        crate::log!(
+            Debug,
+            "follow: region {:?} was freed while tandemd took it",
+            crate::log::String8(&a.name)
+        );
     } else if code == api::OK {
         crate::log!(
             Info,
@@ -140,6 +145,12 @@ pub unsafe extern "C" fn tandem_follow_offer(
             a.bytes
         );
     } else {
+        // A refusal is final: the name goes, unless tandemd never said no (it
+        // did not answer in time, or there is none yet), in which case every
+        // tandemd this process registers with later is offered it.
+        if !matches!(code, api::TIMEOUT | api::NO_COORDINATOR | api::DISABLED) {
+            regions().refused(dptr, &a.name);
+        }
         crate::log!(
             Info,
             "follow: region {:?} is not offered: {}",

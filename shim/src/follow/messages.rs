@@ -16,6 +16,9 @@ use crate::client::session::Session;
 
 /// How long `tandem_follow_offer` waits for tandemd's answer.
 pub const SHARE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between two tries of a request the socket did not take (full, or
+/// messages held before it).
+const SEND_RETRY: Duration = Duration::from_millis(1);
 /// Pause between two MAPs while the region is not there yet.
 pub(super) const RETRY_EVERY: Duration = Duration::from_millis(50);
 
@@ -73,8 +76,17 @@ pub(super) fn ask(
     deadline: Instant,
 ) -> Option<(Follow, Option<OwnedFd>)> {
     MAILBOX.expect(f.request);
-    // Never held: its asker would give up before a held request went out.
-    let sent = encode(f).is_some_and(|(buf, n)| s.send_in_order(&buf[..n], fd));
+    // Never held (its asker would give up before a held request went out):
+    // tried until the socket takes it behind whatever is held, or the deadline.
+    let sent = encode(f).is_some_and(|(buf, n)| loop {
+        if s.send_in_order(&buf[..n], fd) {
+            break true;
+        }
+        if Instant::now() + SEND_RETRY >= deadline {
+            break false;
+        }
+        std::thread::sleep(SEND_RETRY);
+    });
     let (a, fd) = MAILBOX.wait(f.request, if sent { deadline } else { Instant::now() })?;
     let expected = if f.op == FollowOp::Share {
         FollowOp::Shared
@@ -99,8 +111,9 @@ pub(super) fn ask(
 pub(super) fn follow_session() -> Result<&'static Session, c_int> {
     match crate::client::current() {
         Some(s) if s.follow => {
-            // tandemd keys regions by GPU: it must know ours first.
-            crate::client::send_device(s);
+            // tandemd keys regions by GPU: it must know ours first (a
+            // Device not sent now is tried again by the next launch).
+            let _ = crate::client::send_device(s);
             Ok(s)
         }
         _ => Err(api::NO_COORDINATOR),

@@ -43,7 +43,7 @@ mod steps;
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::os::fd::{AsFd, OwnedFd};
 
-use tandem_proto::follow::{Follow, FollowOp, FollowStatus};
+use tandem_proto::follow::{api, Follow, FollowOp, FollowStatus};
 
 use crate::client::session::Session;
 use crate::vmm;
@@ -67,7 +67,16 @@ pub fn on_message(f: Follow, fd: Option<OwnedFd>) {
         let mut t = regions();
         let base = t.shared().find(|r| r.name == f.name()).map(|r| r.base);
         if let Some(base) = base {
-            t.set_offered(base, status == FollowStatus::OK);
+            match api::from_status(status) {
+                Some(api::OK) => {
+                    t.set_offered(base, true);
+                }
+                // Refused: final, as for an answer in time.
+                Some(_) => {
+                    t.refused(base, f.name());
+                }
+                None => {}
+            }
         }
         drop(t);
         crate::log!(
@@ -77,11 +86,21 @@ pub fn on_message(f: Follow, fd: Option<OwnedFd>) {
             status.name()
         );
     } else {
+        // A map granted after its caller gave up: tandemd counts a mapping
+        // this process does not hold, unless it holds one of that name.
+        let held = regions().followed().any(|r| r.name == f.name());
+        let undo = f.op == FollowOp::Mapped && status == FollowStatus::OK && !held;
+        if undo {
+            if let Some(s) = crate::client::published_session().filter(|s| s.follow) {
+                messages::notify(s, FollowOp::Unmap, f.name(), f.len, f.layout);
+            }
+        }
         crate::log!(
             Debug,
-            "follow: late answer to a map of {:?}: {}",
+            "follow: late answer to a map of {:?}: {}{}",
             f.name_str(),
-            status.name()
+            status.name(),
+            if undo { " (unmapped)" } else { "" }
         );
     }
 }
@@ -102,7 +121,9 @@ pub fn session_started(s: &Session) {
         return;
     };
     match vmm::ctx_set_current(ctx as crate::types::CUcontext) {
-        Ok(()) => crate::client::send_device(s),
+        Ok(()) => {
+            let _ = crate::client::send_device(s);
+        }
         Err(e) => crate::log!(
             Debug,
             "follow: no Device for the re-offered and held regions: {e}"
@@ -164,4 +185,5 @@ pub fn summary() -> Option<String> {
 pub fn after_fork_in_child() {
     FORKED.store(true, Ordering::Relaxed);
     ANY.store(false, Ordering::Relaxed);
+    state::close_exports_in_child();
 }

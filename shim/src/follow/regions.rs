@@ -87,6 +87,29 @@ impl Regions {
         }
     }
 
+    /// tandemd refused to share the region at `base` under `name` (taken,
+    /// over a limit, not permitted): it drops that name, so no later tandemd
+    /// is offered it unasked and the program may offer it under another.
+    /// `false` if no shared region there holds that name.
+    pub fn refused(&mut self, base: CUdeviceptr, name: &[u8]) -> bool {
+        match self.shared_at(base) {
+            Some(r) if r.name == name => {
+                r.name.clear();
+                r.role = Role::Shared { offered: false };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Closes every exported fd (a fork child's copies: dropping an OwnedFd
+    /// is one close(2), and nothing is freed).
+    pub fn drop_exports(&mut self) {
+        for r in &mut self.0 {
+            drop(r.export.take());
+        }
+    }
+
     /// The shared (allocated here) region that starts at `base`.
     pub fn shared_at(&mut self, base: CUdeviceptr) -> Option<&mut Region> {
         self.0

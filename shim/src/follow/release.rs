@@ -50,9 +50,13 @@ pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
         Role::Followed => &MAPPED_BYTES,
     };
     counter.fetch_sub(r.span, Ordering::Relaxed);
+    // A named region tandemd has not (yet) been seen to take may still be
+    // taken: an offer that timed out, whose answer is late or lost. The
+    // UNSHARE goes after its SHARE, so tandemd withdraws it either way (and
+    // ignores it, counted, for a name this client does not share).
     let op = match r.role {
-        Role::Shared { offered: true } => Some(FollowOp::Unshare),
-        Role::Shared { offered: false } => None,
+        Role::Shared { .. } if !r.name.is_empty() => Some(FollowOp::Unshare),
+        Role::Shared { .. } => None,
         Role::Followed => Some(FollowOp::Unmap),
     };
     if let (Some(op), Some(s)) = (op, crate::client::published_session()) {

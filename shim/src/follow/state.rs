@@ -27,6 +27,18 @@ pub(super) fn enabled() -> bool {
     crate::client::follow_enabled()
 }
 
+/// In a fork child (one thread, async-signal-safe calls only): closes the
+/// child's copies of the shared regions' exported fds, which would keep
+/// their memory alive for the child's life after the parent frees it.
+/// Frees nothing; skipped if the table was locked at the fork (its holder
+/// does not exist here). The fds are close-on-exec besides.
+pub(super) fn close_exports_in_child() {
+    let Ok(mut t) = REGIONS.try_lock() else {
+        return;
+    };
+    t.drop_exports();
+}
+
 pub(super) fn insert(r: Region) {
     let mut t = regions();
     t.insert(r);

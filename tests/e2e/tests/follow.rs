@@ -426,3 +426,180 @@ fn a_region_offered_while_no_coordinator_runs_is_offered_when_one_starts() {
         assert!(p.wait_exit(WAIT).success(), "{p}");
     }
 }
+
+/// A follower's registration, seen in tandemd's stats.
+fn registered(d: &Tandemd, p: &Proc) {
+    poll(WAIT, "registered", || {
+        let s = d.try_stats()?;
+        client_by_pid(&s, p.pid())
+            .map(|_| ())
+            .ok_or_else(|| "not yet".into())
+    });
+}
+
+/// A refusal is final: a name refused as taken is dropped, so a restarted
+/// tandemd is not offered it unasked (where it would hand the refused job's
+/// memory to followers under the name the program was told it did not get).
+#[test]
+fn a_name_refused_as_taken_is_not_offered_again_to_a_restarted_coordinator() {
+    let dir = TestDir::new("follow-refused");
+    let mut d = Tandemd::start(&dir);
+    let mut owner = spawn("share", "model-x", &env(&dir, "training"), &[]);
+    assert_eq!(
+        first_rc(&mut owner, "SHARE").0,
+        i64::from(api::OK),
+        "{owner}"
+    );
+    let mut twin = spawn("share", "model-x", &env(&dir, "training"), &[]);
+    let (rc, allocated) = first_rc(&mut twin, "SHARE");
+    assert_eq!(
+        (rc, allocated),
+        (i64::from(api::NAME_TAKEN), true),
+        "{twin}"
+    );
+    assert_eq!(field(&ask(&mut owner, "free", "FREE"), "rc"), "0");
+    wait_stats(&d, "the owner's region withdrawn", |s| {
+        regions(s).is_empty()
+    });
+
+    d.kill9();
+    let d = Tandemd::start(&dir);
+    registered(&d, &twin);
+    // The twin's re-offer would come at its registration: give it time to.
+    std::thread::sleep(Duration::from_millis(500));
+    let s = d.stats();
+    assert!(regions(&s).is_empty(), "{}", s["follow"]);
+    let mut f = spawn(
+        "map",
+        "model-x",
+        &env(&dir, "inference"),
+        &["--timeout-ms", "200"],
+    );
+    let (rc, _) = first_rc(&mut f, "MAP");
+    assert_ne!(rc, i64::from(api::OK), "the refused memory was mapped: {f}");
+    for p in [&mut owner, &mut twin, &mut f] {
+        p.send_line("exit");
+        assert!(p.wait_exit(WAIT).success(), "{p}");
+    }
+}
+
+/// A map granted after its caller gave up is undone: the follower maps
+/// nothing, so tandemd must not count it as a follower.
+#[test]
+fn a_map_granted_after_it_timed_out_is_not_counted() {
+    let dir = TestDir::new("follow-latemap");
+    let mut d = Tandemd::start(&dir);
+    let mut sharer = spawn("share", "model-y", &env(&dir, "training"), &[]);
+    assert_eq!(
+        first_rc(&mut sharer, "SHARE").0,
+        i64::from(api::OK),
+        "{sharer}"
+    );
+    let mut f = spawn(
+        "map",
+        "model-y",
+        &env(&dir, "inference").log("debug"),
+        &["--timeout-ms", "300", "--wait-go"],
+    );
+    f.wait_line("READY", WAIT);
+    registered(&d, &f);
+    d.signal(libc::SIGSTOP);
+    f.send_line("go");
+    let rc = first_rc(&mut f, "MAP");
+    d.signal(libc::SIGCONT);
+    assert_eq!(rc, (i64::from(api::TIMEOUT), false), "{f}");
+    let s = wait_stats(&d, "the late map undone", |s| {
+        let counted = client_by_pid(s, f.pid()).and_then(|c| c["follow"]["mapped_bytes"].as_u64());
+        let followers = regions(s).first().map(|r| r["followers"].clone());
+        counted == Some(0) && followers == Some(Value::from(0))
+    });
+    assert_eq!(
+        s["follow"]["maps"], 1,
+        "the map did happen: {}",
+        s["follow"]
+    );
+    assert!(f.stderr().contains("(unmapped)"), "{f}");
+    for p in [&mut sharer, &mut f] {
+        p.send_line("exit");
+        assert!(p.wait_exit(WAIT).success(), "{p}");
+    }
+}
+
+/// A region freed while its offer's answer is late is withdrawn all the
+/// same: followers never map memory its owner freed.
+#[test]
+fn a_region_freed_before_its_offer_was_answered_is_withdrawn() {
+    let dir = TestDir::new("follow-lateshare");
+    let mut d = Tandemd::start(&dir);
+    let mut sharer = spawn("share", "model-z", &env(&dir, "training"), &["--wait-go"]);
+    sharer.wait_line("READY", WAIT);
+    registered(&d, &sharer);
+    d.signal(libc::SIGSTOP);
+    sharer.send_line("go");
+    // The offer waits out its 5 s for the stopped tandemd.
+    let (rc, allocated) = first_rc(&mut sharer, "SHARE");
+    assert_eq!((rc, allocated), (i64::from(api::TIMEOUT), true), "{sharer}");
+    assert_eq!(field(&ask(&mut sharer, "free", "FREE"), "rc"), "0");
+    d.signal(libc::SIGCONT);
+    // tandemd takes the SHARE, then the UNSHARE the free posted behind it.
+    let s = wait_stats(&d, "the offer taken and withdrawn", |s| {
+        s["follow"]["shares"] == 1 && regions(s).is_empty()
+    });
+    assert!(regions(&s).is_empty(), "{}", s["follow"]);
+    let mut f = spawn(
+        "map",
+        "model-z",
+        &env(&dir, "inference"),
+        &["--timeout-ms", "200"],
+    );
+    let (rc, _) = first_rc(&mut f, "MAP");
+    assert_ne!(rc, i64::from(api::OK), "freed memory was mapped: {f}");
+    for p in [&mut sharer, &mut f] {
+        p.send_line("exit");
+        assert!(p.wait_exit(WAIT).success(), "{p}");
+    }
+}
+
+/// A fork child does not keep the shared region's exported descriptor,
+/// which would keep the memory alive for the child's life.
+#[test]
+fn a_fork_child_drops_its_copy_of_a_shared_regions_descriptor() {
+    let dir = TestDir::new("follow-fork");
+    let _d = Tandemd::start(&dir);
+    let mut sharer = spawn("share", "model-w", &env(&dir, "training"), &[]);
+    assert_eq!(
+        first_rc(&mut sharer, "SHARE").0,
+        i64::from(api::OK),
+        "{sharer}"
+    );
+    // The fake driver's VMM memory is memfds named fakecuda-vmm.
+    let vmm_fds = |pid: u32| -> usize {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| {
+                        std::fs::read_link(e.path())
+                            .is_ok_and(|l| l.to_string_lossy().contains("fakecuda-vmm"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let parent = vmm_fds(sharer.pid());
+    assert!(
+        parent >= 1,
+        "the region's descriptors are not memfds any more"
+    );
+    let l = ask(&mut sharer, "fork", "FORKED");
+    let child: u32 = field(&l, "pid").parse().unwrap();
+    poll(Duration::from_secs(10), "the child's copy closed", || {
+        let n = vmm_fds(child);
+        (n < parent)
+            .then_some(())
+            .ok_or(format!("child {n}, parent {parent}"))
+    });
+    // SAFETY: kill(2) on the child this test made, still a child of the host.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    sharer.send_line("exit");
+    assert!(sharer.wait_exit(WAIT).success(), "{sharer}");
+}
