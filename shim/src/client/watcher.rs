@@ -12,7 +12,7 @@
 //! 5 ms while any is held).
 
 use core::sync::atomic::{AtomicBool, Ordering};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use tandem_os::poll::{self, Seen};
@@ -24,6 +24,10 @@ use super::features;
 use super::published::{publish, retire};
 use super::session::Session;
 
+/// Most messages read in one turn of the loop, and for how long at most
+/// (completion marks and held messages are seen to between turns).
+const MAX_MESSAGES_PER_TURN: usize = 256;
+const READ_BUDGET: Duration = Duration::from_millis(20);
 /// Pause between registration attempts while no coordinator answers.
 pub const RETRY_EVERY: Duration = Duration::from_millis(200);
 /// How long one `poll` on a live connection lasts before it is simply repeated.
@@ -116,10 +120,15 @@ fn watch(s: &Session) {
         return;
     };
     let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
+    // Messages were still waiting when the last turn's reading stopped.
+    let mut backlog = false;
     loop {
         // Installed at start-up; loaded each turn all the same (one load).
         let features = features::get();
-        (features.tick)(s);
+        // No new scan slice (and so no new candidates) while answers wait.
+        if !backlog {
+            (features.tick)(s);
+        }
         super::marks::poll(s);
         // Messages held while the socket was full: send what it takes now,
         // and look again soon while any is left.
@@ -165,34 +174,54 @@ fn watch(s: &Session) {
         }
         let p = seen[0];
         if p.readable {
-            match wire::recv(sock, &mut buf) {
-                Ok(got) if got.len == 0 => return,
-                Ok(got) => match wire::Message::decode(&buf[..got.len]) {
-                    Ok(wire::Message::Dedup(d)) => (features.on_dedup)(s, d, got.fd),
-                    Ok(wire::Message::Follow(f)) => (features.on_follow)(f, got.fd),
-                    Ok(wire::Message::Board(b)) => match got.fd {
-                        Some(fd) => s.local.attach_board(
-                            fd,
-                            b.flags & wire::BOARD_FLAG_WRITABLE != 0,
-                            s.control(),
-                        ),
-                        None => crate::log!(Debug, "a Board message without its descriptor"),
-                    },
-                    Ok(m) => crate::log!(
-                        Debug,
-                        "ignoring a {} message from the coordinator",
-                        m.type_name()
-                    ),
-                    Err(e) => crate::log!(Debug, "unreadable message from the coordinator: {e}"),
-                },
-                Err(e) if e.errno() == Some(libc::EAGAIN) => {}
-                Err(_) => return,
+            // What is waiting, before the next scan slice: one message a
+            // turn let a scan that finds candidates faster than their OFFERs
+            // are handled pile answers up until the socket was full, and
+            // tandemd dropped what it could not send. Bounded, so that marks
+            // and held messages are seen to between long handlings.
+            let until = std::time::Instant::now() + READ_BUDGET;
+            backlog = true;
+            for _ in 0..MAX_MESSAGES_PER_TURN {
+                match wire::recv(sock, &mut buf) {
+                    Ok(got) if got.len == 0 => return,
+                    Ok(got) => handle(s, features, &buf[..got.len], got.fd),
+                    Err(e) if e.errno() == Some(libc::EAGAIN) => {
+                        backlog = false;
+                        break;
+                    }
+                    Err(_) => return,
+                }
+                if std::time::Instant::now() >= until {
+                    break;
+                }
             }
             continue;
         }
+        backlog = false;
         if p.closed {
             return;
         }
+    }
+}
+
+/// One message from the coordinator.
+fn handle(s: &Session, features: &features::Features, msg: &[u8], fd: Option<OwnedFd>) {
+    match wire::Message::decode(msg) {
+        Ok(wire::Message::Dedup(d)) => (features.on_dedup)(s, d, fd),
+        Ok(wire::Message::Follow(f)) => (features.on_follow)(f, fd),
+        Ok(wire::Message::Board(b)) => match fd {
+            Some(fd) => {
+                s.local
+                    .attach_board(fd, b.flags & wire::BOARD_FLAG_WRITABLE != 0, s.control())
+            }
+            None => crate::log!(Debug, "a Board message without its descriptor"),
+        },
+        Ok(m) => crate::log!(
+            Debug,
+            "ignoring a {} message from the coordinator",
+            m.type_name()
+        ),
+        Err(e) => crate::log!(Debug, "unreadable message from the coordinator: {e}"),
     }
 }
 
