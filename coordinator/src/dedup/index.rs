@@ -253,7 +253,9 @@ impl Index {
     }
 
     /// The daemon could not send `msg` (an action of ours) to `client`:
-    /// that client failed this step.
+    /// that client failed this step. The granule is given up as on a
+    /// timeout: still the client's candidate on its side, so its later
+    /// WITHDRAW is expected, not a protocol error.
     pub fn undelivered(&mut self, now: u64, client: u64, m: &Dedup, out: &mut Vec<Action>) {
         let Some(c) = self.clients.get(&client) else {
             return;
@@ -263,9 +265,12 @@ impl Index {
                 if shared == m.shared_id =>
             {
                 self.publish_failed(now, shared, true, out);
+                if let Some(c) = self.clients.get_mut(&client) {
+                    c.expired.insert((m.granule, shared));
+                }
             }
             (DedupOp::Offer, Some(Granule::Offered { shared, .. })) if shared == m.shared_id => {
-                self.drop_offer(client, m.granule, false, true, out);
+                self.drop_offer(client, m.granule, true, true, out);
             }
             _ => {}
         }

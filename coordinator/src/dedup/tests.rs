@@ -635,6 +635,14 @@ fn undelivered_messages_fail_that_step() {
     assert_eq!((t.k().publish_failures, t.k().offer_failures), (1, 1));
     t.ix.audit().unwrap();
     assert_eq!(t.ix.client(3).unwrap().candidates, 0);
+    // Neither client heard of it: each still holds its granule as a
+    // candidate, and its WITHDRAW when the content changes is expected.
+    for (c, g) in [(1, 0x10), (3, 0x30)] {
+        assert!(t
+            .ok(c, withdraw(g, 0, WithdrawReason::CHANGED), false)
+            .is_empty());
+    }
+    t.ix.audit().unwrap();
 }
 
 #[test]
