@@ -63,6 +63,14 @@ fn regions(s: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Ends each follower (`exit`) and checks it exited cleanly.
+fn exit_all(procs: &mut [&mut Proc]) {
+    for p in procs.iter_mut() {
+        p.send_line("exit");
+        assert!(p.wait_exit(WAIT).success(), "{p}");
+    }
+}
+
 /// Waits until tandemd's stats satisfy `f`.
 fn wait_stats(d: &Tandemd, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     poll(WAIT, what, || {
@@ -159,10 +167,7 @@ fn a_follower_reads_the_sharers_live_memory_read_only_and_keeps_it_after_the_sha
         client_by_pid(s, follower.pid())
             .is_some_and(|c| c["follow"]["mapped_bytes"].as_u64() == Some(0))
     });
-    for p in [&mut follower, &mut late] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    exit_all(&mut [&mut follower, &mut late]);
 }
 
 #[test]
@@ -243,10 +248,7 @@ fn a_follower_waits_for_a_sharer_that_starts_later_and_a_restarted_coordinator_g
         third,
         "the first follower still follows"
     );
-    for p in [&mut follower, &mut sharer, &mut again] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    exit_all(&mut [&mut follower, &mut sharer, &mut again]);
     wait_stats(&d, "nothing left", |s| regions(s).is_empty());
 }
 
@@ -336,12 +338,9 @@ fn refusals_say_why_and_a_share_always_leaves_usable_memory() {
         st["follow"]
     );
     assert_eq!(regions(&st).len(), 1, "{}", st["follow"]);
-    for p in [
+    exit_all(&mut [
         &mut m, &mut s, &mut alone, &mut owner, &mut twin, &mut other, &mut small,
-    ] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    ]);
 }
 
 #[test]
@@ -421,10 +420,7 @@ fn a_region_offered_while_no_coordinator_runs_is_offered_when_one_starts() {
         wrote,
         "the follower keeps its mapping"
     );
-    for p in [&mut follower, &mut sharer] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    exit_all(&mut [&mut follower, &mut sharer]);
 }
 
 /// A follower's registration, seen in tandemd's stats.
@@ -477,10 +473,7 @@ fn a_name_refused_as_taken_is_not_offered_again_to_a_restarted_coordinator() {
     );
     let (rc, _) = first_rc(&mut f, "MAP");
     assert_ne!(rc, i64::from(api::OK), "the refused memory was mapped: {f}");
-    for p in [&mut owner, &mut twin, &mut f] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    exit_all(&mut [&mut owner, &mut twin, &mut f]);
 }
 
 /// A map granted after its caller gave up is undone: the follower maps
@@ -515,10 +508,7 @@ fn a_map_granted_after_it_timed_out_is_not_counted() {
         s["follow"]["maps"] == 1 && counted == Some(0) && followers == Some(Value::from(0))
     });
     assert!(f.stderr().contains("(unmapped)"), "{f}");
-    for p in [&mut sharer, &mut f] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    exit_all(&mut [&mut sharer, &mut f]);
 }
 
 /// A region freed while its offer's answer is late is withdrawn all the
@@ -550,10 +540,7 @@ fn a_region_freed_before_its_offer_was_answered_is_withdrawn() {
     );
     let (rc, _) = first_rc(&mut f, "MAP");
     assert_ne!(rc, i64::from(api::OK), "freed memory was mapped: {f}");
-    for p in [&mut sharer, &mut f] {
-        p.send_line("exit");
-        assert!(p.wait_exit(WAIT).success(), "{p}");
-    }
+    exit_all(&mut [&mut sharer, &mut f]);
 }
 
 /// A fork child does not keep the shared region's exported descriptor,
