@@ -271,6 +271,11 @@ impl Registry {
         std::mem::take(&mut self.boards_owed)
     }
 
+    /// Whether a client is owed a board.
+    pub(crate) fn owes_boards(&self) -> bool {
+        !self.boards_owed.is_empty()
+    }
+
     /// Client `id`'s board could not be sent: it has none, and is owed one.
     pub(crate) fn board_unsent(&mut self, id: u64) {
         if let Some(c) = self.clients.get_mut(&id) {

@@ -344,6 +344,7 @@ impl Daemon {
                 .map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
                 .into_iter()
                 .chain(self.dedup_wait())
+                .chain(self.boards_wait())
                 .chain(crate::logging::flush_throttled())
                 .min();
             events.clear();

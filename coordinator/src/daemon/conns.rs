@@ -27,6 +27,9 @@ const REFUSED_CLIENT: &str = "refused client";
 const VERSION_MISMATCH: &str = "protocol version mismatch";
 const CONTROL_DENIED: &str = "control request refused";
 
+/// How often a board that could not be sent is tried again.
+const BOARD_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl Daemon {
     pub(super) fn accept_all(&mut self) {
         if self.spare_fd.is_none() {
@@ -236,6 +239,12 @@ impl Daemon {
                 None
             }
         }
+    }
+
+    /// How soon the loop must turn again to retry owed boards: a client
+    /// whose board could not be sent may send nothing that would wake it.
+    pub(super) fn boards_wait(&self) -> Option<std::time::Duration> {
+        self.shared.registry().owes_boards().then_some(BOARD_RETRY)
     }
 
     /// Sends a writable board to each client granted the inference class

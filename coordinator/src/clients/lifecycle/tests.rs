@@ -281,9 +281,12 @@ fn a_board_that_could_not_be_sent_is_owed_until_one_is() {
     let a = a.client_id;
     let (_fd, flags) = r.board_for(a).unwrap();
     assert_eq!(flags, 0);
+    assert!(!r.owes_boards());
     r.board_unsent(a);
     r.board_unsent(a);
+    assert!(r.owes_boards(), "the loop must wake to retry it");
     assert_eq!(r.take_owed_boards(), vec![a], "owed once");
+    assert!(!r.owes_boards());
     // Made inference while it has none: the next send is writable, and
     // nothing more is owed once one went out.
     r.set_class(&cfg, 0, a, ClientClass::Inference, 0).unwrap();
