@@ -292,7 +292,9 @@ int tandem_follow_alloc(uint64_t bytes, unsigned long long *dptr);
  * ASCII characters), with the opaque `layout` tag, to followers of this trust group on
  * this GPU. Waits for tandemd's answer for at most 5 s. The memory stays the job's
  * whatever the code (OK, or why it is not offered now); a named region is offered
- * again by itself to a tandemd the process registers with later (a restart).
+ * again by itself to a tandemd the process registers with later (a restart), unless
+ * tandemd refused it (NAME_TAKEN, LIMIT, NOT_PERMITTED, ...): a refused region keeps
+ * no name and may be offered again, under any name.
  */
 int tandem_follow_offer(unsigned long long dptr, const char *name,
 const uint8_t layout[16]);

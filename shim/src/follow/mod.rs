@@ -13,7 +13,8 @@
 //!   maps it half filled. The memory is the program's whatever the answer
 //!   (fail-open); the fd is kept so a named region is offered again, unasked,
 //!   to every tandemd the process registers with later (a restart, or one that
-//!   was not running at the first offer).
+//!   was not running at the first offer), unless tandemd refused the name: a
+//!   refusal drops it, and the program may offer the region again.
 //! - [`c_api::tandem_follow_map`] asks tandemd for a region by name (MAP), retrying
 //!   while it is not there yet, imports the fd it gets (MAPPED + fd) and maps
 //!   it read-only. The imported handle keeps the memory alive after the sharer
