@@ -82,7 +82,8 @@ pub(super) fn ask(
         if s.send_in_order(&buf[..n], fd) {
             break true;
         }
-        if Instant::now() + SEND_RETRY >= deadline {
+        // A closed socket will not take it later: the session is ending.
+        if s.socket().is_none() || Instant::now() + SEND_RETRY >= deadline {
             break false;
         }
         std::thread::sleep(SEND_RETRY);
