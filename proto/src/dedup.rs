@@ -27,6 +27,10 @@
 //! WITHDRAW(g_a, S, FREED|COW|CHANGED) -> holders {B}; fd closed when none left
 //! ```
 //!
+//! A PUBLISHED OK that comes after tandemd gave the publish up (its
+//! deadline, `[dedup] timeout_ms`) is answered with FORGET(g_a, S): the
+//! copy was never kept, and the publisher takes its granule back.
+//!
 //! The coordinator trusts none of it: a PUBLISHED or RESULT is checked against
 //! what it asked for, and the byte comparison happens in the process whose
 //! memory is about to be replaced (B), so a lying peer can only hurt itself.
@@ -63,6 +67,12 @@ pub enum DedupOp {
     /// Shim -> tandemd: outcome of an [`DedupOp::Offer`] (`status`), with the
     /// time the merge took in `elapsed_ns`.
     Result = 6,
+    /// tandemd -> shim: the PUBLISHED OK for granule `granule` as
+    /// `shared_id` came after tandemd gave the publish up: that copy does
+    /// not exist, and the granule, frozen read-only and exported for it, is
+    /// the job's own private memory again (and may be a candidate again). An
+    /// older shim ignores it.
+    Forget = 7,
 }
 
 impl DedupOp {
@@ -76,6 +86,7 @@ impl DedupOp {
             4 => Some(DedupOp::Published),
             5 => Some(DedupOp::Offer),
             6 => Some(DedupOp::Result),
+            7 => Some(DedupOp::Forget),
             _ => None,
         }
     }
@@ -90,6 +101,7 @@ impl DedupOp {
             DedupOp::Published => "published",
             DedupOp::Offer => "offer",
             DedupOp::Result => "result",
+            DedupOp::Forget => "forget",
         }
     }
 
@@ -218,7 +230,11 @@ impl Dedup {
         }
         let needs_shared = matches!(
             self.op,
-            DedupOp::Publish | DedupOp::Published | DedupOp::Offer | DedupOp::Result
+            DedupOp::Publish
+                | DedupOp::Published
+                | DedupOp::Offer
+                | DedupOp::Result
+                | DedupOp::Forget
         );
         if needs_shared && self.shared_id == 0 {
             return Err(Error::BadValue {
@@ -316,7 +332,7 @@ mod tests {
 
     #[test]
     fn every_op_round_trips() {
-        for raw in 1..=6 {
+        for raw in 1..=7 {
             let op = DedupOp::from_u16(raw).unwrap();
             let d = sample(op);
             let mut b = [0u8; DEDUP_LEN];
@@ -324,7 +340,8 @@ mod tests {
             assert_eq!(Dedup::decode(&b).unwrap(), d, "{}", op.name());
         }
         assert_eq!(DedupOp::from_u16(0), None);
-        assert_eq!(DedupOp::from_u16(7), None);
+        assert_eq!(DedupOp::from_u16(8), None);
+        assert!(!DedupOp::Forget.from_shim());
     }
 
     #[test]

@@ -159,6 +159,11 @@ impl Broker {
                         index.undelivered(now, client, &msg, &mut self.actions);
                     }
                 }
+                Action::SendForget { client, msg } => {
+                    // Lost with a full socket: the granule stays frozen in
+                    // that job until it frees or writes it (as before FORGET).
+                    let _ = self.send(client, &msg, None, send);
+                }
                 Action::SendOffer { client, msg } => {
                     let f = self.fds.get(&msg.shared_id).map(|f| f.as_fd());
                     let sent = match f {

@@ -78,8 +78,16 @@ impl Index {
             if !self.is_dead(s) {
                 return Err(Refusal::UnknownShared(s));
             }
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.expired.remove(&(m.granule, s));
+            let expected = self
+                .clients
+                .get_mut(&client)
+                .is_some_and(|c| c.expired.remove(&(m.granule, s)));
+            // Given up on: the publisher froze and exported its granule for
+            // a copy that will never exist; it takes the granule back.
+            if expected && m.status == DedupStatus::OK.0 {
+                let mut f = Dedup::new(DedupOp::Forget, m.granule, m.len);
+                f.shared_id = s;
+                out.push(Action::SendForget { client, msg: f });
             }
             return Err(Refusal::Late {
                 op: m.op,

@@ -231,7 +231,9 @@ impl Index {
                 DedupOp::Withdraw => self.withdraw(now, client, m, out),
                 DedupOp::Published => self.published(now, client, m, fd, out),
                 DedupOp::Result => self.result(now, client, m, out),
-                DedupOp::Publish | DedupOp::Offer => Err(Refusal::WrongDirection(m.op)),
+                DedupOp::Publish | DedupOp::Offer | DedupOp::Forget => {
+                    Err(Refusal::WrongDirection(m.op))
+                }
             }
         };
         if let Err(e) = &r {

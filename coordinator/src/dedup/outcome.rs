@@ -27,6 +27,13 @@ pub enum Action {
         /// The message.
         msg: Dedup,
     },
+    /// Send `msg` (a FORGET) to `client`: nothing waits for it.
+    SendForget {
+        /// Addressee.
+        client: u64,
+        /// The message.
+        msg: Dedup,
+    },
     /// Close the fd of `shared_id` (it is never named again).
     CloseShared {
         /// The shared copy.

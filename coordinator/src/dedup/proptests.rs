@@ -129,6 +129,19 @@ impl World {
                         self.holds.insert((c, m.granule, s));
                     }
                 }
+                Action::SendForget { client, msg } => {
+                    // Only to a publisher whose PUBLISHED OK, just handled,
+                    // came for a copy tandemd never kept.
+                    let s = msg.shared_id;
+                    let ok = matches!(answer, Some((c, m, _))
+                        if c == client && m.op == DedupOp::Published && m.status == 0
+                            && m.shared_id == s && m.granule == msg.granule)
+                        && self.asked.get(&s) == Some(&(client, msg.granule))
+                        && !self.adopted.contains(&s);
+                    if !ok {
+                        return Err(format!("forget without a late PUBLISHED OK: {a:?}"));
+                    }
+                }
                 Action::CloseShared { shared_id: s } => {
                     if !self.adopted.contains(&s) || !self.closed.insert(s) {
                         return Err(format!("close of {s}: never adopted or closed twice"));

@@ -53,6 +53,12 @@ fn offer(client: u64, g: u64, s: u64, hash: u8) -> Action {
     Action::SendOffer { client, msg }
 }
 
+fn forget(client: u64, g: u64, s: u64) -> Action {
+    let mut msg = Dedup::new(DedupOp::Forget, g, L);
+    msg.shared_id = s;
+    Action::SendForget { client, msg }
+}
+
 fn close(s: u64) -> Action {
     Action::CloseShared { shared_id: s }
 }
@@ -445,9 +451,14 @@ fn publish_and_offer_timeouts() {
     assert!(t.tick(5 * S).is_empty(), "not yet");
     assert_eq!(t.tick(1 + 5 * S), vec![publish(2, 0x20, 2, 1)]);
     assert_eq!(t.k().publish_failures, 1);
-    // The late PUBLISHED of the given-up id: late, its fd not kept.
-    t.late(1, reply(DedupOp::Published, 0x10, 1, DedupStatus::OK), true);
+    // The late PUBLISHED of the given-up id: late, its fd not kept, and the
+    // publisher told to take its frozen granule back (once).
+    let (r, out) = t.step(1, reply(DedupOp::Published, 0x10, 1, DedupStatus::OK), true);
+    assert_eq!(r.map_err(|e| e.kind()), Err(RefusalKind::Late));
+    assert_eq!(out, vec![forget(1, 0x10, 1)]);
     assert_eq!(t.k().late_replies, 1);
+    t.late(1, reply(DedupOp::Published, 0x10, 1, DedupStatus::OK), true);
+    assert_eq!(t.k().late_replies, 2);
     t.published_ok(2, 0x20, 2);
     // An unanswered offer is dropped at its deadline.
     let at = t.now + 5 * S;
@@ -458,7 +469,7 @@ fn publish_and_offer_timeouts() {
     t.ok(3, reply(DedupOp::Result, 0x30, 2, DedupStatus::OK), false);
     assert_eq!(
         (t.k().merges, t.k().saved_bytes, t.k().late_replies),
-        (1, L, 2)
+        (1, L, 3)
     );
     // An offer whose copy dies meanwhile: the late answer is counted and ignored.
     t.ok(1, cand(0x11, 1), false);
@@ -471,7 +482,29 @@ fn publish_and_offer_timeouts() {
     );
     t.late(1, reply(DedupOp::Result, 0x11, 2, DedupStatus::OK), false);
     assert_eq!(t.ix.client(1).unwrap().shared_bytes, 0);
-    assert_eq!(t.k().late_replies, 3);
+    assert_eq!(t.k().late_replies, 4);
+}
+
+#[test]
+fn a_late_publish_that_failed_needs_nothing_taken_back() {
+    let mut t = T::clients(2);
+    t.ok(1, cand(0x10, 1), false);
+    t.ok(2, cand(0x20, 1), false);
+    assert!(t.tick(1 + 5 * S).is_empty(), "no second candidate left");
+    // The publisher failed anyway: it froze nothing, so it is told nothing.
+    t.late(
+        1,
+        reply(DedupOp::Published, 0x10, 1, DedupStatus::GONE),
+        false,
+    );
+    // tandemd never sends a FORGET to itself.
+    let mut f = Dedup::new(DedupOp::Forget, 0x20, L);
+    f.shared_id = 1;
+    assert_eq!(
+        t.refused(2, f, false).kind(),
+        RefusalKind::Protocol,
+        "a FORGET from a shim"
+    );
 }
 
 #[test]

@@ -111,10 +111,12 @@ pub enum Backing {
     /// A shared read-only copy. `handle` is this process's reference to it (its
     /// own published handle, or an imported one). `orphan`: the coordinator
     /// that knew this copy is gone (restart): still correct, no longer counted.
+    /// `own`: this process published it (its own memory, frozen read-only).
     Shared {
         handle: CUmemGenericAllocationHandle,
         shared_id: u64,
         orphan: bool,
+        own: bool,
     },
 }
 

@@ -165,6 +165,7 @@ pub fn free(dptr: CUdeviceptr) -> Option<CuResult> {
                     handle,
                     shared_id,
                     orphan,
+                    ..
                 } => {
                     shared_changed(a.granule_len, false);
                     if !orphan {
@@ -231,6 +232,7 @@ pub fn copy_on_write(dst: CUdeviceptr, len: u64) {
                     handle,
                     shared_id,
                     orphan,
+                    ..
                 } = g.backing
                 else {
                     continue;
@@ -455,6 +457,7 @@ pub fn publish(d: &Dedup) -> (Dedup, Option<OwnedFd>) {
                 handle: h,
                 shared_id: d.shared_id,
                 orphan: false,
+                own: true,
             };
         }
         shared_changed(d.len, true);
@@ -469,6 +472,43 @@ pub fn publish(d: &Dedup) -> (Dedup, Option<OwnedFd>) {
             None,
         ),
     }
+}
+
+/// FORGET: tandemd gave up the publish of `d.granule` as `d.shared_id`
+/// before this process's answer came. If that granule is still frozen for
+/// it, it is private memory again: made writable, and counted a candidate
+/// afresh (the next scans offer it again). Nothing is answered.
+pub fn forget(d: &Dedup) {
+    let mut st = state();
+    let device = st.device;
+    let Some(g) = st.table.granule(d.granule) else {
+        return;
+    };
+    let Backing::Shared {
+        handle,
+        shared_id,
+        own: true,
+        ..
+    } = g.backing
+    else {
+        return;
+    };
+    if shared_id != d.shared_id {
+        return;
+    }
+    // Writable again first: only then is it private in the table.
+    if let Err(e) = vmm::set_access(d.granule, d.len as usize, device, Access::ReadWrite) {
+        crate::log!(Debug, "dedup: taking back {:#x} failed: {e}", d.granule);
+        return;
+    }
+    g.backing = Backing::Private(handle);
+    g.track.reset();
+    shared_changed(d.len, false);
+    crate::log!(
+        Debug,
+        "dedup: {:#x} is private again (tandemd gave up its publish)",
+        d.granule
+    );
 }
 
 // ---- offer ----
@@ -546,6 +586,7 @@ pub fn offer(d: &Dedup, fd: Option<OwnedFd>) -> (Dedup, Option<OwnedFd>) {
                     handle: shared,
                     shared_id: d.shared_id,
                     orphan: false,
+                    own: false,
                 };
             }
             shared_changed(d.len, true);

@@ -71,6 +71,7 @@ pub fn on_message(s: &Session, d: Dedup, fd: Option<OwnedFd>) {
     let reply = match d.op {
         DedupOp::Publish => merge::publish(&d),
         DedupOp::Offer => merge::offer(&d, fd),
+        DedupOp::Forget => return merge::forget(&d),
         _ => return,
     };
     let (msg, fd) = reply;

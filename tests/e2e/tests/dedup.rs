@@ -11,7 +11,9 @@
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tandem_e2e::coord::{client_by_pid, client_env, poll, spawn_host, Proc, Tandemd, TestDir};
+use tandem_e2e::coord::{
+    client_by_pid, client_env, default_config, poll, spawn_host, Proc, Tandemd, TestDir,
+};
 use tandem_e2e::Env;
 
 const MIB: u64 = 1 << 20;
@@ -446,4 +448,59 @@ fn every_granule_of_a_512_mib_model_merges() {
         assert_eq!(s["dedup"][k], 0, "{k}: {}", s["dedup"]);
     }
     finish(&wf, &mut procs);
+}
+
+/// A publisher that answers after tandemd gave its PUBLISHes up (stopped
+/// past `[dedup] timeout_ms`) is told to FORGET them: it takes its frozen
+/// granules back, offers them again, and the two replicas merge after all.
+/// Before FORGET those granules stayed read-only under copies that never
+/// existed, and nothing of either replica merged again.
+#[test]
+fn a_publisher_that_answers_too_late_takes_its_granules_back_and_merges_later() {
+    let dir = TestDir::new("dedup-late-publish");
+    let cfg = default_config().replace("\ntimeout_ms = 5000\n", "\ntimeout_ms = 300\n");
+    assert_ne!(cfg, default_config(), "the default dedup timeout moved");
+    let d = Tandemd::start_with_config(&dir, &cfg);
+    let wf = dir.path().join("go");
+    let env = replica_env(&dir).log("debug");
+    let granules = WEIGHTS_MIB / 2;
+    // A alone until its granules are candidates: it will be asked to publish.
+    let a = spawn_replica("replica", 3000, &wf, &env, &[]);
+    poll(WAIT, "A's candidates", || {
+        let s = d.try_stats()?;
+        let n = client_by_pid(&s, a.pid())
+            .and_then(|c| c["dedup"]["candidate_granules"].as_u64())
+            .unwrap_or(0);
+        (n == granules)
+            .then_some(())
+            .ok_or(format!("{n} candidates"))
+    });
+    // SAFETY: kill(2) on the replica this test started.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    let b = spawn_replica("replica", 3000, &wf, &env, &[]);
+    poll(WAIT, "A's publishes given up", || {
+        let s = d.try_stats()?;
+        let n = gnum(&s, "dedup_publish_failures");
+        (n >= granules).then_some(()).ok_or(format!("{n} given up"))
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
+    let s = wait_saved(
+        &d,
+        "the replicas merged after all",
+        WEIGHTS_MIB * MIB,
+        Some(granules),
+    );
+    assert!(gnum(&s, "dedup_late_replies") >= granules, "{}", gpu(&s));
+    let mut procs = vec![a, b];
+    finish(&wf, &mut procs);
+    let want = plain_digest(3000, &[]);
+    for p in &procs {
+        assert_eq!(digest(p), want, "outputs changed");
+    }
+    assert!(
+        procs[0].stderr().contains("is private again"),
+        "A never took a granule back: {}",
+        procs[0].stderr()
+    );
 }
