@@ -86,7 +86,9 @@ pub const EXPLICIT_API: &[(&str, &str)] = &[
          ASCII characters), with the opaque `layout` tag, to followers of this trust group on\n\
          this GPU. Waits for tandemd's answer for at most 5 s. The memory stays the job's\n\
          whatever the code (OK, or why it is not offered now); a named region is offered\n\
-         again by itself to a tandemd the process registers with later (a restart).",
+         again by itself to a tandemd the process registers with later (a restart), unless\n\
+         tandemd refused it (NAME_TAKEN, LIMIT, NOT_PERMITTED, ...): a refused region keeps\n\
+         no name and may be offered again, under any name.",
     ),
     (
         "int tandem_follow_map(const char *name, uint64_t bytes, const uint8_t layout[16],\n\
