@@ -1,32 +1,32 @@
-//! The driver work of dedup: backing allocations with VMM granules, hashing
-//! them, publishing one as a shared copy, merging one into a shared copy after
-//! a byte-for-byte comparison, copy-on-write, and freeing.
+//! The driver work of dedup on the program's side: backing allocations with
+//! VMM granules, hashing them, copy-on-write, and freeing (the coordinator's
+//! requests, publishing and merging, are [`super::requests`]).
 //!
 //! Every remap of a granule the program may use runs in
 //! [`quiesce::exclusive`]: no submission in flight, context drained. The state
 //! lock is taken inside it, never the other way round.
 
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use tandem_proto::dedup::{Dedup, DedupOp, DedupStatus, WithdrawReason};
+use tandem_proto::dedup::{Dedup, DedupOp, WithdrawReason};
 
 use super::granules::{Alloc, Backing, Granule, Rule, Verdict};
 use super::hash::{hash128, is_uniform};
 use super::quiesce::{self, Bracket};
-use super::state::{ctx_of, send, send_candidate, state, State, MIN_BYTES};
-use super::stats::{shared_changed, BACKED_BYTES, COW_BREAKS, MERGES, PUBLISHED};
+use super::state::{ctx_of, send, send_candidate, state, MIN_BYTES};
+use super::stats::{shared_changed, BACKED_BYTES, COW_BREAKS};
 use crate::client::session::Session;
 use crate::types::{CUdeviceptr, CuResult};
 use crate::vmm::{self, Access, DriverError};
 
 /// The watcher thread's own resources.
-struct Worker {
+pub(super) struct Worker {
     /// Its lowest-priority stream (as an address), created on first use.
-    stream: usize,
-    a: Vec<u8>,
-    b: Vec<u8>,
+    pub(super) stream: usize,
+    /// Two granule-sized host buffers (hashing, comparing).
+    pub(super) a: Vec<u8>,
+    pub(super) b: Vec<u8>,
     /// The scan pass under way, if any.
     pass: Option<Pass>,
 }
@@ -52,7 +52,7 @@ fn worker() -> MutexGuard<'static, Worker> {
 
 /// The watcher's resources, ready to work: the dedup context current on this
 /// thread, the stream made, both buffers one granule long.
-fn ready_worker() -> vmm::Result<MutexGuard<'static, Worker>> {
+pub(super) fn ready_worker() -> vmm::Result<MutexGuard<'static, Worker>> {
     let (ctx, granule) = {
         let st = state();
         (st.ctx, st.granule)
@@ -395,247 +395,4 @@ pub fn scan_step(s: &Session, rule: Rule, new_pass: bool, until: Instant) -> boo
         return false;
     }
     true
-}
-
-/// The granule `d.granule` if it is private, has had a candidate with
-/// `d.hash` sent, and has the message's length.
-fn private_candidate(st: &mut State, d: &Dedup) -> Option<u64> {
-    let g = st.table.granule(d.granule)?;
-    let a_len = st.granule as u64;
-    match g.backing {
-        Backing::Private(h) if g.track.sent_hash() == Some(d.hash) && d.len == a_len => Some(h),
-        _ => None,
-    }
-}
-
-fn answer(op: DedupOp, d: &Dedup, status: DedupStatus) -> Dedup {
-    let mut r = Dedup::new(op, d.granule, d.len);
-    r.shared_id = d.shared_id;
-    r.hash = d.hash;
-    r.status = status.0;
-    r
-}
-
-// ---- publish ----
-
-/// PUBLISH: make granule `d.granule` the shared copy `d.shared_id`. Returns the
-/// PUBLISHED answer and, on success, the exported fd to attach.
-pub fn publish(d: &Dedup) -> (Dedup, Option<OwnedFd>) {
-    let Ok(mut w) = ready_worker() else {
-        return (
-            answer(DedupOp::Published, d, DedupStatus::DRIVER_ERROR),
-            None,
-        );
-    };
-    let stream = w.stream as crate::types::CUstream;
-    let out = quiesce::exclusive(false, vmm::ctx_synchronize, || {
-        let mut st = state();
-        let device = st.device;
-        let Some(h) = private_candidate(&mut st, d) else {
-            return Err(DedupStatus::GONE);
-        };
-        let len = d.len as usize;
-        // Freeze first, then look: what we hash is what others will map.
-        vmm::set_access(d.granule, len, device, Access::Read)
-            .map_err(|_| DedupStatus::DRIVER_ERROR)?;
-        let same = vmm::read_to_host(&mut w.a[..len], d.granule, stream).is_ok()
-            && hash128(&w.a[..len]) == d.hash;
-        let exported = if same { vmm::export_fd(h).ok() } else { None };
-        let Some(fd) = exported else {
-            let _ = vmm::set_access(d.granule, len, device, Access::ReadWrite);
-            if let Some(g) = st.table.granule(d.granule) {
-                g.track.reset();
-            }
-            return Err(if same {
-                DedupStatus::DRIVER_ERROR
-            } else {
-                DedupStatus::GONE
-            });
-        };
-        if let Some(g) = st.table.granule(d.granule) {
-            g.backing = Backing::Shared {
-                handle: h,
-                shared_id: d.shared_id,
-                orphan: false,
-                own: true,
-            };
-        }
-        shared_changed(d.len, true);
-        PUBLISHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(fd)
-    });
-    match out {
-        Ok(Ok(fd)) => (answer(DedupOp::Published, d, DedupStatus::OK), Some(fd)),
-        Ok(Err(status)) => (answer(DedupOp::Published, d, status), None),
-        Err(_) => (
-            answer(DedupOp::Published, d, DedupStatus::DRIVER_ERROR),
-            None,
-        ),
-    }
-}
-
-/// FORGET: tandemd gave up the publish of `d.granule` as `d.shared_id`
-/// before this process's answer came. If that granule is still frozen for
-/// it, it is private memory again: made writable, and counted a candidate
-/// afresh (the next scans offer it again). Nothing is answered.
-pub fn forget(d: &Dedup) {
-    let mut st = state();
-    let device = st.device;
-    let Some(g) = st.table.granule(d.granule) else {
-        return;
-    };
-    let Backing::Shared {
-        handle,
-        shared_id,
-        own: true,
-        ..
-    } = g.backing
-    else {
-        return;
-    };
-    if shared_id != d.shared_id {
-        return;
-    }
-    // Writable again first: only then is it private in the table.
-    if let Err(e) = vmm::set_access(d.granule, d.len as usize, device, Access::ReadWrite) {
-        crate::log!(Debug, "dedup: taking back {:#x} failed: {e}", d.granule);
-        return;
-    }
-    g.backing = Backing::Private(handle);
-    g.track.reset();
-    shared_changed(d.len, false);
-    crate::log!(
-        Debug,
-        "dedup: {:#x} is private again (tandemd gave up its publish)",
-        d.granule
-    );
-}
-
-// ---- offer ----
-
-/// OFFER: compare granule `d.granule` with the shared copy behind `fd` byte for
-/// byte and, if equal, map the shared copy there read-only and release the
-/// private memory. Returns the RESULT answer.
-pub fn offer(d: &Dedup, fd: Option<OwnedFd>) -> (Dedup, Option<OwnedFd>) {
-    let started = Instant::now();
-    let result = |status: DedupStatus| {
-        let mut r = answer(DedupOp::Result, d, status);
-        r.elapsed_ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        (r, None)
-    };
-    let Some(fd) = fd else {
-        return result(DedupStatus::DRIVER_ERROR);
-    };
-    let (device, known) = {
-        let mut st = state();
-        let known = private_candidate(&mut st, d).is_some();
-        (st.device, known)
-    };
-    if !known {
-        return result(DedupStatus::GONE);
-    }
-    let Ok(mut w) = ready_worker() else {
-        return result(DedupStatus::DRIVER_ERROR);
-    };
-    let stream = w.stream as crate::types::CUstream;
-    let len = d.len as usize;
-    let Ok(shared) = vmm::import_fd(fd.as_fd()) else {
-        return result(DedupStatus::DRIVER_ERROR);
-    };
-    drop(fd);
-    // Look at the shared copy through a scratch mapping of our own.
-    let scratch = vmm::reserve(len, len).and_then(|sc| {
-        vmm::map(sc, len, shared)
-            .and_then(|()| vmm::set_access(sc, len, device, Access::Read))
-            .map(|()| sc)
-            .inspect_err(|_| {
-                let _ = vmm::unmap(sc, len);
-                let _ = vmm::address_free(sc, len);
-            })
-    });
-    let Ok(scratch) = scratch else {
-        let _ = vmm::release(shared);
-        return result(DedupStatus::DRIVER_ERROR);
-    };
-    let Worker { a, b, .. } = &mut *w;
-    let out = quiesce::exclusive(false, vmm::ctx_synchronize, || {
-        let mut st = state();
-        let Some(private) = private_candidate(&mut st, d) else {
-            return DedupStatus::GONE;
-        };
-        if vmm::set_access(d.granule, len, device, Access::Read).is_err() {
-            return DedupStatus::DRIVER_ERROR;
-        }
-        let read = vmm::read_to_host(&mut a[..len], d.granule, stream)
-            .and_then(|()| vmm::read_to_host(&mut b[..len], scratch, stream));
-        let status = match read {
-            Err(_) => DedupStatus::DRIVER_ERROR,
-            Ok(()) if a[..len] != b[..len] => DedupStatus::MISMATCH,
-            Ok(()) => match merge_mapping(d.granule, len, device, shared, private) {
-                Ok(()) => DedupStatus::OK,
-                Err(e) => {
-                    crate::log!(Debug, "dedup: merging {:#x} failed: {e}", d.granule);
-                    DedupStatus::DRIVER_ERROR
-                }
-            },
-        };
-        if status == DedupStatus::OK {
-            let _ = vmm::release(private);
-            if let Some(g) = st.table.granule(d.granule) {
-                g.backing = Backing::Shared {
-                    handle: shared,
-                    shared_id: d.shared_id,
-                    orphan: false,
-                    own: false,
-                };
-            }
-            shared_changed(d.len, true);
-            MERGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            // Our own memory is mapped there again: writable, as it was.
-            let _ = vmm::set_access(d.granule, len, device, Access::ReadWrite);
-            if status == DedupStatus::MISMATCH {
-                if let Some(g) = st.table.granule(d.granule) {
-                    g.track.reset();
-                }
-            }
-        }
-        status
-    });
-    let _ = vmm::unmap(scratch, len);
-    let _ = vmm::address_free(scratch, len);
-    let status = out.unwrap_or(DedupStatus::DRIVER_ERROR);
-    if status != DedupStatus::OK {
-        let _ = vmm::release(shared);
-    }
-    result(status)
-}
-
-/// Moves the mapping at `va` from our `private` handle to `shared`, read-only.
-/// On failure the private handle is mapped there again (the caller makes it
-/// writable); if even that fails the range is left unmapped and said loudly.
-fn merge_mapping(
-    va: CUdeviceptr,
-    len: usize,
-    device: i32,
-    shared: u64,
-    private: u64,
-) -> vmm::Result<()> {
-    vmm::unmap(va, len)?;
-    let mapped = vmm::map(va, len, shared);
-    let res = mapped.and_then(|()| vmm::set_access(va, len, device, Access::Read));
-    if let Err(e) = res {
-        if mapped.is_ok() {
-            let _ = vmm::unmap(va, len);
-        }
-        if let Err(e2) = vmm::map(va, len, private) {
-            crate::log!(
-                Error,
-                "dedup: merging {va:#x} failed ({e}) and the private memory could not be mapped \
-                 back ({e2}); this process will fault on that range"
-            );
-        }
-        return Err(e);
-    }
-    Ok(())
 }

@@ -24,6 +24,7 @@ mod granules;
 mod hash;
 mod merge;
 pub mod quiesce;
+mod requests;
 mod state;
 mod stats;
 
@@ -69,9 +70,9 @@ pub fn on_message(s: &Session, d: Dedup, fd: Option<OwnedFd>) {
         return;
     }
     let reply = match d.op {
-        DedupOp::Publish => merge::publish(&d),
-        DedupOp::Offer => merge::offer(&d, fd),
-        DedupOp::Forget => return merge::forget(&d),
+        DedupOp::Publish => requests::publish(&d),
+        DedupOp::Offer => requests::offer(&d, fd),
+        DedupOp::Forget => return requests::forget(&d),
         _ => return,
     };
     let (msg, fd) = reply;
