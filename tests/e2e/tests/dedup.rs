@@ -144,6 +144,17 @@ fn wait_saved(d: &Tandemd, what: &str, saved: u64, copies: Option<u64>) -> Value
     })
 }
 
+/// Waits until tandemd counts `n` of `p`'s granules as candidates.
+fn wait_candidates(d: &Tandemd, p: &Proc, n: u64) {
+    poll(WAIT, "the replica's candidates", || {
+        let s = d.try_stats()?;
+        let got = client_by_pid(&s, p.pid())
+            .and_then(|c| c["dedup"]["candidate_granules"].as_u64())
+            .unwrap_or(0);
+        (got == n).then_some(()).ok_or(format!("{got} candidates"))
+    });
+}
+
 /// Waits until tandemd holds no shared copy and its descriptors are back at `fds`.
 fn assert_nothing_left(d: &Tandemd, fds: usize) {
     poll(WAIT, "every shared copy released", || {
@@ -201,15 +212,7 @@ fn kill_9_of_the_publisher_and_of_a_merger_and_a_coordinator_restart_leak_nothin
     // A first, alone until all its granules are candidates: the oldest
     // candidate publishes, so A publishes every shared copy.
     let mut publisher = spawn_replica("replica", 1000, &wf, &env, &[]);
-    poll(WAIT, "A's candidates", || {
-        let s = d.try_stats()?;
-        let n = client_by_pid(&s, publisher.pid())
-            .and_then(|c| c["dedup"]["candidate_granules"].as_u64())
-            .unwrap_or(0);
-        (n == granules)
-            .then_some(())
-            .ok_or(format!("{n} candidates"))
-    });
+    wait_candidates(&d, &publisher, granules);
     let mut procs: Vec<Proc> = (0..3)
         .map(|_| spawn_replica("replica", 1000, &wf, &env, &[]))
         .collect();
@@ -466,15 +469,7 @@ fn a_publisher_that_answers_too_late_takes_its_granules_back_and_merges_later() 
     let granules = WEIGHTS_MIB / 2;
     // A alone until its granules are candidates: it will be asked to publish.
     let a = spawn_replica("replica", 3000, &wf, &env, &[]);
-    poll(WAIT, "A's candidates", || {
-        let s = d.try_stats()?;
-        let n = client_by_pid(&s, a.pid())
-            .and_then(|c| c["dedup"]["candidate_granules"].as_u64())
-            .unwrap_or(0);
-        (n == granules)
-            .then_some(())
-            .ok_or(format!("{n} candidates"))
-    });
+    wait_candidates(&d, &a, granules);
     // SAFETY: kill(2) on the replica this test started.
     unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
     let b = spawn_replica("replica", 3000, &wf, &env, &[]);

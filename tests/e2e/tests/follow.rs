@@ -63,6 +63,13 @@ fn regions(s: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// A training job that shares region `name`, its offer taken.
+fn sharing(name: &str, dir: &TestDir) -> Proc {
+    let mut p = spawn("share", name, &env(dir, "training"), &[]);
+    assert_eq!(first_rc(&mut p, "SHARE").0, i64::from(api::OK), "{p}");
+    p
+}
+
 /// Ends each follower (`exit`) and checks it exited cleanly.
 fn exit_all(procs: &mut [&mut Proc]) {
     for p in procs.iter_mut() {
@@ -188,12 +195,7 @@ fn a_follower_waits_for_a_sharer_that_starts_later_and_a_restarted_coordinator_g
             .map(|_| ())
             .ok_or_else(|| "not yet".into())
     });
-    let mut sharer = spawn("share", "model-b", &env(&dir, "training"), &[]);
-    assert_eq!(
-        first_rc(&mut sharer, "SHARE").0,
-        i64::from(api::OK),
-        "{sharer}"
-    );
+    let mut sharer = sharing("model-b", &dir);
     let wrote = field(&ask(&mut sharer, "write 5", "WROTE"), "digest");
     assert_eq!(
         first_rc(&mut follower, "MAP").0,
@@ -289,12 +291,7 @@ fn refusals_say_why_and_a_share_always_leaves_usable_memory() {
 
     // A real sharer; then a second one of the same name, a wrong layout, a
     // wrong size.
-    let mut owner = spawn("share", "model-c", &env(&dir, "training"), &[]);
-    assert_eq!(
-        first_rc(&mut owner, "SHARE").0,
-        i64::from(api::OK),
-        "{owner}"
-    );
+    let mut owner = sharing("model-c", &dir);
     let mut twin = spawn("share", "model-c", &env(&dir, "training"), &[]);
     assert_eq!(
         first_rc(&mut twin, "SHARE"),
@@ -347,12 +344,7 @@ fn refusals_say_why_and_a_share_always_leaves_usable_memory() {
 fn a_kernel_writing_followed_weights_stops_only_the_follower_and_says_why() {
     let dir = TestDir::new("follow-kernel");
     let _d = Tandemd::start(&dir);
-    let mut sharer = spawn("share", "model-d", &env(&dir, "training"), &[]);
-    assert_eq!(
-        first_rc(&mut sharer, "SHARE").0,
-        i64::from(api::OK),
-        "{sharer}"
-    );
+    let mut sharer = sharing("model-d", &dir);
     let wrote = field(&ask(&mut sharer, "write 9", "WROTE"), "digest");
     let mut follower = spawn("map", "model-d", &env(&dir, "inference"), &[]);
     assert_eq!(
@@ -440,12 +432,7 @@ fn registered(d: &Tandemd, p: &Proc) {
 fn a_name_refused_as_taken_is_not_offered_again_to_a_restarted_coordinator() {
     let dir = TestDir::new("follow-refused");
     let mut d = Tandemd::start(&dir);
-    let mut owner = spawn("share", "model-x", &env(&dir, "training"), &[]);
-    assert_eq!(
-        first_rc(&mut owner, "SHARE").0,
-        i64::from(api::OK),
-        "{owner}"
-    );
+    let mut owner = sharing("model-x", &dir);
     let mut twin = spawn("share", "model-x", &env(&dir, "training"), &[]);
     let (rc, allocated) = first_rc(&mut twin, "SHARE");
     assert_eq!(
@@ -482,12 +469,7 @@ fn a_name_refused_as_taken_is_not_offered_again_to_a_restarted_coordinator() {
 fn a_map_granted_after_it_timed_out_is_not_counted() {
     let dir = TestDir::new("follow-latemap");
     let mut d = Tandemd::start(&dir);
-    let mut sharer = spawn("share", "model-y", &env(&dir, "training"), &[]);
-    assert_eq!(
-        first_rc(&mut sharer, "SHARE").0,
-        i64::from(api::OK),
-        "{sharer}"
-    );
+    let mut sharer = sharing("model-y", &dir);
     let mut f = spawn(
         "map",
         "model-y",
@@ -549,12 +531,7 @@ fn a_region_freed_before_its_offer_was_answered_is_withdrawn() {
 fn a_fork_child_drops_its_copy_of_a_shared_regions_descriptor() {
     let dir = TestDir::new("follow-fork");
     let _d = Tandemd::start(&dir);
-    let mut sharer = spawn("share", "model-w", &env(&dir, "training"), &[]);
-    assert_eq!(
-        first_rc(&mut sharer, "SHARE").0,
-        i64::from(api::OK),
-        "{sharer}"
-    );
+    let mut sharer = sharing("model-w", &dir);
     // The fake driver's VMM memory is memfds named fakecuda-vmm.
     let vmm_fds = |pid: u32| -> usize {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
