@@ -47,19 +47,16 @@ pub(super) fn state() -> MutexGuard<'static, State> {
 /// WITHDRAW would keep this job a holder of a shared copy, and the copy open,
 /// until it leaves), so a full socket holds it for later, in order.
 pub(super) fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
-    let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
-    match Message::Dedup(d).encode(&mut buf) {
-        Ok(n) => {
-            if !s.post(&buf[..n], fd) {
-                crate::log!(
-                    Debug,
-                    "dedup: could not send {} for {:#x}",
-                    d.op.name(),
-                    d.granule
-                );
-            }
-        }
-        Err(e) => crate::log!(Debug, "dedup: cannot encode {}: {e}", d.op.name()),
+    let Some((buf, n)) = encode(&d) else {
+        return;
+    };
+    if !s.post(&buf[..n], fd) {
+        crate::log!(
+            Debug,
+            "dedup: could not send {} for {:#x}",
+            d.op.name(),
+            d.granule
+        );
     }
 }
 
@@ -68,12 +65,17 @@ pub(super) fn send(s: &Session, d: Dedup, fd: Option<BorrowedFd<'_>>) {
 /// the next scan pass, so it never takes a held message's room (a scan
 /// over a large model while tandemd stalls would fill it). Whether it went.
 pub(super) fn send_candidate(s: &Session, d: Dedup) -> bool {
+    encode(&d).is_some_and(|(buf, n)| s.send_in_order(&buf[..n], None))
+}
+
+/// `d` as one wire message (its length in the buffer), or `None`, logged.
+fn encode(d: &Dedup) -> Option<([u8; HEADER_LEN + DEDUP_LEN], usize)> {
     let mut buf = [0u8; HEADER_LEN + DEDUP_LEN];
-    match Message::Dedup(d).encode(&mut buf) {
-        Ok(n) => s.send_in_order(&buf[..n], None),
+    match Message::Dedup(*d).encode(&mut buf) {
+        Ok(n) => Some((buf, n)),
         Err(e) => {
-            crate::log!(Debug, "dedup: cannot encode a candidate: {e}");
-            false
+            crate::log!(Debug, "dedup: cannot encode {}: {e}", d.op.name());
+            None
         }
     }
 }
