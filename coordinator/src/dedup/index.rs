@@ -266,10 +266,7 @@ impl Index {
             (DedupOp::Publish, Some(Granule::Publishing { shared, .. }))
                 if shared == m.shared_id =>
             {
-                self.publish_failed(now, shared, true, out);
-                if let Some(c) = self.clients.get_mut(&client) {
-                    c.expired.insert((m.granule, shared));
-                }
+                self.give_up_publish(now, client, m.granule, shared, out);
             }
             (DedupOp::Offer, Some(Granule::Offered { shared, .. })) if shared == m.shared_id => {
                 self.drop_offer(client, m.granule, true, true, out);
@@ -295,18 +292,29 @@ impl Index {
                     shared,
                     deadline: d,
                     ..
-                }) if d == deadline => {
-                    self.publish_failed(now, shared, true, out);
-                    // The client may still answer, or withdraw the granule.
-                    if let Some(c) = self.clients.get_mut(&client) {
-                        c.expired.insert((g, shared));
-                    }
-                }
+                }) if d == deadline => self.give_up_publish(now, client, g, shared, out),
                 Some(Granule::Offered { deadline: d, .. }) if d == deadline => {
                     self.drop_offer(client, g, true, true, out);
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Gives up `client`'s publish of granule `g` as `shared` (its deadline
+    /// passed, or the PUBLISH could not be sent): a failure, and the
+    /// client's later answer or WITHDRAW for it is expected, not an error.
+    fn give_up_publish(
+        &mut self,
+        now: u64,
+        client: u64,
+        g: u64,
+        shared: u64,
+        out: &mut Vec<Action>,
+    ) {
+        self.publish_failed(now, shared, true, out);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.expired.insert((g, shared));
         }
     }
 
