@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use tandem_proto::follow::{api, FollowOp, FollowStatus};
 
-use super::messages::{ask, follow_session, message, notify, offer, request_id, RETRY_EVERY};
+use super::messages::{
+    ask, follow_session, message, notify, offer, refused, request_id, RETRY_EVERY,
+};
 use super::regions::{Region, Role};
 use super::release::free;
 use super::state::{enabled, insert, regions, FORKED, MAPPED_BYTES, SHARED_BYTES};
@@ -145,10 +147,7 @@ pub unsafe extern "C" fn tandem_follow_offer(
             a.bytes
         );
     } else {
-        // A refusal is final: the name goes, unless tandemd never said no (it
-        // did not answer in time, or there is none yet), in which case every
-        // tandemd this process registers with later is offered it.
-        if !matches!(code, api::TIMEOUT | api::NO_COORDINATOR | api::DISABLED) {
+        if refused(code) {
             regions().refused(dptr, &a.name);
         }
         crate::log!(

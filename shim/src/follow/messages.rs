@@ -49,6 +49,17 @@ pub(super) fn notify(s: &Session, op: FollowOp, name: &[u8], bytes: u64, layout:
     }
 }
 
+/// Whether `code` (a `tandem_follow_offer` result, or a late SHARED's
+/// status as one) is tandemd saying no: final, so the region's name goes.
+/// Not an answer at all (none in time, no coordinator, follow mode off) is
+/// no refusal: the name stays, and a later tandemd is offered it.
+pub(super) fn refused(code: c_int) -> bool {
+    !matches!(
+        code,
+        api::OK | api::TIMEOUT | api::NO_COORDINATOR | api::DISABLED
+    )
+}
+
 /// Posts `f`: sent now, or held while the socket is full and sent in order
 /// as it drains (`Session::post`: nothing posted is lost while the session
 /// lasts). `false` if it is lost all the same.

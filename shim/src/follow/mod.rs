@@ -72,11 +72,9 @@ pub fn on_message(f: Follow, fd: Option<OwnedFd>) {
                 Some(api::OK) => {
                     t.set_offered(base, true);
                 }
-                // Refused: final, as for an answer in time.
-                Some(_) => {
-                    t.refused(base, f.name());
-                }
-                None => {}
+                // Final, as for an answer in time.
+                Some(code) if messages::refused(code) => t.refused(base, f.name()),
+                _ => {}
             }
         }
         drop(t);

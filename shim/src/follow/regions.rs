@@ -90,15 +90,11 @@ impl Regions {
     /// tandemd refused to share the region at `base` under `name` (taken,
     /// over a limit, not permitted): it drops that name, so no later tandemd
     /// is offered it unasked and the program may offer it under another.
-    /// `false` if no shared region there holds that name.
-    pub fn refused(&mut self, base: CUdeviceptr, name: &[u8]) -> bool {
-        match self.shared_at(base) {
-            Some(r) if r.name == name => {
-                r.name.clear();
-                r.role = Role::Shared { offered: false };
-                true
-            }
-            _ => false,
+    /// Nothing if no shared region there holds that name (any more).
+    pub fn refused(&mut self, base: CUdeviceptr, name: &[u8]) {
+        if let Some(r) = self.shared_at(base).filter(|r| r.name == name) {
+            r.name.clear();
+            r.role = Role::Shared { offered: false };
         }
     }
 
