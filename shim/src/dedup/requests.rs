@@ -103,6 +103,11 @@ pub fn publish(d: &Dedup) -> (Dedup, Option<OwnedFd>) {
 pub fn forget(d: &Dedup) {
     let mut st = state();
     let device = st.device;
+    // The length the access change covers is the message's: it must be a
+    // granule's, as PUBLISH's must (`private_candidate`).
+    if d.len != st.granule as u64 {
+        return;
+    }
     let Some(g) = st.table.granule(d.granule) else {
         return;
     };
