@@ -114,6 +114,28 @@ class Plan(unittest.TestCase):
         ids = [s.sid for s in pv.STAGES]
         self.assertEqual(ids, [str(i) for i in range(1, len(pv.STAGES) + 1)])
 
+    def test_the_short_second_command_gives_each_stage_its_whole_budget(self):
+        names = list(pv.FOLLOW_UP_STAGES)
+        part = pv.PARTS[pv.FOLLOW_UP_PART]
+        self.assertNotIn("smoke", names, "part 1's smoke test passed on this machine")
+        self.assertEqual(names, [n for n in part if n in names], "in the part's run order")
+        budget = pv.follow_up_budget()
+        # run_part gives each stage min(its budget, what is left less the
+        # reserve): the last one gets all of its own only if the sum fits.
+        used = pv.ORCHESTRATION_S
+        for n in names:
+            left = budget - used - pv.RESERVE_S
+            self.assertGreaterEqual(left, pv.BY_NAME[n].budget, n)
+            used += pv.BY_NAME[n].budget
+        self.assertLessEqual(budget + 60, 5 * 60, "fits what a window has left after part 1")
+        command = f"--part {pv.FOLLOW_UP_PART} --only {','.join(names)}"
+        self.assertIn(f"{command} --budget {budget:g} (device call: timeout_s {int(budget) + 60})",
+                      pv.plan_text())
+        with open(os.path.join(ROOT, "results", "gpu", "README.md")) as f:
+            row = next(line for line in f if command in line)
+        self.assertIn(f"--budget {budget:g}`", row)
+        self.assertTrue(row.rstrip().endswith(f"| {int(budget) + 60} |"), row)
+
     def test_part_one_settles_the_model_and_the_scheduler_in_eight_minutes(self):
         part1 = pv.PARTS[1]
         self.assertEqual(part1, ["smoke", "interposition", "trace", "colocation", "coordinator"])
