@@ -59,11 +59,17 @@ mod vmm;
 static FEATURES: client::Features = client::Features {
     session_started: follow::session_started,
     session_lost: dedup::session_lost,
-    tick: dedup::tick,
+    tick: tick_features,
     poll_slice: dedup::poll_slice,
     on_dedup: dedup::on_message,
     on_follow: follow::on_message,
 };
+
+/// The watcher's periodic work: dedup's scan, follow mode's pending re-offers.
+fn tick_features(s: &client::session::Session) {
+    dedup::tick(s);
+    follow::tick(s);
+}
 
 /// The constructor runs in every process the preload reaches (shells, compilers,
 /// …), so it does almost nothing: read `TANDEM_LOG`, fill the session's slot

@@ -281,7 +281,9 @@ fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) -> bool {
     match msg.encode(&mut buf) {
         Ok(n) => {
             let sent = s.send(&buf[..n]);
-            if !sent {
+            if sent {
+                s.device_out.store(true, Ordering::Release);
+            } else {
                 crate::log!(
                     Debug,
                     "FuncName for {id:#x} not sent (socket closed or full); tried again later"
@@ -525,7 +527,9 @@ pub fn send_device(s: &Session) {
     match msg.encode(&mut buf) {
         Ok(n) => {
             let sent = s.send(&buf[..n]);
-            if !sent {
+            if sent {
+                s.device_out.store(true, Ordering::Release);
+            } else {
                 // A full socket now may drain later: try again, after the
                 // back-off, on a later launch.
                 s.device_sent.store(false, Ordering::Relaxed);

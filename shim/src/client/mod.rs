@@ -85,10 +85,12 @@ pub(crate) fn published_session() -> Client {
 }
 
 /// Sends the Device message of `s` if it has not gone out yet; whether it
-/// is out now (what the coordinator keys a client's GPU state by).
+/// is out now (what the coordinator keys a client's GPU state by): not
+/// while another thread is still sending it, so what the caller sends next
+/// cannot pass it.
 pub(crate) fn send_device(s: &Session) -> bool {
     funcs::send_device(s);
-    s.device_sent.load(Ordering::Acquire)
+    s.device_out.load(Ordering::Acquire)
 }
 
 #[cold]

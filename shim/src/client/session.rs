@@ -65,8 +65,13 @@ pub struct Session {
     pub(crate) local: super::local::Local,
     /// Which session this is in this process (never 0); FuncName resend tracking.
     pub(crate) gen: u32,
-    /// Whether the Device message went out (or was attempted) on this session.
+    /// Whether the Device message went out (or is being sent) on this session.
     pub(crate) device_sent: AtomicBool,
+    /// Whether the Device message is out: set once its send succeeded, so a
+    /// message tandemd keys by the GPU (a CANDIDATE, a SHARE) sent after
+    /// seeing it is read after the Device. `device_sent` alone is also set
+    /// while another thread is still sending it.
+    pub(crate) device_out: AtomicBool,
     /// When a report (a FuncName, the Device message) may next be tried
     /// after one could not be sent (monotonic ns; 0 = no failed send
     /// pending): `super::funcs`.
@@ -118,6 +123,7 @@ impl Session {
             local: super::local::Local::new(estimates),
             gen,
             device_sent: AtomicBool::new(false),
+            device_out: AtomicBool::new(false),
             reports_retry_ns: AtomicU64::new(0),
             stale_after: Duration::from_millis(u64::from(heartbeat_ms).saturating_mul(4)),
             last_beat: AtomicU64::new(control.heartbeat()),
@@ -323,6 +329,11 @@ pub(crate) mod tests {
 
     /// A session over a fresh ring, sending on `sock` (-1: no socket).
     pub(crate) fn session_on(sock: i32) -> (Session, Consumer<'static>) {
+        session_with_flags(sock, 0)
+    }
+
+    /// [`session_on`] with the Welcome's `flags` (what the coordinator speaks).
+    pub(crate) fn session_with_flags(sock: i32, flags: u8) -> (Session, Consumer<'static>) {
         let layout = RingLayout::new(16).unwrap();
         let map: &'static Mapping = Box::leak(Box::new(
             Mapping::anonymous_shared(layout.region_len()).unwrap(),
@@ -340,7 +351,7 @@ pub(crate) mod tests {
             9,
             1,
             100,
-            0,
+            flags,
         );
         (s, consumer)
     }

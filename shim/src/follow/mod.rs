@@ -30,26 +30,26 @@
 //!
 //! The files, bottom up: [`regions`] (the table) and [`mailbox`]; [`state`]
 //! (what the process holds); [`steps`] (arguments, driver steps) and
-//! [`messages`] (talking to tandemd); [`release`]; [`c_api`]; this module
-//! (what the rest of the shim calls: `cuMemFree`, the watcher, fork, exit).
+//! [`messages`] (talking to tandemd); [`release`]; [`reoffer`] (what a new
+//! session is told); [`c_api`]; this module (what the rest of the shim
+//! calls: `cuMemFree`, the watcher, fork, exit).
 
 mod c_api;
 mod mailbox;
 mod messages;
 mod regions;
 mod release;
+mod reoffer;
 mod state;
 mod steps;
 
 use core::sync::atomic::{AtomicBool, Ordering};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use tandem_proto::follow::{api, Follow, FollowOp, FollowStatus};
 
-use crate::client::session::Session;
-use crate::vmm;
-use messages::{message, request_id, send};
 pub use release::free;
+pub use reoffer::{session_started, tick};
 use state::{regions, ANY, FORKED, MAILBOX, MAPPED_BYTES, SHARED_BYTES};
 
 /// A Follow message from tandemd (watcher thread).
@@ -74,10 +74,14 @@ pub fn on_message(f: Follow, fd: Option<OwnedFd>) {
                 }
                 // Final, as for an answer in time.
                 Some(code) if messages::refused(code) => t.refused(base, f.name()),
+                // NOT_READY: tandemd read the re-offer before our Device.
+                None => {
+                    drop(t);
+                    reoffer::not_ready(base);
+                }
                 _ => {}
             }
         }
-        drop(t);
         crate::log!(
             Info,
             "follow: tandemd answered the offer of region {:?}: {}",
@@ -101,53 +105,6 @@ pub fn on_message(f: Follow, fd: Option<OwnedFd>) {
             status.name(),
             if undo { " (unmapped)" } else { "" }
         );
-    }
-}
-
-/// A new session after a reconnect (watcher thread): offer every shared
-/// region again, and report every region this process follows with HELD (a
-/// new tandemd knows nothing of what was mapped from the last one, so its
-/// accounting would miss it), without waiting (the answers to the offers come
-/// to [`on_message`]; nothing answers a HELD).
-pub fn session_started(s: &Session) {
-    if !s.follow || !ANY.load(Ordering::Acquire) {
-        return;
-    }
-    let mut t = regions();
-    // tandemd keys regions by GPU: the Device message goes first, which needs
-    // a current context in this (the watcher's) thread: any named region's.
-    let Some(ctx) = t.named().next().map(|r| r.ctx) else {
-        return;
-    };
-    match vmm::ctx_set_current(ctx as crate::types::CUcontext) {
-        Ok(()) => {
-            let _ = crate::client::send_device(s);
-        }
-        Err(e) => crate::log!(
-            Debug,
-            "follow: no Device for the re-offered and held regions: {e}"
-        ),
-    }
-    let mut offered = Vec::new();
-    for r in t.shared().filter(|r| !r.name.is_empty()) {
-        let (Some(fd), Some(f)) = (
-            r.export.as_ref(),
-            message(FollowOp::Share, request_id(), &r.name, r.bytes, r.layout),
-        ) else {
-            continue;
-        };
-        if send(s, &f, Some(fd.as_fd())) {
-            offered.push(r.base);
-        }
-    }
-    for r in t.followed() {
-        if let Some(f) = message(FollowOp::Held, 0, &r.name, r.bytes, r.layout) {
-            send(s, &f, None);
-        }
-    }
-    // Offered means "tandemd will have it": its answer may still refuse.
-    for base in offered {
-        t.set_offered(base, true);
     }
 }
 

@@ -129,6 +129,22 @@ impl Regions {
     pub fn named(&self) -> impl Iterator<Item = &Region> {
         self.0.iter().filter(|r| !r.name.is_empty())
     }
+
+    /// Every shared region with a name that tandemd has not accepted.
+    pub fn unoffered_named(&self) -> impl Iterator<Item = &Region> {
+        self.0
+            .iter()
+            .filter(|r| !r.name.is_empty() && r.role == Role::Shared { offered: false })
+    }
+
+    /// Marks every shared region not offered (a new tandemd knows none).
+    pub fn unoffer_shared(&mut self) {
+        for r in &mut self.0 {
+            if let Role::Shared { offered } = &mut r.role {
+                *offered = false;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
