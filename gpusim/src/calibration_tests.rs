@@ -9,12 +9,11 @@ fn traces() -> &'static std::path::Path {
 }
 
 fn reduced(device: Device) -> Vec<Row> {
-    let mut h100 = Device::H100.params();
-    crate::measured::apply(&mut h100, traces()).unwrap();
+    let sets = crate::measured::sets(Some(traces())).unwrap();
     let params = match device {
-        Device::H100 => h100,
-        Device::A100 => Params::a100_over(&h100),
-        Device::H200 => Params::h200_over(&h100),
+        Device::H100 => sets.h100,
+        Device::A100 => sets.a100,
+        Device::H200 => sets.h200,
     };
     run_matrix(&reduced_matrix(device, params), Some(traces())).unwrap()
 }

@@ -23,9 +23,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tandem_gpusim::calibration::{check, holdout, reduced_matrix};
-use tandem_gpusim::matrix::{load_trace, run_matrix, Device, MatrixCfg, MODES};
+use tandem_gpusim::matrix::{load_trace, run_matrix, Device, MatrixCfg, MODES, NOT_THIS_GPU};
 use tandem_gpusim::measured;
-use tandem_gpusim::params::{Params, MODEL_VERSION};
+use tandem_gpusim::params::MODEL_VERSION;
 use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
 
@@ -160,28 +160,44 @@ fn main() -> ExitCode {
             }
         },
     };
-    let mut params = Params::calibrated();
-    // GPU measurements first, so that `--set` still overrides them (the
-    // H100's: the traces folder holds what an H100 run captured).
-    let measured = match traces.as_deref().map(|d| measured::apply(&mut params, d)) {
-        Some(Ok(m)) => m,
-        Some(Err(e)) => {
+    // GPU measurements first, so that `--set` still overrides them: each
+    // set takes what was measured on its GPU, and the die's figures from
+    // the other model of its die (an H200's time slice is an H100's too;
+    // its DRAM share is not).
+    let measured::Sets {
+        h100: mut params,
+        mut h200,
+        mut a100,
+        applied_h100,
+        applied_h200,
+    } = match measured::sets(traces.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("tandem-sim: {e}");
             return ExitCode::from(1);
         }
-        None => Vec::new(),
     };
-    if !measured.is_empty() {
-        eprintln!(
-            "tandem-sim: measured on a GPU ({}): {}",
-            measured::FILE,
-            measured.join(", ")
-        );
+    for (model, m) in [("h100", &applied_h100), ("h200", &applied_h200)] {
+        if !m.is_empty() {
+            eprintln!(
+                "tandem-sim: measured on a GPU, for the {model} set ({}, {}): {}",
+                measured::FILE,
+                measured::ENGINE_FILE,
+                m.join(", ")
+            );
+        }
     }
-    // The A100 carries the H100's time slice, switch and launch floor, the
-    // H200 all but its DRAM: measured where the traces folder says.
-    let mut a100 = Params::a100_over(&params);
-    let mut h200 = Params::h200_over(&params);
+    // One list for the reports: the H100's, then what only the H200 took.
+    let measured: Vec<String> = applied_h100
+        .iter()
+        .cloned()
+        .chain(
+            applied_h200
+                .iter()
+                .filter(|p| !applied_h100.contains(p))
+                .map(|p| format!("{p} (H200 set)")),
+        )
+        .collect();
     for (i, a) in args.iter().enumerate() {
         if a == "--set" {
             let Some((k, v)) = args.get(i + 1).and_then(|kv| kv.split_once('=')) else {
@@ -256,19 +272,29 @@ fn main() -> ExitCode {
             });
             for (d, job) in jobs {
                 match load_trace(d, &params_of(d), traces.as_deref(), job) {
-                    Ok(t) => println!(
-                        "{} {job:22} {:9} {:6} kernels  GPU alone {:9.3} ms  CPU {:9.3} ms per {}",
-                        d.name(),
-                        t.source,
-                        t.kernels().count(),
-                        t.kernel_ns() as f64 / 1e6,
-                        t.host_ns() as f64 / 1e6,
-                        if t.class == tandem_gpusim::trace::JobClass::Inference {
-                            "request"
-                        } else {
-                            "step"
+                    Ok(t) => {
+                        println!(
+                            "{} {job:22} {:9} {:6} kernels  GPU alone {:9.3} ms  CPU {:9.3} ms per {}",
+                            d.name(),
+                            t.source,
+                            t.kernels().count(),
+                            t.kernel_ns() as f64 / 1e6,
+                            t.host_ns() as f64 / 1e6,
+                            if t.class == tandem_gpusim::trace::JobClass::Inference {
+                                "request"
+                            } else {
+                                "step"
+                            }
+                        );
+                        if let Some(why) = t
+                            .notes
+                            .lines()
+                            .last()
+                            .filter(|l| l.starts_with(NOT_THIS_GPU))
+                        {
+                            println!("    {why}");
                         }
-                    ),
+                    }
                     Err(e) => {
                         eprintln!("{e}");
                         return ExitCode::from(1);

@@ -38,21 +38,85 @@ const FLOOR_RANGE_NS: (f64, f64) = (100.0, 50_000.0);
 /// Plausible slowdowns of a kernel beside another on other SMs.
 const NEIGHBOUR_RANGE: (f64, f64) = (0.5, 5.0);
 
-/// Applies `dir/timeslice.json` and `dir/engine_rules.json` to `params`.
-/// Returns what it changed, one phrase per parameter (empty: no file, a
+/// Whether `gpu`, a driver's name for a GPU (`NVIDIA H200`,
+/// `NVIDIA A100-SXM4-40GB`), is a `model` (`h100`, `a100`, `h200`): one of
+/// its words is that model (so a GH200 is neither an H100 nor an H200).
+#[must_use]
+pub fn names_model(gpu: &str, model: &str) -> bool {
+    gpu.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|w| w.eq_ignore_ascii_case(model))
+}
+
+/// The models of one die: the H100 and the H200 are both GH100 (132 SMs,
+/// the same clocks and driver), with HBM3 and HBM3e.
+const GH100: [&str; 2] = ["h100", "h200"];
+
+/// Whether `gpu` has `model`'s die: a property of the die and its driver
+/// (the time slice, the launch floor, the neighbours' slowdown) measured on
+/// one stands for the other; a DRAM figure does not.
+fn same_die(gpu: &str, model: &str) -> bool {
+    names_model(gpu, model) || (GH100.contains(&model) && GH100.iter().any(|m| names_model(gpu, m)))
+}
+
+/// Each device set's parameters with what a GPU measured applied, and what
+/// was applied (`h100` for the H100's, `h200` for the H200's).
+#[derive(Clone, Debug)]
+pub struct Sets {
+    pub h100: Params,
+    pub h200: Params,
+    /// The A100 carries the H100's time slice, switch and launch floor
+    /// ([`Params::a100_over`]): no A100 measurement exists.
+    pub a100: Params,
+    pub applied_h100: Vec<String>,
+    pub applied_h200: Vec<String>,
+}
+
+/// The sets' parameters: the fitted ones, with the measurements under `dir`
+/// (if any) applied to each set as [`apply`] says.
+///
+/// # Errors
+/// As [`apply`].
+pub fn sets(dir: Option<&Path>) -> Result<Sets, String> {
+    let mut h100 = Params::calibrated();
+    let applied_h100 = match dir {
+        Some(d) => apply(&mut h100, d, "h100")?,
+        None => Vec::new(),
+    };
+    let mut h200 = Params::h200_over(&h100);
+    let applied_h200 = match dir {
+        Some(d) => apply(&mut h200, d, "h200")?,
+        None => Vec::new(),
+    };
+    Ok(Sets {
+        a100: Params::a100_over(&h100),
+        h100,
+        h200,
+        applied_h100,
+        applied_h200,
+    })
+}
+
+/// Applies `dir/timeslice.json` and `dir/engine_rules.json` to `params`, the
+/// parameters of the set of GPU `model` (`h100`, `h200`): a figure measured
+/// on another GPU is applied only where it is the die's and that GPU has
+/// `model`'s die ([`names_model`]; a file that names no GPU is taken as
+/// this one's). Returns what it changed, one phrase per parameter, and a
+/// phrase per figure it left for being another GPU's (empty: no file, a
 /// skipped measurement, or no samples).
 ///
 /// # Errors
 /// A file that does not parse, a dry run's figures, or a figure outside
 /// the plausible range.
-pub fn apply(params: &mut Params, dir: &Path) -> Result<Vec<String>, String> {
+pub fn apply(params: &mut Params, dir: &Path, model: &str) -> Result<Vec<String>, String> {
     let mut applied = Vec::new();
+    let timeslice = |p: &mut Params, text: &str| apply_json_for(p, text, Some(model));
+    let engine = |p: &mut Params, text: &str| apply_engine_rules_json_for(p, text, Some(model));
     for (file, apply) in [
         (
             FILE,
-            apply_json as fn(&mut Params, &str) -> Result<Vec<String>, String>,
+            &timeslice as &dyn Fn(&mut Params, &str) -> Result<Vec<String>, String>,
         ),
-        (ENGINE_FILE, apply_engine_rules_json),
+        (ENGINE_FILE, &engine),
     ] {
         let path = dir.join(file);
         let text = match std::fs::read_to_string(&path) {
@@ -81,6 +145,21 @@ pub fn apply(params: &mut Params, dir: &Path) -> Result<Vec<String>, String> {
 /// outside (0.02, 1], a floor outside 100 ns to 50 us); then nothing is
 /// applied.
 pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<String>, String> {
+    apply_engine_rules_json_for(params, text, None)
+}
+
+/// [`apply_engine_rules_json`] for the set of GPU `model` (`None`: the
+/// GPU the file was measured on): the DRAM share only if the file's GPU
+/// (`gpu`, else `bandwidth.device`) is that model, the launch floor and the
+/// neighbours' interference if it has that model's die.
+///
+/// # Errors
+/// As [`apply_engine_rules_json`].
+pub fn apply_engine_rules_json_for(
+    params: &mut Params,
+    text: &str,
+    model: Option<&str>,
+) -> Result<Vec<String>, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if !v.is_object() {
         return Err("not a JSON object".into());
@@ -88,6 +167,11 @@ pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<St
     if v["dry_run"].as_bool() == Some(true) {
         return Err("a dry run's figures (the fake driver's) measure nothing about a GPU".into());
     }
+    let gpu = v["gpu"].as_str().or(v["bandwidth"]["device"].as_str());
+    let (own, die) = match (model, gpu) {
+        (Some(m), Some(g)) => (names_model(g, m), same_die(g, m)),
+        _ => (true, true),
+    };
     let share = figure(
         &v["bandwidth"]["findings"]["share_of_sms_for_90pct"],
         "bandwidth.findings.share_of_sms_for_90pct",
@@ -102,19 +186,38 @@ pub fn apply_engine_rules_json(params: &mut Params, text: &str) -> Result<Vec<St
     )?;
     let interference = neighbour_interference(&v["neighbours"]["findings"])?;
     let mut applied = Vec::new();
-    if let Some((x, worst)) = interference {
-        params.gpu.interference = x;
-        applied.push(format!(
-            "interference {x:.3} (compute on SMs of its own, {worst:.2}x beside the rest)"
-        ));
+    let other = |what: &str| {
+        format!(
+            "{what} not applied: measured on {:?}, another GPU{}",
+            gpu.unwrap_or("?"),
+            if die { "'s DRAM" } else { "" }
+        )
+    };
+    match interference {
+        Some((x, worst)) if die => {
+            params.gpu.interference = x;
+            applied.push(format!(
+                "interference {x:.3} (compute on SMs of its own, {worst:.2}x beside the rest)"
+            ));
+        }
+        Some(_) => applied.push(other("interference")),
+        None => {}
     }
-    if let Some(x) = share {
-        params.gpu.dram_saturating_share = x;
-        applied.push(format!("DRAM saturated by {:.0}% of the SMs", x * 100.0));
+    match share {
+        Some(x) if own => {
+            params.gpu.dram_saturating_share = x;
+            applied.push(format!("DRAM saturated by {:.0}% of the SMs", x * 100.0));
+        }
+        Some(_) => applied.push(other("DRAM saturation")),
+        None => {}
     }
-    if let Some(ns) = floor {
-        params.kernel_floor_ns = ns.round() as u64;
-        applied.push(format!("launch floor {:.2} us", ns / 1e3));
+    match floor {
+        Some(ns) if die => {
+            params.kernel_floor_ns = ns.round() as u64;
+            applied.push(format!("launch floor {:.2} us", ns / 1e3));
+        }
+        Some(_) => applied.push(other("launch floor")),
+        None => {}
     }
     Ok(applied)
 }
@@ -186,12 +289,33 @@ fn figure(
 /// # Errors
 /// As [`apply`].
 pub fn apply_json(params: &mut Params, text: &str) -> Result<Vec<String>, String> {
+    apply_json_for(params, text, None)
+}
+
+/// [`apply_json`] for the set of GPU `model` (`None`: the GPU the file was
+/// measured on): the slice and the switch are the driver's and the die's,
+/// so they apply where the file's `gpu` has `model`'s die.
+///
+/// # Errors
+/// As [`apply_json`].
+pub fn apply_json_for(
+    params: &mut Params,
+    text: &str,
+    model: Option<&str>,
+) -> Result<Vec<String>, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if !v.is_object() {
         return Err("not a JSON object".into());
     }
     if !v["skipped"].is_null() {
         return Ok(Vec::new());
+    }
+    if let (Some(m), Some(g)) = (model, v["gpu"].as_str()) {
+        if !same_die(g, m) {
+            return Ok(vec![format!(
+                "time slice not applied: measured on {g:?}, another GPU"
+            )]);
+        }
     }
     let mut applied = Vec::new();
     if let Some(ns) = median(&v, "timeslice", SLICE_RANGE_NS)? {
@@ -400,18 +524,81 @@ mod tests {
         assert_eq!(p, fitted, "nothing applied");
     }
 
+    /// The lent GPU is an H200: what it measured of the die (the slice, the
+    /// launch floor) stands for the H100 too, its DRAM's saturation only for
+    /// the H200 set; a fake driver's slice, or another die's, for neither.
+    #[test]
+    fn each_set_takes_its_own_gpus_dram_figure_and_its_dies_others() {
+        let dir = std::env::temp_dir().join(format!("gpusim-sets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fitted = sets(None).unwrap();
+        let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
+        write(
+            FILE,
+            r#"{"skipped": null, "gpu": "NVIDIA H200", "timeslice": {"median_ns": 2e6}}"#,
+        );
+        write(
+            ENGINE_FILE,
+            r#"{"bandwidth": {"device": "NVIDIA H200",
+                "findings": {"share_of_sms_for_90pct": 0.4}},
+                "launch_floor": {"findings": {"empty_back_to_back_ns": 1800}}}"#,
+        );
+        let s = sets(Some(&dir)).unwrap();
+        for p in [&s.h100, &s.h200, &s.a100] {
+            assert_eq!((p.timeslice_ns, p.kernel_floor_ns), (2_000_000, 1_800));
+        }
+        assert_eq!(s.h200.gpu.dram_saturating_share, 0.4);
+        assert_eq!(
+            s.h100.gpu.dram_saturating_share,
+            fitted.h100.gpu.dram_saturating_share
+        );
+        assert!(s
+            .applied_h100
+            .iter()
+            .any(|p| p.starts_with("DRAM saturation not applied")));
+        // An H100's DRAM share is not the H200's either.
+        write(
+            ENGINE_FILE,
+            r#"{"gpu": "NVIDIA H100 80GB HBM3",
+                "bandwidth": {"findings": {"share_of_sms_for_90pct": 0.3}}}"#,
+        );
+        let s = sets(Some(&dir)).unwrap();
+        assert_eq!(s.h100.gpu.dram_saturating_share, 0.3);
+        assert_eq!(
+            s.h200.gpu.dram_saturating_share,
+            fitted.h200.gpu.dram_saturating_share
+        );
+        // No Hopper's slice: the fitted one stays everywhere.
+        std::fs::remove_file(dir.join(ENGINE_FILE)).unwrap();
+        for gpu in ["fake (TANDEM_GPU_FAKE=1)", "NVIDIA A100-SXM4-40GB"] {
+            write(
+                FILE,
+                &format!(
+                    r#"{{"skipped": null, "gpu": "{gpu}", "timeslice": {{"median_ns": 2e6}}}}"#
+                ),
+            );
+            let s = sets(Some(&dir)).unwrap();
+            assert_eq!(s.h100.timeslice_ns, fitted.h100.timeslice_ns, "{gpu}");
+            assert_eq!(s.h200.timeslice_ns, fitted.h200.timeslice_ns, "{gpu}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn no_file_is_no_change() {
         let dir = std::env::temp_dir().join(format!("gpusim-measured-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut p = Params::calibrated();
-        assert_eq!(apply(&mut p, &dir).unwrap(), Vec::<String>::new());
+        assert_eq!(apply(&mut p, &dir, "h100").unwrap(), Vec::<String>::new());
         std::fs::write(
             dir.join(FILE),
             r#"{"skipped": null, "timeslice": {"median_ns": 3e6}}"#,
         )
         .unwrap();
-        assert_eq!(apply(&mut p, &dir).unwrap(), vec!["timeslice 3.00 ms"]);
+        assert_eq!(
+            apply(&mut p, &dir, "h100").unwrap(),
+            vec!["timeslice 3.00 ms"]
+        );
         assert_eq!(p.timeslice_ns, 3_000_000);
         std::fs::write(
             dir.join(ENGINE_FILE),
@@ -419,7 +606,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            apply(&mut p, &dir).unwrap(),
+            apply(&mut p, &dir, "h100").unwrap(),
             vec!["timeslice 3.00 ms", "DRAM saturated by 50% of the SMs"]
         );
         assert_eq!(p.gpu.dram_saturating_share, 0.5);

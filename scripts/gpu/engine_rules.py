@@ -770,6 +770,9 @@ def main(argv):
         doc["problems"].append(f"bandwidth: {got['error']}")
     floor = got.pop("floor", None)
     doc["bandwidth"] = {"bytes": STREAM_BYTES, "threads": THREADS, **got}
+    # The GPU's name: tandem-sim applies the DRAM figure to its model's set
+    # only, the die's figures to the sets of its die (gpusim/src/measured.rs).
+    doc["gpu"] = got.get("device")
     if "rungs" in got:
         doc["bandwidth"]["findings"] = bandwidth_findings(got["rungs"], got["sms"])
     doc["launch_floor"] = {**(floor or {}), "findings": floor_findings(floor)}

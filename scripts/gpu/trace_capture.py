@@ -242,7 +242,7 @@ def child_spin(a):
         while t < start + a.spin_ms * 1_000_000:
             gaps.append([t, t + period - sl])
             t += period
-        rec = {"start": start, "end": t, "gaps": gaps}
+        rec = {"start": start, "end": t, "gaps": gaps, "gpu": "fake (TANDEM_GPU_FAKE=1)"}
         if a.wake_ms and a.role == 1:
             wstart = t + 1_000_000
             spin_end = wstart + a.wake_ms * 1_000_000
@@ -264,8 +264,10 @@ def child_spin(a):
         cp.cuda.runtime.deviceSynchronize()
         h = out.get().tolist()
         n = int(h[cap - 1])
+        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
         rec = {"start": int(h[0]), "end": int(h[1]),
-               "gaps": [[int(h[i]), int(h[i + 1])] for i in range(2, n - 1, 2)]}
+               "gaps": [[int(h[i]), int(h[i + 1])] for i in range(2, n - 1, 2)],
+               "gpu": name.decode() if isinstance(name, bytes) else str(name)}
         if a.wake_ms and a.role == 1:
             # Stamps beside the spinner for the phase, then 100 ms alone.
             st = cp.RawKernel(STAMP_SRC, "stamp")
@@ -417,7 +419,9 @@ def main(argv=None):
                 os.unlink(o)
             # The slice and switch from the first phase only (both spinning).
             first = [dict(r, gaps=[g for g in r["gaps"] if g[1] <= recs[1]["end"]]) for r in recs]
-            ts = {"skipped": None, **analyse_spins(*first), "spin_ms": a.spin_ms, "raw": recs}
+            # The GPU's name: tandem-sim applies the slice to the sets of its die.
+            ts = {"skipped": None, "gpu": recs[0].get("gpu"), **analyse_spins(*first),
+                  "spin_ms": a.spin_ms, "raw": recs}
             if "wake" in recs[1]:
                 ts["wake_phase"] = analyse_wake(recs[0], recs[1]["wake"])
         else:

@@ -79,6 +79,19 @@ impl Device {
         }
     }
 
+    /// Whether a trace captured on `gpu` (its `device`: the driver's name
+    /// for the GPU, e.g. `NVIDIA H200`, `NVIDIA A100-SXM4-40GB`) describes
+    /// this device's jobs: one word of the name is this device's model
+    /// (`h100`, `a100`, `h200`), so a GH200 is none of them. A kernel's time
+    /// is its GPU's: an H200's memory-bound kernels run about 1.4x faster
+    /// than an H100's, and an H100's calibration replayed with them would
+    /// be refitted to the wrong GPU. A fake driver's or the CPU's trace
+    /// names none of them.
+    #[must_use]
+    pub fn captured_on(self, gpu: &str) -> bool {
+        crate::measured::names_model(gpu, self.name())
+    }
+
     /// The device named `name` ([`name`](Self::name)'s inverse).
     #[must_use]
     pub fn named(name: &str) -> Option<Device> {
@@ -142,8 +155,14 @@ impl Device {
     }
 }
 
+/// The prefix of the note a synthetic trace carries when a measured file
+/// for its job was there but captured on another GPU.
+pub const NOT_THIS_GPU: &str = "measured file not used: ";
+
 /// A job's trace: the measured one under `traces_dir` (`<job>.json`) if
-/// there is one, else the synthetic one.
+/// there is one and it was captured on this device
+/// ([`Device::captured_on`]), else the synthetic one (whose notes then end
+/// with a line that starts [`NOT_THIS_GPU`] and says why).
 ///
 /// # Errors
 /// A measured trace that does not parse.
@@ -153,15 +172,27 @@ pub fn load_trace(
     traces_dir: Option<&Path>,
     job: &str,
 ) -> Result<Trace, String> {
+    let mut elsewhere = None;
     if let Some(dir) = traces_dir {
         let path = dir.join(format!("{job}.json"));
         if let Ok(text) = std::fs::read_to_string(&path) {
-            return Trace::from_json(&text)
-                .map(|t| crate::footprint::resolve_occupancy(t, &params.gpu.sm))
-                .map_err(|e| format!("{}: {e}", path.display()));
+            let t = Trace::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            if device.captured_on(&t.device) {
+                return Ok(crate::footprint::resolve_occupancy(t, &params.gpu.sm));
+            }
+            elsewhere = Some(format!(
+                "{NOT_THIS_GPU}{} was captured on {:?}, not an {}",
+                path.display(),
+                t.device,
+                device.name().to_ascii_uppercase()
+            ));
         }
     }
-    device
+    let mut t = device
         .synthetic(params, job)
-        .ok_or_else(|| format!("unknown {} job {job}", device.name()))
+        .ok_or_else(|| format!("unknown {} job {job}", device.name()))?;
+    if let Some(why) = elsewhere {
+        t.notes = format!("{}\n{why}", t.notes);
+    }
+    Ok(t)
 }

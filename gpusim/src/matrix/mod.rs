@@ -24,7 +24,9 @@ use serde::Serialize;
 
 pub use self::cell::{alone, alone_service_ms, cell, Cell};
 pub use self::config::{MatrixCfg, TandemCfg, CANDIDATE_MODES, MODES};
-pub use self::device::{load_trace, Device, A100_INFERENCE, A100_TRAINING, INFERENCE, TRAINING};
+pub use self::device::{
+    load_trace, Device, A100_INFERENCE, A100_TRAINING, INFERENCE, NOT_THIS_GPU, TRAINING,
+};
 
 use self::cell::note;
 use crate::job::{percentile, JobSpec};
@@ -354,6 +356,42 @@ pub(crate) fn one_pair(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A measured trace stands in for a set's synthetic one only on the GPU
+    /// it was captured on: an H200's kernels are not an H100's, and a fake
+    /// driver's or the CPU's are no GPU's.
+    #[test]
+    fn a_measured_trace_is_used_only_by_the_set_of_the_gpu_it_was_captured_on() {
+        let dir = std::env::temp_dir().join(format!("gpusim-captured-on-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let h100 = Device::H100.params();
+        let job = "resnet50_b4";
+        let mut measured = Device::H100.synthetic(&h100, job).unwrap();
+        measured.source = "measured".into();
+        let load = |d: Device| load_trace(d, &d.params(), Some(&dir), job).unwrap();
+        for (gpu, on) in [
+            ("NVIDIA H200", Some(Device::H200)),
+            ("NVIDIA H100 80GB HBM3", Some(Device::H100)),
+            ("NVIDIA GH200 480GB", None),
+            ("fake (TANDEM_GPU_FAKE=1)", None),
+            ("cpu", None),
+        ] {
+            measured.device = gpu.into();
+            std::fs::write(dir.join(format!("{job}.json")), measured.to_json()).unwrap();
+            for d in [Device::H100, Device::H200] {
+                let t = load(d);
+                if on == Some(d) {
+                    assert_eq!((t.source.as_str(), t.device.as_str()), ("measured", gpu));
+                } else {
+                    assert_eq!(t.source, "synthetic", "{gpu} on {}", d.name());
+                    let why = t.notes.lines().last().unwrap();
+                    assert!(why.starts_with(NOT_THIS_GPU) && why.contains(gpu), "{why}");
+                }
+            }
+        }
+        assert!(Device::A100.captured_on("NVIDIA A100-SXM4-40GB"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The H200 is the H100's die with faster DRAM: only its DRAM bandwidth
     /// differs, so its synthetic jobs' memory-bound kernels are shorter and
