@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tandem_proto::wire::{self, MAX_MESSAGE_LEN};
+use tandem_proto::wire::MAX_MESSAGE_LEN;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, Source};
@@ -33,6 +33,7 @@ const MAX_MESSAGES_PER_WAKE: usize = 64;
 mod conns;
 mod dedup_io;
 mod follow_io;
+mod outbox;
 
 const TOKEN_LISTENER: u64 = 0;
 const TOKEN_STOP: u64 = 1;
@@ -85,6 +86,8 @@ struct Conn {
     fd: OwnedFd,
     cred: PeerCred,
     state: ConnState,
+    /// Messages its socket did not take yet ([`outbox`]).
+    outbox: outbox::Outbox,
 }
 
 /// A bound daemon, ready to [`run`](Daemon::run).
@@ -345,6 +348,7 @@ impl Daemon {
                 .into_iter()
                 .chain(self.dedup_wait())
                 .chain(self.boards_wait())
+                .chain(self.outboxes_wait())
                 .chain(crate::logging::flush_throttled())
                 .min();
             events.clear();
@@ -367,6 +371,7 @@ impl Daemon {
                 }
             }
             self.expire_pending();
+            self.flush_outboxes();
             self.send_owed_boards();
             self.dedup_tick();
             self.update_status();
@@ -497,23 +502,24 @@ impl Daemon {
     }
 }
 
-/// Send one datagram to registered client `client` (non-blocking): `false`
-/// if it is gone or its socket would block or failed (logged at debug,
-/// naming `what` was sent).
+/// Send one datagram to registered client `client` (non-blocking), or hold
+/// it behind what its socket has not taken yet ([`outbox`]): `false` if it
+/// is gone, its socket failed, or too much is held (logged at debug, naming
+/// `what` was sent).
 fn send_to(
-    conns: &HashMap<u64, Conn>,
+    conns: &mut HashMap<u64, Conn>,
     tokens: &HashMap<u64, u64>,
     client: u64,
     bytes: &[u8],
     fd: Option<std::os::fd::BorrowedFd<'_>>,
     what: &str,
 ) -> bool {
-    let Some(c) = tokens.get(&client).and_then(|t| conns.get(t)) else {
+    let Some(c) = tokens.get(&client).and_then(|t| conns.get_mut(t)) else {
         return false;
     };
-    match wire::send(c.fd.as_fd(), bytes, fd) {
-        Ok(()) => true,
-        Err(e) => {
+    match c.outbox.send(c.fd.as_fd(), bytes, fd) {
+        outbox::Sent::Now | outbox::Sent::Held => true,
+        outbox::Sent::Lost(e) => {
             debug!(client, "could not send a {what} message: {e}");
             false
         }

@@ -457,3 +457,35 @@ fn a_mapping_held_before_its_region_is_shared_again_is_counted_and_linked() {
     );
     d.wait_log("follow mapping held from an earlier tandemd");
 }
+
+/// A follower that asks faster than it reads fills its socket: tandemd holds
+/// the answers its socket cannot take and sends them, in order, as it
+/// drains. Before, every answer past the socket's capacity was dropped and
+/// the asker waited out its deadline.
+#[test]
+fn answers_a_full_socket_cannot_take_are_held_and_sent_in_order() {
+    let d = Tandemd::start("follow-full", None);
+    let f = follow_peer(&d, UUID);
+    const ASKS: u64 = 1000;
+    for request in 1..=ASKS {
+        f.send_follow(
+            &follow_msg(FollowOp::Map, request, "absent", LEN, LAYOUT),
+            None,
+        );
+    }
+    // Nothing read until tandemd has answered every one (held or sent).
+    wait_for("tandemd to answer every MAP", || {
+        let s = stats_json(&d);
+        (s["follow"]["refusals"]["not_found"].as_u64()? >= ASKS).then_some(())
+    });
+    for request in 1..=ASKS {
+        let (a, fd) = f.recv_follow();
+        assert!(fd.is_none());
+        assert_eq!(
+            (a.op, a.request),
+            (FollowOp::Mapped, request),
+            "in order, none lost"
+        );
+        assert_eq!(FollowStatus(a.status), FollowStatus::NOT_FOUND);
+    }
+}

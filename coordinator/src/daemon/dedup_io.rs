@@ -31,7 +31,7 @@ impl Daemon {
     /// A Dedup message from registered client `id`.
     pub(super) fn dedup_message(&mut self, id: u64, m: &Dedup, fd: Option<OwnedFd>) {
         let now = monotonic_ns();
-        let (conns, tokens) = (&self.conns, &self.client_tokens);
+        let (conns, tokens) = (&mut self.conns, &self.client_tokens);
         let mut send =
             |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let joined = self.shared.dedup().is_joined(id);
@@ -58,7 +58,7 @@ impl Daemon {
 
     /// Client `id` sent its Device.
     pub(super) fn dedup_gpu(&mut self, id: u64, gpu: u64) {
-        let (conns, tokens) = (&self.conns, &self.client_tokens);
+        let (conns, tokens) = (&mut self.conns, &self.client_tokens);
         let mut send =
             |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let mut ix = self.shared.dedup();
@@ -67,7 +67,7 @@ impl Daemon {
 
     /// Client `id` is gone.
     pub(super) fn dedup_leave(&mut self, id: u64) {
-        let (conns, tokens) = (&self.conns, &self.client_tokens);
+        let (conns, tokens) = (&mut self.conns, &self.client_tokens);
         let mut send =
             |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let mut ix = self.shared.dedup();
@@ -77,7 +77,7 @@ impl Daemon {
     /// Give up what is past its deadline.
     pub(super) fn dedup_tick(&mut self) {
         let now = monotonic_ns();
-        let (conns, tokens) = (&self.conns, &self.client_tokens);
+        let (conns, tokens) = (&mut self.conns, &self.client_tokens);
         let mut send =
             |c: u64, b: &[u8], f: Option<BorrowedFd<'_>>| send_to(conns, tokens, c, b, f, "dedup");
         let mut ix = self.shared.dedup();

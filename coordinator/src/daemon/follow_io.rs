@@ -170,11 +170,16 @@ impl Daemon {
     }
 
     /// Send one answer (non-blocking); `false` if it was not delivered.
-    fn follow_send(&self, id: u64, a: &Follow, fd: Option<std::os::fd::BorrowedFd<'_>>) -> bool {
+    fn follow_send(
+        &mut self,
+        id: u64,
+        a: &Follow,
+        fd: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> bool {
         let mut buf = [0u8; HEADER_LEN + FOLLOW_LEN];
         match Message::Follow(*a).encode(&mut buf) {
             Ok(n) => send_to(
-                &self.conns,
+                &mut self.conns,
                 &self.client_tokens,
                 id,
                 &buf[..n],
