@@ -493,6 +493,23 @@ impl Daemon {
         Some(c)
     }
 
+    /// Sends what the clients' sockets did not take before, as they drain.
+    fn flush_outboxes(&mut self) {
+        for c in self.conns.values_mut() {
+            if c.outbox.len() > 0 {
+                c.outbox.flush(c.fd.as_fd());
+            }
+        }
+    }
+
+    /// How long the event loop may sleep while messages are held.
+    fn outboxes_wait(&self) -> Option<Duration> {
+        self.conns
+            .values()
+            .any(|c| c.outbox.len() > 0)
+            .then_some(outbox::RETRY_EVERY)
+    }
+
     /// Remove registered client `id` everywhere (registry, dedup index,
     /// follow regions).
     fn reclaim(&mut self, id: u64, why: &str) {

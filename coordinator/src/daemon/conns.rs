@@ -244,23 +244,6 @@ impl Daemon {
 
     /// How soon the loop must turn again to retry owed boards: a client
     /// whose board could not be sent may send nothing that would wake it.
-    /// Sends what the clients' sockets did not take before, as they drain.
-    pub(super) fn flush_outboxes(&mut self) {
-        for c in self.conns.values_mut() {
-            if c.outbox.len() > 0 {
-                c.outbox.flush(c.fd.as_fd());
-            }
-        }
-    }
-
-    /// How long the event loop may sleep while messages are held.
-    pub(super) fn outboxes_wait(&self) -> Option<std::time::Duration> {
-        self.conns
-            .values()
-            .any(|c| c.outbox.len() > 0)
-            .then_some(super::outbox::RETRY_EVERY)
-    }
-
     pub(super) fn boards_wait(&self) -> Option<std::time::Duration> {
         self.shared.registry().owes_boards().then_some(BOARD_RETRY)
     }
