@@ -440,9 +440,12 @@ pub struct ClientSpatial {
     pub standing_kernel_ns: u64,
     /// What the shim made of it (its claim): `idle` (no launch has asked
     /// yet), `armed`, or why it runs unmasked: `no_callback_table`,
-    /// `callback_refused`, `no_sm_count`, `unknown_descriptor`.
+    /// `callback_refused`, `no_sm_count`, `unsupported_gpu`,
+    /// `unknown_descriptor`, `no_descriptor`, `no_callback_on_thread`,
+    /// `descriptor_mismatch` (`tandem_proto::spatial::SpatialState`).
     pub state: String,
-    /// With `unknown_descriptor`: the descriptor version the shim met.
+    /// With `unknown_descriptor` and `descriptor_mismatch`: the descriptor
+    /// version the shim met.
     pub descriptor_version: Option<u8>,
     /// Launches that carried the mask (the shim's count).
     pub masked_launches: u64,

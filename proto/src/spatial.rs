@@ -69,6 +69,17 @@ pub enum SpatialState {
     NoDevice,
     /// A launch descriptor of a layout the shim does not know (its version).
     UnknownDescriptor(u8),
+    /// The launch callback came without a descriptor (a short parameter
+    /// block, or a NULL one).
+    NoDescriptor,
+    /// Armed launches saw no descriptor callback on their own thread.
+    NoCallback,
+    /// Descriptors of a known version (given) never carried the armed
+    /// launches' grid and block where the shim reads them.
+    Unmatched(u8),
+    /// A GPU of a compute capability (its major version) whose descriptors
+    /// the shim does not know.
+    UnsupportedGpu(u8),
 }
 
 impl SpatialState {
@@ -83,6 +94,10 @@ impl SpatialState {
             SpatialState::Refused => 3,
             SpatialState::NoDevice => 4,
             SpatialState::UnknownDescriptor(v) => 5 | (v as u64) << 8,
+            SpatialState::NoDescriptor => 6,
+            SpatialState::NoCallback => 7,
+            SpatialState::Unmatched(v) => 8 | (v as u64) << 8,
+            SpatialState::UnsupportedGpu(v) => 9 | (v as u64) << 8,
         }
     }
 
@@ -95,6 +110,10 @@ impl SpatialState {
             3 => SpatialState::Refused,
             4 => SpatialState::NoDevice,
             5 => SpatialState::UnknownDescriptor((v >> 8) as u8),
+            6 => SpatialState::NoDescriptor,
+            7 => SpatialState::NoCallback,
+            8 => SpatialState::Unmatched((v >> 8) as u8),
+            9 => SpatialState::UnsupportedGpu((v >> 8) as u8),
             _ => SpatialState::Idle,
         }
     }
@@ -109,6 +128,10 @@ impl SpatialState {
             SpatialState::Refused => "callback_refused",
             SpatialState::NoDevice => "no_sm_count",
             SpatialState::UnknownDescriptor(_) => "unknown_descriptor",
+            SpatialState::NoDescriptor => "no_descriptor",
+            SpatialState::NoCallback => "no_callback_on_thread",
+            SpatialState::Unmatched(_) => "descriptor_mismatch",
+            SpatialState::UnsupportedGpu(_) => "unsupported_gpu",
         }
     }
 }
@@ -333,6 +356,10 @@ mod tests {
             SpatialState::NoDevice,
             SpatialState::UnknownDescriptor(0x06),
             SpatialState::UnknownDescriptor(0x51),
+            SpatialState::NoDescriptor,
+            SpatialState::NoCallback,
+            SpatialState::Unmatched(0x40),
+            SpatialState::UnsupportedGpu(10),
         ] {
             assert_eq!(SpatialState::decode(s.encode()), s);
         }

@@ -52,6 +52,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import time
 
 CALLBACK_TABLE_UUID = bytes([0x2C, 0x8E, 0x0A, 0xD8, 0x07, 0x10, 0xAB, 0x4E,
@@ -251,10 +252,14 @@ class MaskHook:
 
     def __init__(self, off_tpcs):
         self.off_tpcs, self.armed, self.seen = off_tpcs, False, []
+        self.launch_thread = threading.get_native_id()
         self.cb = self.CB(self._called)
 
     def _called(self, _ukwn, domain, cbid, params):
-        rec = {"domain": domain, "cbid": cbid}
+        rec = {"domain": domain, "cbid": cbid,
+               # The shim masks only launches whose callback comes on their
+               # own thread (shim/src/client/spatial.rs, NoCallback).
+               "on_launch_thread": threading.get_native_id() == self.launch_thread}
         self.seen.append(rec)
         if not self.armed or not params:
             return
@@ -269,6 +274,7 @@ class MaskHook:
             return
         ver = ctypes.c_uint8.from_address(tmd + 72).value
         rec["descriptor_version"] = ver
+        rec.update(launch_fields(tmd, ver))
         mask = (1 << self.off_tpcs) - 1
         if ver >= 0x40:
             words = (304, 308, 312, 316)
@@ -289,6 +295,36 @@ class MaskHook:
         rec["masked_tpcs"] = self.off_tpcs
 
 
+def launch_fields(tmd, ver):
+    """The grid, block and (V04) QMD type a descriptor carries where the
+    shim reads them to know it is the armed launch's (NVIDIA open-gpu-doc,
+    classes/compute/clcbc0qmd.h: V04_00 GRID_WIDTH/HEIGHT/DEPTH at bytes
+    128/132/136, CTA_THREAD_DIMENSION0-2 at 144/146/148, QMD_TYPE bits 23-25
+    of word 0; V03_00 CTA_RASTER_WIDTH/HEIGHT/DEPTH at 48/52/56 and the block
+    at 74/76/78)."""
+    u32 = lambda at: ctypes.c_uint32.from_address(tmd + at).value  # noqa: E731
+    u16 = lambda at: ctypes.c_uint16.from_address(tmd + at).value  # noqa: E731
+    if ver >= 0x40:
+        return {"qmd_type": (u32(0) >> 23) & 7, "grid": [u32(128), u16(132), u16(136)],
+                "block": [u16(144), u16(146), u16(148)]}
+    if ver >= 0x16:
+        return {"grid": [u32(48), u16(52), u16(56)], "block": [u16(74), u16(76), u16(78)]}
+    return {}
+
+
+def shim_would_match(seen, grid, block):
+    """Whether the shim's checks (shim/src/client/spatial.rs) would take the
+    armed launches' descriptors as theirs: a callback on the launching
+    thread, whose descriptor carries the launch's grid and block (and, V04,
+    the plain-grid QMD type 2). None when no armed callback carried a
+    descriptor."""
+    armed = [r for r in seen if "descriptor_version" in r]
+    if not armed:
+        return None
+    return any(r["on_launch_thread"] and r.get("grid") == grid and r.get("block") == block
+               and r.get("qmd_type", 2) == 2 for r in armed)
+
+
 def part_callback(drv, info, dry):
     tbl, why = drv.export_table()
     if tbl is None:
@@ -298,20 +334,32 @@ def part_callback(drv, info, dry):
                 "problems": []}
     off_tpcs = max(1, info["sms"] // 4 // 2)
     hook = MaskHook(off_tpcs)
+    # The table's first word: dark-API dumpers read it as the table's size
+    # (the shim reads entries 3 and 6 of it).
+    table_word0 = ctypes.c_uint64.from_address(tbl).value
     why = subscribe(tbl, hook)
     if why:
         return {"supported": False, "why": why, "problems": []}
     drv.primary_context()
-    before = drv.run_probe(4 * info["sms"])
+    blocks = 4 * info["sms"]
+    before = drv.run_probe(blocks)
     hook.armed = True
-    masked = drv.run_probe(4 * info["sms"])
+    masked = drv.run_probe(blocks)
     hook.armed = False
+    # The descriptor is the driver's own buffer: a launch after the masked
+    # one must reach every SM again.
+    after = drv.run_probe(blocks)
     applied = [r for r in hook.seen if "masked_tpcs" in r]
     verdict = judge_mask(info["sms"], off_tpcs, before["sms"], masked["sms"], bool(applied))
     if not applied:
         verdict["problems"].insert(0, "the callback never masked a launch: "
                                    + json.dumps(hook.seen[-3:]))
+    if len(after["sms"]) < len(before["sms"]):
+        verdict["problems"].append(f"the launch after the masked one reached {len(after['sms'])} "
+                                   f"SMs, the one before {len(before['sms'])}: the mask stayed")
     return {"supported": True, "disabled_tpcs": off_tpcs, "unmasked": before, "masked": masked,
+            "after": after, "table_word0": table_word0,
+            "shim_would_match": shim_would_match(hook.seen, [blocks, 1, 1], [THREADS, 1, 1]),
             "callbacks": hook.seen[-8:], **verdict}
 
 

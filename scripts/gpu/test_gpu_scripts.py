@@ -405,6 +405,32 @@ class SmMask(unittest.TestCase):
         self.assertEqual(self.word(0) & 0x80000000, 0x80000000)
         self.assertEqual((self.word(84), self.word(88)), (0, 0))
 
+    def test_the_hook_records_what_the_shims_descriptor_check_reads(self):
+        ct = self.ct
+        self.tmd[72] = 0x40
+        ct.c_uint32.from_buffer(self.tmd, 0).value = 2 << 23
+        ct.c_uint32.from_buffer(self.tmd, 128).value = 528
+        for at, v in ((132, 1), (136, 1), (144, 128), (146, 1), (148, 1)):
+            ct.c_uint16.from_buffer(self.tmd, at).value = v
+        hook = self.sm.MaskHook(4)
+        hook.armed = True
+        rec = self.call(hook)
+        self.assertEqual((rec["qmd_type"], rec["grid"], rec["block"]), (2, [528, 1, 1], [128, 1, 1]))
+        self.assertTrue(rec["on_launch_thread"])
+        match = self.sm.shim_would_match
+        self.assertTrue(match(hook.seen, [528, 1, 1], [128, 1, 1]))
+        self.assertFalse(match(hook.seen, [527, 1, 1], [128, 1, 1]), "another grid")
+        self.assertFalse(match([dict(rec, on_launch_thread=False)], [528, 1, 1], [128, 1, 1]))
+        self.assertFalse(match([dict(rec, qmd_type=3)], [528, 1, 1], [128, 1, 1]), "a cluster's")
+        self.assertIsNone(match([{"domain": 11}], [528, 1, 1], [128, 1, 1]), "no descriptor seen")
+        # The older layout: V03_00's offsets.
+        self.tmd[72] = 0x30
+        ct.c_uint32.from_buffer(self.tmd, 48).value = 7
+        ct.c_uint16.from_buffer(self.tmd, 74).value = 64
+        rec = self.call(hook)
+        self.assertEqual((rec["grid"], rec["block"]), ([7, 0, 0], [64, 0, 0]))
+        self.assertNotIn("qmd_type", rec)
+
     def test_an_ampere_descriptor_gets_the_mask_at_its_own_offsets(self):
         self.tmd[72] = 0x20
         hook = self.sm.MaskHook(3)

@@ -116,7 +116,7 @@ fn arm(
         && client.is_some()
         && spatial::holds_long(f, ask.est, dims, ask.min_block_ns)
     {
-        spatial::arm();
+        spatial::arm(dims.grid, dims.block);
         true
     } else {
         false
@@ -182,14 +182,20 @@ pub unsafe fn kernel(
 const ATTR_COOPERATIVE: u32 = 2;
 /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
 const ATTR_CLUSTER_DIMENSION: u32 = 4;
+/// `CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION` (CUDA 12.8).
+const ATTR_PREFERRED_CLUSTER_DIMENSION: u32 = 11;
+/// Most attributes read of one launch.
+const MAX_ATTRS: usize = 64;
 
 /// What a `CUlaunchConfig`'s attributes ask for, of what the shim minds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Attrs {
     /// A cooperative launch.
     cooperative: bool,
-    /// Thread-block clusters of more than one block.
+    /// Thread-block clusters of more than one block (asked, or preferred).
     clustered: bool,
+    /// More attributes than the shim reads: what the rest ask is unknown.
+    unread: bool,
 }
 
 /// What a `CUlaunchConfig`'s attributes ask for.
@@ -205,7 +211,8 @@ unsafe fn attrs(config: &CUlaunchConfig) -> Attrs {
     let base = config.attrs.cast::<u8>().cast_const();
     let stride = core::mem::size_of::<cudarc::driver::sys::CUlaunchAttribute>();
     // Bounded: a launch carries a handful of attributes.
-    for i in 0..(config.numAttrs as usize).min(64) {
+    a.unread = config.numAttrs as usize > MAX_ATTRS;
+    for i in 0..(config.numAttrs as usize).min(MAX_ATTRS) {
         // SAFETY: `attrs` holds `numAttrs` CUlaunchAttribute structs (cuda.h); the id
         // is read as a raw u32 at offset 0 (a Rust enum read could meet an unknown
         // value), the value union's first three 32-bit words from offset 8 (the
@@ -217,7 +224,9 @@ unsafe fn attrs(config: &CUlaunchConfig) -> Attrs {
         };
         match id {
             ATTR_COOPERATIVE => a.cooperative |= v[0] != 0,
-            ATTR_CLUSTER_DIMENSION => a.clustered |= v.iter().any(|&d| d > 1),
+            ATTR_CLUSTER_DIMENSION | ATTR_PREFERRED_CLUSTER_DIMENSION => {
+                a.clustered |= v.iter().any(|&d| d > 1);
+            }
             _ => {}
         }
     }
@@ -254,7 +263,8 @@ pub unsafe fn kernel_ex(
         block: [c.blockDimX, c.blockDimY, c.blockDimZ],
         shared_mem: c.sharedMemBytes,
     });
-    // A cooperative or clustered launch is never masked (`crate::client::spatial`).
+    // A cooperative or clustered launch is never masked (`crate::client::spatial`),
+    // nor one with more attributes than the shim reads.
     let armed = match dims {
         Some(d) if asked == Some(Attrs::default()) => arm(mask, hook, client, stream, f, &d),
         _ => false,

@@ -161,7 +161,8 @@ pub(super) fn client_snapshot(c: &Client, now: Instant) -> ClientSnapshot {
                 standing_kernel_ns: c.spatial_standing_now,
                 state: state.name().into(),
                 descriptor_version: match state {
-                    tandem_proto::spatial::SpatialState::UnknownDescriptor(v) => Some(v),
+                    tandem_proto::spatial::SpatialState::UnknownDescriptor(v)
+                    | tandem_proto::spatial::SpatialState::Unmatched(v) => Some(v),
                     _ => None,
                 },
                 masked_launches: c.local.masked_launches,

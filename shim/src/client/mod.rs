@@ -51,6 +51,7 @@ pub(crate) mod marks;
 pub(crate) mod mps;
 mod outbox;
 mod published;
+mod qmd;
 pub(crate) mod session;
 mod slots;
 pub(crate) mod spatial;

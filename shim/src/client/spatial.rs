@@ -30,10 +30,19 @@
 //!   at offset 72 picks the layout.
 //!   From 0x40 (Hopper's) to 0x4f: TPCs 0-127's disable bits at offsets 304,
 //!   308, 312 and 316, with the enable bit 31 of the first word; from 0x16 to
-//!   0x3f: TPCs 0-63 at 84 and 88. Any other version (older, or a layout
-//!   newer than Hopper's) is unknown: the launch goes unmasked and the
-//!   mechanism switches off. So does a parameter block shorter than five
-//!   words or a NULL descriptor.
+//!   0x3f: TPCs 0-63 at 84 and 88. Any other version is unknown: the launch
+//!   goes unmasked and the mechanism switches off. So does a parameter
+//!   block shorter than five words or a NULL descriptor.
+//! * **Whose descriptor**: the callback writes only into a descriptor that
+//!   carries the armed launch's grid and block where NVIDIA's QMD headers
+//!   put them (and, from 0x40, the type of a plain grid of CTAs), so one the
+//!   driver builds for another launch on the thread in the same call, or a
+//!   later GPU's layout whose byte 72 happens to read as a known version,
+//!   is left alone. Blackwell (compute capability 10) keeps its version
+//!   elsewhere: the probe switches the mechanism off on any GPU but 7.x to
+//!   9.x. 64 armed launches in a row that saw no callback on their thread
+//!   (the driver calls it elsewhere), or 16 whose descriptors never carried
+//!   them, switch it off too, with one log line.
 //!
 //! Launches not masked: cooperative ones (all their blocks must be resident
 //! at once; a grid sized for the whole GPU would no longer fit) and graph
@@ -51,6 +60,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use tandem_proto::spatial::{block_ns, blocks_per_sm, reserve_tpcs, SmLimits, SpatialState};
 use tandem_proto::ControlBlock;
 
+use super::qmd::{self, Applied};
 use crate::driver::{self, Support};
 use crate::types::{CUfunction, CuResult};
 
@@ -101,10 +111,27 @@ const DECLINED: u8 = 3;
 /// The callback left a launch alone that another mask already confines so
 /// far that ours would leave it no TPC: unmasked, the mechanism stays on.
 const LEFT: u8 = 4;
+/// Still armed: the callback saw descriptors on this thread, but none of
+/// them described this launch (its grid and block), so it left them alone.
+const OTHER: u8 = 5;
 
 thread_local! {
     static NEXT: Cell<u8> = const { Cell::new(IDLE) };
+    /// The armed launch's grid and block ([`arm`]): the callback masks only
+    /// a descriptor that carries them.
+    static WANT: Cell<[u32; 6]> = const { Cell::new([0; 6]) };
 }
+
+/// Armed launches in a row that saw no descriptor callback on their thread,
+/// and that saw only others' descriptors; past [`NO_CALLBACK_LIMIT`] and
+/// [`UNMATCHED_LIMIT`] the mechanism switches off: the driver calls back
+/// elsewhere, or its descriptors are not laid out as read here.
+static NO_CALLBACK_RUN: AtomicU32 = AtomicU32::new(0);
+static UNMATCHED_RUN: AtomicU32 = AtomicU32::new(0);
+const NO_CALLBACK_LIMIT: u32 = 64;
+const UNMATCHED_LIMIT: u32 = 16;
+/// The version byte of the last descriptor that did not match (for the log).
+static UNMATCHED_VERSION: AtomicU32 = AtomicU32::new(0);
 
 /// Whether launches of the client of `cb` may carry the mask now, its
 /// reservation being `permille`: one Relaxed load of the state and one of
@@ -186,12 +213,24 @@ fn off(why: SpatialState) {
         SpatialState::Refused => "the driver refused the launch callback",
         SpatialState::NoDevice => "the GPU's SM count is unknown or too small to split",
         SpatialState::UnknownDescriptor(_) => "a launch descriptor of an unknown layout",
+        SpatialState::NoDescriptor => "the launch callback came without a launch descriptor",
+        SpatialState::NoCallback => {
+            "the driver did not call the launch callback on the launching thread"
+        }
+        SpatialState::Unmatched(_) => {
+            "the launch descriptors did not carry the launches' grid and block where read"
+        }
+        SpatialState::UnsupportedGpu(_) => "a GPU whose launch descriptors the shim does not know",
         SpatialState::Idle | SpatialState::Armed => "",
     };
     match why {
-        SpatialState::UnknownDescriptor(v) => crate::log!(
+        SpatialState::UnknownDescriptor(v) | SpatialState::Unmatched(v) => crate::log!(
             Warn,
             "spatial: {detail} (version {v:#04x}); training runs unmasked, as without it"
+        ),
+        SpatialState::UnsupportedGpu(major) => crate::log!(
+            Warn,
+            "spatial: {detail} (compute capability {major}.x); training runs unmasked, as without it"
         ),
         _ => crate::log!(
             Warn,
@@ -228,9 +267,14 @@ fn probe() -> Result<u32, SpatialState> {
             core::mem::transmute::<usize, Enable>(en),
         )
     };
-    let sms = sm_count().ok_or(SpatialState::NoDevice)?;
+    let (sms, major) = sm_count().ok_or(SpatialState::NoDevice)?;
     if reserve_tpcs(sms, 1) == 0 {
         return Err(SpatialState::NoDevice);
+    }
+    // Volta to Hopper build the descriptors read here; a later GPU's (QMD
+    // version 5 on Blackwell) keeps other fields at those offsets.
+    if !(7..=9).contains(&major) {
+        return Err(SpatialState::UnsupportedGpu(major.min(255) as u8));
     }
     let mut handle = 0u32;
     // SAFETY: an out-pointer of ours and a callback of the expected type,
@@ -245,9 +289,9 @@ fn probe() -> Result<u32, SpatialState> {
     Ok(sms)
 }
 
-/// The SM count of the current context's device, and one SM's limits
-/// (into [`LIMITS`]).
-fn sm_count() -> Option<u32> {
+/// The SM count and the compute capability's major version of the current
+/// context's device, and one SM's limits (into [`LIMITS`]).
+fn sm_count() -> Option<(u32, u32)> {
     let dev = driver::support(Support::CtxGetDevice)?;
     // SAFETY: the driver's cuCtxGetDevice has this signature (cuda.h).
     let dev = unsafe { core::mem::transmute::<usize, CtxGetDevice>(dev) };
@@ -263,8 +307,15 @@ fn sm_count() -> Option<u32> {
             Ordering::Relaxed,
         );
     }
-    super::funcs::device_attribute(d, super::funcs::ATTR_SM_COUNT)
+    let major = super::funcs::device_attribute(d, ATTR_CC_MAJOR)?;
+    Some((
+        super::funcs::device_attribute(d, super::funcs::ATTR_SM_COUNT)?,
+        major,
+    ))
 }
+
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
+const ATTR_CC_MAJOR: c_int = 75;
 
 /// What the gate decided about a launch's mask: `est` (ns, at least 1)
 /// where it may carry it, 0 where not, and the least time its blocks must
@@ -311,27 +362,73 @@ pub(crate) fn holds_long(f: CUfunction, est: u64, dims: &super::emit::Dims, min_
     block_ns(est, blocks, bps, SMS.load(Ordering::Relaxed)) >= min_ns
 }
 
-/// This thread's next launch carries the mask.
+/// This thread's next launch, of `grid` blocks of `block` threads, carries
+/// the mask.
 #[inline(always)]
-pub(crate) fn arm() {
+pub(crate) fn arm(grid: [u32; 3], block: [u32; 3]) {
+    WANT.with(|w| {
+        w.set([grid[0], grid[1], grid[2], block[0], block[1], block[2]]);
+    });
     NEXT.with(|n| n.set(ARMED));
 }
 
 /// After an armed launch's real call: whether the callback masked it. A
 /// descriptor it declined switches the mechanism off (one log line) and
-/// reports why in `cb`.
+/// reports why in `cb`; so do too many armed launches in a row that no
+/// callback on their thread saw, or whose descriptors never matched.
 #[inline(always)]
 pub(crate) fn disarm(cb: &ControlBlock) -> bool {
     match NEXT.with(|n| n.replace(IDLE)) {
         MASKED => {
             cb.count_masked();
+            if NO_CALLBACK_RUN.load(Ordering::Relaxed) | UNMATCHED_RUN.load(Ordering::Relaxed) != 0
+            {
+                reset_runs();
+            }
             true
         }
         DECLINED => {
             declined(cb);
             false
         }
-        _ => false,
+        outcome => {
+            unmasked(cb, outcome);
+            false
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn reset_runs() {
+    NO_CALLBACK_RUN.store(0, Ordering::Relaxed);
+    UNMATCHED_RUN.store(0, Ordering::Relaxed);
+}
+
+/// An armed launch went out unmasked: counts why, and switches off once
+/// the same reason has held too long.
+#[cold]
+#[inline(never)]
+fn unmasked(cb: &ControlBlock, outcome: u8) {
+    let (run, limit, why) = match outcome {
+        ARMED => (
+            &NO_CALLBACK_RUN,
+            NO_CALLBACK_LIMIT,
+            SpatialState::NoCallback,
+        ),
+        OTHER => {
+            NO_CALLBACK_RUN.store(0, Ordering::Relaxed);
+            let v = UNMATCHED_VERSION.load(Ordering::Relaxed) as u8;
+            (&UNMATCHED_RUN, UNMATCHED_LIMIT, SpatialState::Unmatched(v))
+        }
+        _ => {
+            reset_runs();
+            return;
+        }
+    };
+    if run.fetch_add(1, Ordering::Relaxed) + 1 >= limit {
+        WHY_OFF.store(why.encode(), Ordering::Relaxed);
+        declined(cb);
     }
 }
 
@@ -342,17 +439,6 @@ fn declined(cb: &ControlBlock) {
         let why = SpatialState::decode(WHY_OFF.load(Ordering::Relaxed));
         off(why);
         cb.set_spatial_state(why);
-    }
-}
-
-/// Where a descriptor of `version` keeps its TPC disable mask: the offsets
-/// of its 32-bit words, and whether it has the enable bit; `None`: a layout
-/// the shim does not know.
-const fn layout(version: u8) -> Option<(&'static [usize], bool)> {
-    match version {
-        0x40..=0x4f => Some((&[304, 308, 312, 316], true)),
-        0x16..=0x3f => Some((&[84, 88], false)),
-        _ => None,
     }
 }
 
@@ -372,107 +458,71 @@ unsafe extern "C" fn on_launch(
         return;
     }
     // `try_with`: a launch from a thread being torn down goes unmasked.
-    let armed = NEXT.try_with(|n| n.get() == ARMED).unwrap_or(false);
+    let armed = NEXT
+        .try_with(|n| matches!(n.get(), ARMED | OTHER))
+        .unwrap_or(false);
     if !armed {
         return;
     }
+    let Ok(want) = WANT.try_with(Cell::get) else {
+        return;
+    };
     // SAFETY: the driver's parameter block, as documented above.
-    let outcome = unsafe { apply(params) };
+    let outcome = unsafe { apply(params, want) };
     let _ = NEXT.try_with(|n| n.set(outcome));
 }
 
-/// Adds the mask to the descriptor `params` points at: [`MASKED`];
-/// [`DECLINED`] when it cannot (and why, in [`WHY_OFF`]); [`LEFT`] when a
-/// mask already there and ours would together disable every TPC.
-///
-/// A mask already in the descriptor (a stream mask, MPS's provisioning, a
-/// later driver's own) is kept: the shim only ever adds disabled TPCs,
-/// never enables one. From version 0x40 the words count only with the
-/// enable bit set.
+/// [`qmd::apply`] with this process's mask and SM count: [`MASKED`],
+/// [`OTHER`], [`LEFT`], or [`DECLINED`] (why in [`WHY_OFF`]).
 ///
 /// # Safety
 /// As [`on_launch`].
-unsafe fn apply(params: *const c_void) -> u8 {
-    if params.is_null() {
-        WHY_OFF.store(
-            SpatialState::UnknownDescriptor(0).encode(),
-            Ordering::Relaxed,
-        );
-        return DECLINED;
-    }
-    // SAFETY: the block's first 4 bytes are its size.
-    let size = unsafe { params.cast::<u32>().read_unaligned() };
-    let desc = if size as usize >= 5 * 8 {
-        // SAFETY: a block of at least five words has a fifth.
-        unsafe { params.cast::<*mut u8>().add(4).read_unaligned() }
-    } else {
-        core::ptr::null_mut()
-    };
-    if desc.is_null() {
-        WHY_OFF.store(
-            SpatialState::UnknownDescriptor(0).encode(),
-            Ordering::Relaxed,
-        );
-        return DECLINED;
-    }
-    // SAFETY: every known descriptor has its version byte at 72.
-    let version = unsafe { desc.add(72).read() };
-    let Some((words, enable)) = layout(version) else {
-        WHY_OFF.store(
-            SpatialState::UnknownDescriptor(version).encode(),
-            Ordering::Relaxed,
-        );
-        return DECLINED;
-    };
-    let w0 = desc.cast::<u32>();
-    // SAFETY: every known descriptor has a first word.
-    let first = unsafe { w0.read_unaligned() };
-    let theirs_valid = !enable || first & ENABLE_BIT != 0;
-    let (mut theirs, mut ours) = (0u128, 0u128);
-    for (i, off) in words.iter().enumerate() {
-        if theirs_valid {
-            // SAFETY: the layout of this version has a mask word at `off`.
-            let w = unsafe { desc.add(*off).cast::<u32>().read_unaligned() };
-            theirs |= u128::from(w) << (32 * i);
+unsafe fn apply(params: *const c_void, want: [u32; 6]) -> u8 {
+    let ours = MASK.iter().enumerate().fold(0u128, |m, (i, w)| {
+        m | u128::from(w.load(Ordering::Relaxed)) << (32 * i)
+    });
+    // SAFETY: the caller's.
+    match unsafe { qmd::apply(params, want, ours, SMS.load(Ordering::Relaxed)) } {
+        Applied::Masked => MASKED,
+        Applied::Left => LEFT,
+        Applied::Other(version) => {
+            UNMATCHED_VERSION.store(u32::from(version), Ordering::Relaxed);
+            OTHER
         }
-        ours |= u128::from(MASK[i].load(Ordering::Relaxed)) << (32 * i);
+        Applied::Declined(why) => {
+            WHY_OFF.store(why.encode(), Ordering::Relaxed);
+            DECLINED
+        }
     }
-    let both = theirs | ours;
-    if theirs != 0 && both.count_ones() >= SMS.load(Ordering::Relaxed) / 2 {
-        return LEFT;
-    }
-    for (i, off) in words.iter().enumerate() {
-        // SAFETY: as above.
-        unsafe {
-            desc.add(*off)
-                .cast::<u32>()
-                .write_unaligned((both >> (32 * i)) as u32)
-        };
-    }
-    if enable {
-        // SAFETY: the first word, as above.
-        unsafe { w0.write_unaligned(first | ENABLE_BIT) };
-    }
-    MASKED
 }
-
-/// A version 0x40+ descriptor's mask enable bit, in its first word.
-const ENABLE_BIT: u32 = 0x8000_0000;
 
 #[cfg(test)]
 mod tests {
+    use super::super::qmd::{layout, QMD_TYPE_GRID_CTA};
     use super::*;
 
     #[test]
     fn only_the_layouts_of_libsmctrl_are_known() {
-        assert_eq!(layout(0x40).map(|l| l.0.len()), Some(4));
-        assert_eq!(layout(0x4f).map(|l| l.1), Some(true));
-        assert_eq!(layout(0x16).map(|l| l.0), Some(&[84usize, 88][..]));
-        assert_eq!(layout(0x3f).map(|l| l.1), Some(false));
+        assert_eq!(layout(0x40).map(|l| l.mask.len()), Some(4));
+        assert_eq!(layout(0x4f).map(|l| l.enable), Some(true));
+        assert_eq!(layout(0x16).map(|l| l.mask), Some(&[84usize, 88][..]));
+        assert_eq!(layout(0x3f).map(|l| l.enable), Some(false));
         for v in [0x00, 0x06, 0x15, 0x50, 0xff] {
             assert!(layout(v).is_none(), "{v:#x}");
         }
     }
+
+    /// The process-wide state (the mask, the SM count, the mechanism's
+    /// state) the tests set: one test at a time.
+    static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn globals() -> std::sync::MutexGuard<'static, ()> {
+        GLOBALS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The launch the tests arm: its grid and block.
+    const GRID: [u32; 3] = [264, 2, 1];
+    const BLOCK: [u32; 3] = [256, 1, 1];
 
     /// A parameter block as the driver passes it: 6 words, the fifth the
     /// descriptor.
@@ -493,14 +543,37 @@ mod tests {
         };
     }
 
-    /// A zeroed descriptor of `version` with `words` (offset, value) in it.
-    fn descriptor(version: u8, words: &[(usize, u32)]) -> [u8; 512] {
+    /// A descriptor of `version` for a launch of `grid` and `block`, laid
+    /// out as NVIDIA's QMD headers say (a plain grid of CTAs), with `words`
+    /// (offset, value) in it.
+    fn launch_descriptor(
+        version: u8,
+        grid: [u32; 3],
+        block: [u32; 3],
+        words: &[(usize, u32)],
+    ) -> [u8; 512] {
         let mut d = [0u8; 512];
+        if let Some(l) = layout(version) {
+            d[l.grid[0]..l.grid[0] + 4].copy_from_slice(&grid[0].to_ne_bytes());
+            let fields = [(l.grid[1], grid[1]), (l.grid[2], grid[2])];
+            for (at, v) in fields.into_iter().chain(l.block.into_iter().zip(block)) {
+                d[at..at + 2].copy_from_slice(&(v as u16).to_ne_bytes());
+            }
+            if l.enable {
+                d[0..4].copy_from_slice(&(QMD_TYPE_GRID_CTA << 23).to_ne_bytes());
+            }
+        }
         for &(at, w) in words {
-            d[at..at + 4].copy_from_slice(&w.to_ne_bytes());
+            let old = u32::from_ne_bytes(d[at..at + 4].try_into().unwrap());
+            d[at..at + 4].copy_from_slice(&(old | w).to_ne_bytes());
         }
         d[72] = version;
         d
+    }
+
+    /// The armed launch's descriptor of `version`.
+    fn descriptor(version: u8, words: &[(usize, u32)]) -> [u8; 512] {
+        launch_descriptor(version, GRID, BLOCK, words)
     }
 
     /// The 32-bit word of `d` at `at`.
@@ -513,21 +586,21 @@ mod tests {
     /// launch is idle again).
     fn armed_callback(d: &mut [u8; 512], size: u64) -> u8 {
         let p = block(d, size);
-        arm();
+        arm(GRID, BLOCK);
         descriptor_callback(&p);
         NEXT.with(|n| n.replace(IDLE))
     }
 
     #[test]
     fn the_callback_writes_the_mask_only_into_an_armed_launch_it_knows() {
+        let _g = globals();
         MASK[0].store(0xffff, Ordering::Relaxed);
         MASK[1].store(0, Ordering::Relaxed);
-        let mut d = [0u8; 512];
-        d[72] = 0x40;
+        let mut d = descriptor(0x40, &[]);
         let p = block(&mut d, 48);
         descriptor_callback(&p);
         assert_eq!(d[304..308], [0; 4], "not armed: untouched");
-        arm();
+        arm(GRID, BLOCK);
         // SAFETY: as in `descriptor_callback`; another domain's callback.
         unsafe { on_launch(core::ptr::null_mut(), 3, 0x36, p.as_ptr().cast()) };
         assert_eq!(d[304..308], [0; 4], "another callback: untouched");
@@ -552,6 +625,10 @@ mod tests {
         let mut d = descriptor(0x40, &[]);
         assert_eq!(armed_callback(&mut d, 32), DECLINED, "a short block");
         assert_eq!(d[304..308], [0; 4]);
+        assert_eq!(
+            SpatialState::decode(WHY_OFF.load(Ordering::Relaxed)),
+            SpatialState::NoDescriptor
+        );
 
         // A mask already there is kept, ours added (TPCs 0-15 ours, 40-47
         // theirs, of a 132-SM GPU's 66)...
@@ -567,8 +644,101 @@ mod tests {
         // and the mechanism stays on (an Ampere layout: 64 TPC bits; a GPU
         // of 60 TPCs).
         SMS.store(120, Ordering::Relaxed);
-        let mut d = descriptor(0x20, &[(84, 0xfff0_0000), (88, 0xffff_ffff)]);
+        let mut d = descriptor(0x30, &[(84, 0xfff0_0000), (88, 0xffff_ffff)]);
         assert_eq!(armed_callback(&mut d, 48), LEFT);
         assert_eq!((word(&d, 84), word(&d, 88)), (0xfff0_0000, 0xffff_ffff));
+    }
+
+    /// The mask goes to the armed launch's descriptor, not to the first the
+    /// driver builds on the thread: one of another launch (the driver's
+    /// own, or one a profiler made in this call), a cluster launch's, or a
+    /// layout that is not what the version byte says (a later GPU's QMD
+    /// whose byte 72 happens to look like an older version) is left alone.
+    #[test]
+    fn only_the_descriptor_of_the_armed_launch_takes_the_mask() {
+        let _g = globals();
+        MASK[0].store(0xffff, Ordering::Relaxed);
+        SMS.store(132, Ordering::Relaxed);
+        let untouched = |d: &[u8; 512]| word(d, 304) == 0 && word(d, 84) == 0;
+        let mut other = launch_descriptor(0x40, [1, 1, 1], [32, 1, 1], &[]);
+        let mut mine = descriptor(0x40, &[]);
+        let (po, pm) = (block(&mut other, 48), block(&mut mine, 48));
+        arm(GRID, BLOCK);
+        descriptor_callback(&po);
+        assert!(untouched(&other), "another launch's");
+        assert_eq!(NEXT.with(Cell::get), OTHER, "still armed");
+        descriptor_callback(&pm);
+        assert_eq!(word(&mine, 304), 0xffff);
+        assert_eq!(NEXT.with(|n| n.replace(IDLE)), MASKED);
+
+        // A cluster launch's descriptor (QMD_TYPE GRID_GPC_CGA).
+        let mut cga = descriptor(0x40, &[]);
+        cga[0..4].copy_from_slice(&(3u32 << 23).to_ne_bytes());
+        assert_eq!(armed_callback(&mut cga, 48), OTHER);
+        assert_eq!(word(&cga, 304), 0);
+        // Blackwell's QMD V05: its version at byte 58, and whatever byte 72
+        // holds, nothing of the launch where V03 and V04 keep it.
+        for stray in [0x22, 0x41] {
+            let mut v5 = [0u8; 512];
+            v5[58] = 0x50;
+            v5[72] = stray;
+            let before = v5;
+            assert_eq!(armed_callback(&mut v5, 0x58), OTHER, "{stray:#x}");
+            assert_eq!(v5, before, "{stray:#x}: written into");
+        }
+    }
+
+    /// Armed launches that no callback on their thread saw, or whose
+    /// descriptors never matched, switch the mechanism off after a run of
+    /// them, saying why; a masked launch ends the run.
+    #[test]
+    fn runs_of_unmasked_armed_launches_switch_the_mechanism_off() {
+        let _g = globals();
+        let (s, _ring) = super::super::session::tests::session_on(-1);
+        let cb = s.control();
+        MASK[0].store(0xffff, Ordering::Relaxed);
+        STATE.store(ON, Ordering::Release);
+        reset_runs();
+        // A callback on another thread: this thread's launch goes unmasked.
+        let mut d = descriptor(0x40, &[]);
+        let p = block(&mut d, 48);
+        arm(GRID, BLOCK);
+        std::thread::spawn(move || descriptor_callback(&p))
+            .join()
+            .unwrap();
+        assert_eq!(word(&d, 304), 0, "the other thread armed nothing");
+        assert!(!disarm(cb));
+        for _ in 1..NO_CALLBACK_LIMIT - 1 {
+            arm(GRID, BLOCK);
+            assert!(!disarm(cb));
+        }
+        assert_eq!(STATE.load(Ordering::Acquire), ON, "not yet");
+        // A masked launch ends the run.
+        let mut d = descriptor(0x40, &[]);
+        let p = block(&mut d, 48);
+        arm(GRID, BLOCK);
+        descriptor_callback(&p);
+        assert!(disarm(cb));
+        assert_eq!(NO_CALLBACK_RUN.load(Ordering::Relaxed), 0);
+        for _ in 0..NO_CALLBACK_LIMIT {
+            arm(GRID, BLOCK);
+            disarm(cb);
+        }
+        assert_eq!(STATE.load(Ordering::Acquire), OFF);
+        assert_eq!(cb.spatial_state(), SpatialState::NoCallback);
+
+        STATE.store(ON, Ordering::Release);
+        reset_runs();
+        let mut other = launch_descriptor(0x40, [1, 1, 1], [32, 1, 1], &[]);
+        for _ in 0..UNMATCHED_LIMIT {
+            let p = block(&mut other, 48);
+            arm(GRID, BLOCK);
+            descriptor_callback(&p);
+            assert!(!disarm(cb));
+        }
+        assert_eq!(STATE.load(Ordering::Acquire), OFF);
+        assert_eq!(cb.spatial_state(), SpatialState::Unmatched(0x40));
+        assert_eq!(word(&other, 304), 0);
+        STATE.store(UNPROBED, Ordering::Release);
     }
 }

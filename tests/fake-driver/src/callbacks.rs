@@ -13,7 +13,11 @@
 //!   `params` is a block of 8-byte words whose first 4 bytes are its size (48), and whose word 4
 //!   points at the launch's descriptor (its QMD/TMD), 512 bytes here, zero but for its version
 //!   byte at offset 72 ([`descriptor_version`]: `FAKECUDA_QMD_VERSION`, default `0x40`, the
-//!   Hopper layout).
+//!   Hopper layout) and the launch's grid and block where NVIDIA's QMD headers keep them
+//!   (open-gpu-doc `clcbc0qmd.h`): from version `0x40` (V04) the grid's width, height and depth
+//!   at offsets 128 (32 bits), 132 and 136 (16 bits), the block's at 144, 146 and 148, and
+//!   `QMD_TYPE` `GRID_CTA` (2) in bits 23-25 of the first word; before it (V03) the grid at 48,
+//!   52 and 56 and the block at 74, 76 and 78.
 //! * After the callbacks, the descriptor's TPC disable mask decides the SMs the kernel may use
 //!   ([`disabled_tpcs`]): from version `0x40`, bits of TPCs 0-63 at offsets 304 and 308 and of TPCs
 //!   64-127 at 312 and 316, honoured only with bit 31 of the descriptor's first word set; from
@@ -185,7 +189,7 @@ fn allowed_sms(d: &[u8; DESCRIPTOR_BYTES], sms: u32) -> Option<SmSet> {
 
 /// Runs the enabled launch callbacks on a fresh descriptor; the TPCs the launch may not use
 /// (`None`: it may use all). Call without the state lock held: a callback may call the driver.
-pub fn before_launch() -> CuResult<Option<TpcMask>> {
+pub fn before_launch(grid: [u32; 3], block: [u32; 3]) -> CuResult<Option<TpcMask>> {
     if ENABLED.load(Ordering::Relaxed) == 0 {
         return Ok(None);
     }
@@ -198,7 +202,7 @@ pub fn before_launch() -> CuResult<Option<TpcMask>> {
         return Ok(None);
     }
     let mut desc = Box::new([0u8; DESCRIPTOR_BYTES]);
-    desc[72] = descriptor_version();
+    describe(&mut desc, descriptor_version(), grid, block);
     let params: [u64; 6] = [48, 0, 0, 0, desc.as_mut_ptr() as u64, 0];
     for s in subs {
         // SAFETY: the subscriber gave this function for this call shape; `params` and the
@@ -219,6 +223,23 @@ pub fn before_launch() -> CuResult<Option<TpcMask>> {
         }
         other => Ok(other),
     }
+}
+
+/// Writes a descriptor's version and the launch's grid and block where that version keeps them
+/// (the module's docs).
+fn describe(d: &mut [u8; DESCRIPTOR_BYTES], version: u8, grid: [u32; 3], block: [u32; 3]) {
+    let (at_grid, at_block) = if version >= 0x40 {
+        d[0..4].copy_from_slice(&(2u32 << 23).to_ne_bytes());
+        ([128, 132, 136], [144, 146, 148])
+    } else {
+        ([48, 52, 56], [74, 76, 78])
+    };
+    d[at_grid[0]..at_grid[0] + 4].copy_from_slice(&grid[0].to_ne_bytes());
+    let halves = [(at_grid[1], grid[1]), (at_grid[2], grid[2])];
+    for (at, v) in halves.into_iter().chain(at_block.into_iter().zip(block)) {
+        d[at..at + 2].copy_from_slice(&(v as u16).to_ne_bytes());
+    }
+    d[72] = version;
 }
 
 #[cfg(test)]
@@ -287,16 +308,56 @@ mod tests {
         );
         assert_eq!(en(1, h, QMD_DOMAIN, QMD_PRE_UPLOAD), CUDA_SUCCESS);
         OFF_TPCS.with(|c| c.set(4));
-        let allowed = before_launch().unwrap().expect("a mask").sms(DEVICE_SMS);
+        let allowed = before_launch([4, 1, 1], [32, 1, 1])
+            .unwrap()
+            .expect("a mask")
+            .sms(DEVICE_SMS);
         assert_eq!(SEEN_VERSION.with(Cell::get), 0x40);
         assert_eq!(allowed.len(), DEVICE_SMS - 8);
         assert!((0..8).all(|sm| !allowed.contains(sm)) && allowed.contains(8));
         OFF_TPCS.with(|c| c.set(0));
-        assert_eq!(before_launch().unwrap(), None, "no mask written: every SM");
+        assert_eq!(
+            before_launch([4, 1, 1], [32, 1, 1]).unwrap(),
+            None,
+            "no mask written: every SM"
+        );
         OFF_TPCS.with(|c| c.set(66));
-        assert_eq!(before_launch(), Err(CUDA_ERROR_INVALID_VALUE), "no SM left");
+        assert_eq!(
+            before_launch([4, 1, 1], [32, 1, 1]),
+            Err(CUDA_ERROR_INVALID_VALUE),
+            "no SM left"
+        );
         OFF_TPCS.with(|c| c.set(0));
         assert_eq!(en(0, h, QMD_DOMAIN, QMD_PRE_UPLOAD), CUDA_SUCCESS);
+    }
+
+    #[test]
+    fn descriptors_carry_the_launch_where_the_qmd_headers_put_it() {
+        let u16_at = |d: &[u8; DESCRIPTOR_BYTES], at: usize| u16::from_ne_bytes([d[at], d[at + 1]]);
+        let u32_at = |d: &[u8; DESCRIPTOR_BYTES], at: usize| word(d, at) as u32;
+        let mut d = [0u8; DESCRIPTOR_BYTES];
+        describe(&mut d, 0x40, [70_000, 3, 2], [128, 2, 1]);
+        assert_eq!(
+            (u32_at(&d, 128), u16_at(&d, 132), u16_at(&d, 136)),
+            (70_000, 3, 2)
+        );
+        assert_eq!(
+            (u16_at(&d, 144), u16_at(&d, 146), u16_at(&d, 148)),
+            (128, 2, 1)
+        );
+        assert_eq!((u32_at(&d, 0) >> 23) & 7, 2, "QMD_TYPE_GRID_CTA");
+        assert_eq!(d[72], 0x40);
+        let mut a = [0u8; DESCRIPTOR_BYTES];
+        describe(&mut a, 0x30, [70_000, 3, 2], [128, 2, 1]);
+        assert_eq!(
+            (u32_at(&a, 48), u16_at(&a, 52), u16_at(&a, 56)),
+            (70_000, 3, 2)
+        );
+        assert_eq!(
+            (u16_at(&a, 74), u16_at(&a, 76), u16_at(&a, 78)),
+            (128, 2, 1)
+        );
+        assert_eq!(u32_at(&a, 0), 0);
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub unsafe fn launch(
 ) -> CuResult<()> {
     // The launch callbacks run first, without the state lock (a callback may call the
     // driver): they may confine the kernel to some SMs.
-    let sms = crate::callbacks::before_launch()?;
+    let sms = crate::callbacks::before_launch(dims.grid, dims.block)?;
     let mut st = lock();
     st.require_ctx()?;
     let (op, duration_ns, max_dynamic) = st.modules.function(f)?;
