@@ -239,6 +239,37 @@ fn off(why: SpatialState) {
     }
 }
 
+/// The callback's subscription handle and the table's enable entry, once
+/// subscribed (0: not), to take the callback out of the driver's launch
+/// path when the mechanism switches off.
+static SUBSCRIBED: AtomicU32 = AtomicU32::new(0);
+static ENABLE_FN: AtomicUsize = AtomicUsize::new(0);
+
+/// Disables the callback the probe enabled: a process whose mechanism is
+/// off no longer has the shim in every launch's path (nor beside a
+/// profiler that subscribes to the same table). Best effort: a refusal
+/// changes nothing, since the callback masks nothing once off.
+fn unsubscribe() {
+    let en = ENABLE_FN.swap(0, Ordering::AcqRel);
+    if en == 0 {
+        return;
+    }
+    // SAFETY: the table's entry 6, which the probe called with this signature.
+    let en = unsafe { core::mem::transmute::<usize, Enable>(en) };
+    // SAFETY: the handle subscribe gave, as the probe enabled it.
+    let rc = unsafe {
+        en(
+            0,
+            SUBSCRIBED.load(Ordering::Relaxed),
+            QMD_DOMAIN,
+            QMD_PRE_UPLOAD,
+        )
+    };
+    if rc != CuResult::SUCCESS {
+        crate::log!(Debug, "spatial: the launch callback stays enabled ({rc:?})");
+    }
+}
+
 /// The probe: the callback table, the subscription, the SM count.
 fn probe() -> Result<u32, SpatialState> {
     let get = driver::support(Support::GetExportTable).ok_or(SpatialState::NoTable)?;
@@ -286,6 +317,8 @@ fn probe() -> Result<u32, SpatialState> {
     if unsafe { en(1, handle, QMD_DOMAIN, QMD_PRE_UPLOAD) } != CuResult::SUCCESS {
         return Err(SpatialState::Refused);
     }
+    SUBSCRIBED.store(handle, Ordering::Relaxed);
+    ENABLE_FN.store(en as usize, Ordering::Release);
     Ok(sms)
 }
 
@@ -438,6 +471,7 @@ fn declined(cb: &ControlBlock) {
     if STATE.swap(OFF, Ordering::AcqRel) == ON {
         let why = SpatialState::decode(WHY_OFF.load(Ordering::Relaxed));
         off(why);
+        unsubscribe();
         cb.set_spatial_state(why);
     }
 }
@@ -519,6 +553,10 @@ mod tests {
     fn globals() -> std::sync::MutexGuard<'static, ()> {
         GLOBALS.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// What the test's enable entry was last called with (domain, id, on,
+    /// handle, a byte each).
+    static DISABLED: AtomicU32 = AtomicU32::new(u32::MAX);
 
     /// The launch the tests arm: its grid and block.
     const GRID: [u32; 3] = [264, 2, 1];
@@ -699,6 +737,14 @@ mod tests {
         MASK[0].store(0xffff, Ordering::Relaxed);
         STATE.store(ON, Ordering::Release);
         reset_runs();
+        // The probe's subscription, to a table entry that records its call.
+        extern "C" fn enable(on: u32, handle: u32, domain: c_int, cbid: c_int) -> CuResult {
+            let v = (domain as u32) << 24 | (cbid as u32) << 16 | on << 8 | handle;
+            DISABLED.store(v, Ordering::Relaxed);
+            CuResult::SUCCESS
+        }
+        SUBSCRIBED.store(7, Ordering::Relaxed);
+        ENABLE_FN.store(enable as *const () as usize, Ordering::Release);
         // A callback on another thread: this thread's launch goes unmasked.
         let mut d = descriptor(0x40, &[]);
         let p = block(&mut d, 48);
@@ -726,6 +772,11 @@ mod tests {
         }
         assert_eq!(STATE.load(Ordering::Acquire), OFF);
         assert_eq!(cb.spatial_state(), SpatialState::NoCallback);
+        assert_eq!(
+            DISABLED.load(Ordering::Relaxed),
+            0x0b01_0007,
+            "the callback taken out of the launch path: enable(0, 7, 0xb, 1)"
+        );
 
         STATE.store(ON, Ordering::Release);
         reset_runs();
