@@ -6,6 +6,7 @@
 //! and what became of it are the caller's.
 
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use tandem_proto::spatial::SpatialState;
 
@@ -63,6 +64,20 @@ pub(super) const fn layout(version: u8) -> Option<Layout> {
     }
 }
 
+impl Layout {
+    /// Bytes from the descriptor's start to the end of the last field read
+    /// or written.
+    pub(super) fn end(&self) -> usize {
+        let words = self.mask.iter().map(|o| o + 4);
+        let halves = self.grid[1..].iter().chain(&self.block).map(|o| o + 2);
+        words
+            .chain(halves)
+            .chain([self.grid[0] + 4, 73])
+            .max()
+            .unwrap_or(73)
+    }
+}
+
 /// V04's `QMD_TYPE` (bits 23-25 of the first word) of a plain grid of
 /// CTAs: a cluster launch's descriptor says otherwise, and is left alone.
 pub(super) const QMD_TYPE_GRID_CTA: u32 = 2;
@@ -115,7 +130,7 @@ pub(super) unsafe fn apply(params: *const c_void, want: [u32; 6], ours: u128, sm
     }
     // SAFETY: the block's first 4 bytes are its size.
     let size = unsafe { params.cast::<u32>().read_unaligned() };
-    let desc = if size as usize >= 5 * 8 {
+    let desc = if (5 * 8..=MAX_PARAMS).contains(&(size as usize)) {
         // SAFETY: a block of at least five words has a fifth.
         unsafe { params.cast::<*mut u8>().add(4).read_unaligned() }
     } else {
@@ -124,11 +139,22 @@ pub(super) unsafe fn apply(params: *const c_void, want: [u32; 6], ours: u128, sm
     if desc.is_null() {
         return Applied::Declined(SpatialState::NoDescriptor);
     }
-    // SAFETY: every known descriptor has its version byte at 72.
+    let first = !CHECKED.load(Ordering::Relaxed);
+    if first && !readable(desc, 73) {
+        return Applied::Declined(SpatialState::NoDescriptor);
+    }
+    // SAFETY: every known descriptor has its version byte at 72 (and the
+    // first one's was found readable).
     let version = unsafe { desc.add(72).read() };
     let Some(l) = layout(version) else {
         return Applied::Declined(SpatialState::UnknownDescriptor(version));
     };
+    if first {
+        if !readable(desc, l.end()) {
+            return Applied::Declined(SpatialState::NoDescriptor);
+        }
+        CHECKED.store(true, Ordering::Relaxed);
+    }
     // SAFETY: a descriptor of this layout has these fields.
     if !unsafe { describes(desc, &l, want) } {
         return Applied::Other(version);
@@ -172,3 +198,42 @@ pub(super) unsafe fn apply(params: *const c_void, want: [u32; 6], ours: u128, sm
 
 /// A version 0x40+ descriptor's mask enable bit, in its first word.
 const ENABLE_BIT: u32 = 0x8000_0000;
+
+/// The largest parameter block taken as one: libsmctrl's is 48 bytes, a
+/// Blackwell driver's 0x58; a size far past those says the block is not
+/// laid out as read here.
+const MAX_PARAMS: usize = 0x400;
+
+/// Whether the first descriptor's fields were found readable: the word the
+/// pointer is read from is libsmctrl's, not documented, so the first
+/// descriptor of the process is checked once ([`readable`]) before the
+/// shim reads or writes through it, and a wrong pointer switches the
+/// mechanism off instead of faulting in the job.
+pub(super) static CHECKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `len` bytes at `p` are mapped and readable: one
+/// `process_vm_readv` of this process's own memory, which answers `EFAULT`
+/// for an address that is not, where a read would fault. Where the call
+/// itself is refused (a container's seccomp profile older than Docker's
+/// of 2021 or containerd's 1.7 blocks it; `EPERM`, `ENOSYS`), nothing can
+/// be told: taken as readable, as without the check.
+fn readable(p: *const u8, len: usize) -> bool {
+    let mut buf = [0u8; 512];
+    let len = len.min(buf.len());
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: p.cast_mut().cast(),
+        iov_len: len,
+    };
+    // SAFETY: `local` is our buffer of `len` bytes; the remote side is only
+    // read by the kernel, which reports an unmapped address as an error.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        // SAFETY: errno of this thread, just set by the call above.
+        return unsafe { *libc::__errno_location() } != libc::EFAULT;
+    }
+    usize::try_from(n) == Ok(len)
+}

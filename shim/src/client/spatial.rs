@@ -532,7 +532,7 @@ unsafe fn apply(params: *const c_void, want: [u32; 6]) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::qmd::{layout, QMD_TYPE_GRID_CTA};
+    use super::super::qmd::{self, layout, QMD_TYPE_GRID_CTA};
     use super::*;
 
     #[test]
@@ -724,6 +724,35 @@ mod tests {
             assert_eq!(armed_callback(&mut v5, 0x58), OTHER, "{stray:#x}");
             assert_eq!(v5, before, "{stray:#x}: written into");
         }
+    }
+
+    /// A parameter block whose descriptor word is not a pointer to mapped
+    /// memory (a driver that lays the block out otherwise) switches the
+    /// mechanism off instead of faulting in the job: the first descriptor
+    /// of the process is checked before it is read. So is a block whose
+    /// size is far past any known one.
+    #[test]
+    fn a_descriptor_pointer_to_unmapped_memory_is_declined_not_read() {
+        let _g = globals();
+        MASK[0].store(0xffff, Ordering::Relaxed);
+        SMS.store(132, Ordering::Relaxed);
+        qmd::CHECKED.store(false, Ordering::Relaxed);
+        // Page 1: never mapped in a Linux process (mmap_min_addr).
+        let bogus: [u64; 6] = [48, 0, 0, 0, 0x1000, 0];
+        arm(GRID, BLOCK);
+        descriptor_callback(&bogus);
+        assert_eq!(NEXT.with(|n| n.replace(IDLE)), DECLINED);
+        assert_eq!(
+            SpatialState::decode(WHY_OFF.load(Ordering::Relaxed)),
+            SpatialState::NoDescriptor
+        );
+        assert!(!qmd::CHECKED.load(Ordering::Relaxed));
+        let mut d = descriptor(0x40, &[]);
+        assert_eq!(armed_callback(&mut d, 0x2000), DECLINED, "a block of 8 KiB");
+        assert_eq!(armed_callback(&mut d, 48), MASKED);
+        assert!(qmd::CHECKED.load(Ordering::Relaxed), "checked once");
+        assert_eq!(layout(0x40).map(|l| l.end()), Some(320));
+        assert_eq!(layout(0x30).map(|l| l.end()), Some(92));
     }
 
     /// Armed launches that no callback on their thread saw, or whose
