@@ -48,6 +48,19 @@ pub fn seqpacket(nonblocking: bool) -> Result<OwnedFd> {
         .map_err(Error::at("socket"))
 }
 
+/// A connected pair of unix `SOCK_SEQPACKET` sockets, close-on-exec and
+/// non-blocking: both ends of a shim's connection to tandemd in one process
+/// (the tests of what each side does with a full or closed peer).
+pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
+    net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(Error::at("socketpair"))
+}
+
 /// Bind `sock` to `addr`.
 pub fn bind(sock: BorrowedFd<'_>, addr: &UnixAddr) -> Result<()> {
     net::bind(sock, &addr.0).map_err(Error::at("bind"))

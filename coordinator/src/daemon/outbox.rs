@@ -95,23 +95,10 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::FromRawFd;
 
     /// A non-blocking datagram pair, as a client's connection is.
     fn pair() -> (OwnedFd, OwnedFd) {
-        let mut sv = [0; 2];
-        // SAFETY: `sv` is a valid out-array of two ints.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-                sv.as_mut_ptr(),
-            )
-        };
-        assert_eq!(rc, 0);
-        // SAFETY: two fresh descriptors from socketpair, owned by us alone.
-        unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) }
+        tandem_os::socket::seqpacket_pair().unwrap()
     }
 
     fn fill(sock: BorrowedFd<'_>) -> usize {

@@ -356,22 +356,13 @@ pub(crate) mod tests {
         (s, consumer)
     }
 
-    /// A non-blocking datagram pair, as the shim's coordinator socket is.
+    /// A non-blocking datagram pair, as the shim's coordinator socket is:
+    /// the session's end as a raw descriptor (the session owns it from
+    /// then on), and the peer's.
     pub(crate) fn pair() -> (i32, std::os::fd::OwnedFd) {
-        use std::os::fd::FromRawFd;
-        let mut sv = [0; 2];
-        // SAFETY: `sv` is a valid out-array of two ints.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-                sv.as_mut_ptr(),
-            )
-        };
-        assert_eq!(rc, 0);
-        // SAFETY: a fresh descriptor from socketpair, owned by us alone.
-        (sv[0], unsafe { std::os::fd::OwnedFd::from_raw_fd(sv[1]) })
+        use std::os::fd::IntoRawFd;
+        let (ours, peer) = tandem_os::socket::seqpacket_pair().unwrap();
+        (ours.into_raw_fd(), peer)
     }
 
     #[test]
