@@ -109,14 +109,12 @@ pub fn sets(dir: Option<&Path>) -> Result<Sets, String> {
 /// the plausible range.
 pub fn apply(params: &mut Params, dir: &Path, model: &str) -> Result<Vec<String>, String> {
     let mut applied = Vec::new();
-    let timeslice = |p: &mut Params, text: &str| apply_json_for(p, text, Some(model));
-    let engine = |p: &mut Params, text: &str| apply_engine_rules_json_for(p, text, Some(model));
     for (file, apply) in [
         (
             FILE,
-            &timeslice as &dyn Fn(&mut Params, &str) -> Result<Vec<String>, String>,
+            apply_json_for as fn(&mut Params, &str, Option<&str>) -> Result<Vec<String>, String>,
         ),
-        (ENGINE_FILE, &engine),
+        (ENGINE_FILE, apply_engine_rules_json_for),
     ] {
         let path = dir.join(file);
         let text = match std::fs::read_to_string(&path) {
@@ -124,7 +122,9 @@ pub fn apply(params: &mut Params, dir: &Path, model: &str) -> Result<Vec<String>
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
-        applied.extend(apply(params, &text).map_err(|e| format!("{}: {e}", path.display()))?);
+        applied.extend(
+            apply(params, &text, Some(model)).map_err(|e| format!("{}: {e}", path.display()))?,
+        );
     }
     Ok(applied)
 }

@@ -139,8 +139,8 @@ pub(super) unsafe fn apply(params: *const c_void, want: [u32; 6], ours: u128, sm
     if desc.is_null() {
         return Applied::Declined(SpatialState::NoDescriptor);
     }
-    let first = !CHECKED.load(Ordering::Relaxed);
-    if first && !readable(desc, 73) {
+    let unchecked = !CHECKED.load(Ordering::Relaxed);
+    if unchecked && !readable(desc, 73) {
         return Applied::Declined(SpatialState::NoDescriptor);
     }
     // SAFETY: every known descriptor has its version byte at 72 (and the
@@ -149,7 +149,7 @@ pub(super) unsafe fn apply(params: *const c_void, want: [u32; 6], ours: u128, sm
     let Some(l) = layout(version) else {
         return Applied::Declined(SpatialState::UnknownDescriptor(version));
     };
-    if first {
+    if unchecked {
         if !readable(desc, l.end()) {
             return Applied::Declined(SpatialState::NoDescriptor);
         }

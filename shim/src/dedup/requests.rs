@@ -30,6 +30,21 @@ fn private_candidate(st: &mut State, d: &Dedup) -> Option<u64> {
     }
 }
 
+/// Granule `d.granule` now maps the shared copy `d.shared_id` through
+/// `handle`: its own memory (`own`: it published the copy) or the
+/// publisher's (it merged); counted in the shared bytes.
+fn now_shared(st: &mut State, d: &Dedup, handle: u64, own: bool) {
+    if let Some(g) = st.table.granule(d.granule) {
+        g.backing = Backing::Shared {
+            handle,
+            shared_id: d.shared_id,
+            orphan: false,
+            own,
+        };
+    }
+    shared_changed(d.len, true);
+}
+
 fn answer(op: DedupOp, d: &Dedup, status: DedupStatus) -> Dedup {
     let mut r = Dedup::new(op, d.granule, d.len);
     r.shared_id = d.shared_id;
@@ -74,15 +89,7 @@ pub fn publish(d: &Dedup) -> (Dedup, Option<OwnedFd>) {
                 DedupStatus::GONE
             });
         };
-        if let Some(g) = st.table.granule(d.granule) {
-            g.backing = Backing::Shared {
-                handle: h,
-                shared_id: d.shared_id,
-                orphan: false,
-                own: true,
-            };
-        }
-        shared_changed(d.len, true);
+        now_shared(&mut st, d, h, true);
         PUBLISHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(fd)
     });
@@ -208,15 +215,7 @@ pub fn offer(d: &Dedup, fd: Option<OwnedFd>) -> (Dedup, Option<OwnedFd>) {
         };
         if status == DedupStatus::OK {
             let _ = vmm::release(private);
-            if let Some(g) = st.table.granule(d.granule) {
-                g.backing = Backing::Shared {
-                    handle: shared,
-                    shared_id: d.shared_id,
-                    orphan: false,
-                    own: false,
-                };
-            }
-            shared_changed(d.len, true);
+            now_shared(&mut st, d, shared, false);
             MERGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         } else {
             // Our own memory is mapped there again: writable, as it was.
