@@ -29,6 +29,24 @@ use tandem_gpusim::params::MODEL_VERSION;
 use tandem_gpusim::report::{markdown, Doc};
 use tandem_gpusim::trace::Trace;
 
+/// Writes `text` to stdout. `Err(code)`: stop and exit with it, 0 when the
+/// reader has gone (`tandem-sim traces | head`), 1 on any other failure.
+fn out(text: &str) -> Result<(), ExitCode> {
+    match tandem_coordinator::ctl::stdout::print(text) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_gone)) => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("tandem-sim: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// [`out`] as the command's last word: its exit code.
+fn out_last(text: &str) -> ExitCode {
+    out(text).err().unwrap_or(ExitCode::SUCCESS)
+}
+
 fn usage_text() -> String {
     format!("usage: tandem-sim matrix [--reduced] [--device h100|a100|h200|all] [--min-requests N] [--out DIR] [--traces DIR] [--seeds N] [--window-s S] [--threads N] [--pairs I:T,..] [--modes M,..] [--set KEY=VALUE]... [--sched KEY=VALUE]... [--spatial KEY=VALUE]... [--mps-inflight-ns N] [--mps-v1-gates on|off] [--v1-gates on|off]\n       tandem-sim traces [--traces DIR] [--device D] [--set KEY=VALUE]...\n       tandem-sim check-trace FILE\n       tandem-sim synthetic-trace JOB [--device h100|a100|h200] [--traces DIR] [--set KEY=VALUE]...\n       {}", tandem_gpusim::predict::cli::USAGE)
 }
@@ -125,15 +143,11 @@ fn main() -> ExitCode {
         return usage();
     };
     if args.iter().any(|a| a == "--help" || a == "-h") && cmd != "predict" {
-        println!("{}", usage_text());
-        return ExitCode::SUCCESS;
+        return out_last(&format!("{}\n", usage_text()));
     }
     if cmd == "predict" {
         return match tandem_gpusim::predict::cli::run(&args[1..]) {
-            Ok(out) => {
-                print!("{out}");
-                ExitCode::SUCCESS
-            }
+            Ok(text) => out_last(&text),
             Err(e) => {
                 eprintln!("tandem-sim predict: {e}");
                 ExitCode::from(2)
@@ -227,18 +241,15 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string())
                 .and_then(|t| Trace::from_json(&t).map_err(|e| e.to_string()))
             {
-                Ok(t) => {
-                    println!(
-                        "{}: {} ops, {} kernels, GPU {:.3} ms, CPU {:.3} ms ({})",
-                        t.job,
-                        t.ops.len(),
-                        t.kernels().count(),
-                        t.kernel_ns() as f64 / 1e6,
-                        t.host_ns() as f64 / 1e6,
-                        t.source
-                    );
-                    ExitCode::SUCCESS
-                }
+                Ok(t) => out_last(&format!(
+                    "{}: {} ops, {} kernels, GPU {:.3} ms, CPU {:.3} ms ({})\n",
+                    t.job,
+                    t.ops.len(),
+                    t.kernels().count(),
+                    t.kernel_ns() as f64 / 1e6,
+                    t.host_ns() as f64 / 1e6,
+                    t.source
+                )),
                 Err(e) => {
                     eprintln!("{file}: {e}");
                     ExitCode::from(1)
@@ -252,10 +263,7 @@ fn main() -> ExitCode {
             };
             let d = devices[0];
             match load_trace(d, &params_of(d), traces.as_deref(), job) {
-                Ok(t) => {
-                    println!("{}", t.to_json());
-                    ExitCode::SUCCESS
-                }
+                Ok(t) => out_last(&format!("{}\n", t.to_json())),
                 Err(e) => {
                     eprintln!("tandem-sim: {e}");
                     ExitCode::from(1)
@@ -273,8 +281,8 @@ fn main() -> ExitCode {
             for (d, job) in jobs {
                 match load_trace(d, &params_of(d), traces.as_deref(), job) {
                     Ok(t) => {
-                        println!(
-                            "{} {job:22} {:9} {:6} kernels  GPU alone {:9.3} ms  CPU {:9.3} ms per {}",
+                        let mut line = format!(
+                            "{} {job:22} {:9} {:6} kernels  GPU alone {:9.3} ms  CPU {:9.3} ms per {}\n",
                             d.name(),
                             t.source,
                             t.kernels().count(),
@@ -292,7 +300,10 @@ fn main() -> ExitCode {
                             .last()
                             .filter(|l| l.starts_with(NOT_THIS_GPU))
                         {
-                            println!("    {why}");
+                            line += &format!("    {why}\n");
+                        }
+                        if let Err(code) = out(&line) {
+                            return code;
                         }
                     }
                     Err(e) => {
@@ -377,7 +388,8 @@ fn main() -> ExitCode {
             let (fits, bad) = check(&rows);
             let kind = if reduced { "reduced" } else { "full" };
             let md = markdown(&rows, &fits, &bad, kind, wall, &measured);
-            print!("{md}");
+            // A reader gone from stdout still gets the files and the check.
+            let printed = out(&md);
             if let Some(out) = value("--out").map(PathBuf::from) {
                 let doc = Doc {
                     model_version: MODEL_VERSION,
@@ -399,7 +411,7 @@ fn main() -> ExitCode {
             }
             eprintln!("tandem-sim: {} rows in {wall:.1} s", rows.len());
             if bad.is_empty() {
-                ExitCode::SUCCESS
+                printed.err().unwrap_or(ExitCode::SUCCESS)
             } else {
                 eprintln!("tandem-sim: calibration broken:\n  {}", bad.join("\n  "));
                 ExitCode::from(1)

@@ -92,3 +92,26 @@ fn pairs_and_modes_must_be_ones_the_model_runs() {
         "--modes: unknown mode \"fast\": one of alone, plain",
     );
 }
+
+/// A reader that has gone before the first line (`tandem-sim traces | head
+/// -0`) ends the output quietly with exit 0; it once panicked ("Broken
+/// pipe") on its first write.
+#[test]
+fn a_reader_that_has_gone_ends_the_output_quietly() {
+    for args in [
+        &["traces"][..],
+        &["--help"],
+        &["synthetic-trace", "bert_b8"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem-sim"))
+            .args(args)
+            .stdout(writer)
+            .output()
+            .expect("run tandem-sim");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}

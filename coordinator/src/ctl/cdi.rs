@@ -9,7 +9,6 @@
 //! tandem-nri, CDI cannot prepend to an `LD_PRELOAD` the image sets itself:
 //! its `env` edit replaces the variable.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -186,8 +185,8 @@ fn run(g: &GenerateArgs) -> Result<(), (u8, String)> {
     };
     let text = spec(&o).map_err(|e| (2, e))?;
     match &g.out {
-        None => std::io::stdout()
-            .write_all(text.as_bytes())
+        None => super::stdout::print(&text)
+            .map(|_| ())
             .map_err(|e| (1, format!("writing the spec: {e}"))),
         Some(path) => write_file(path, &text).map_err(|e| {
             (

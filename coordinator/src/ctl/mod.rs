@@ -17,6 +17,7 @@ pub mod cdi;
 pub mod predict;
 pub mod run;
 mod status_table;
+pub mod stdout;
 pub mod top;
 pub mod trace;
 
@@ -126,12 +127,10 @@ fn status(socket: &Path, args: &StatusArgs) -> Result<(), String> {
         if r.status != 200 {
             return Err(format!("GET /stats answered {}", r.status));
         }
-        print!("{}", r.body);
-        return Ok(());
+        return stdout::print(&r.body).map(|_| ());
     }
     let snap = client::snapshot(&stats, TIMEOUT)?;
-    print!("{}", table(&snap));
-    Ok(())
+    stdout::print(&table(&snap)).map(|_| ())
 }
 
 fn set_class(socket: &Path, args: &SetClassArgs) -> Result<(), String> {
@@ -147,8 +146,7 @@ fn set_class(socket: &Path, args: &SetClassArgs) -> Result<(), String> {
 fn control(socket: &Path, op: ControlOp, id: u64, class: ClientClass) -> Result<(), String> {
     let (status, msg) = client::control(socket, op, id, class, TIMEOUT)?;
     if status == 0 {
-        println!("{msg}");
-        Ok(())
+        stdout::print(&format!("{msg}\n")).map(|_| ())
     } else {
         Err(format!(
             "{} refused: {msg} ({})",

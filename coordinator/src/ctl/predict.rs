@@ -153,10 +153,7 @@ pub fn predict(socket: &Path, a: &Args, sim: &Path) -> Result<String, String> {
 /// `tandemctl predict`: prints the answer; exit 0, or 1 with one line.
 pub fn run(socket: &Path, a: &Args) -> u8 {
     match predict(socket, a, &sim_path()) {
-        Ok(out) => {
-            print!("{out}");
-            0
-        }
+        Ok(out) => super::stdout::print_last("tandemctl predict", &out),
         Err(e) => {
             eprintln!("tandemctl predict: {e}");
             1

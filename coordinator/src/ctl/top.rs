@@ -99,30 +99,34 @@ pub fn run(socket: &Path, args: &Args) -> u8 {
         let snap = client::snapshot(&stats, client::TIMEOUT);
         failed = snap.is_err();
         shown += 1;
-        match (&snap, screen) {
-            (Ok(s), true) => {
-                let _ = write!(
-                    out,
-                    "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{}",
-                    super::status_table::table(s)
-                );
-            }
+        let frame = match (&snap, screen) {
+            (Ok(s), true) => format!(
+                "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{}",
+                super::status_table::table(s)
+            ),
             (Err(e), true) if shown > 1 => {
-                let _ = write!(out, "\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{e}\n");
+                format!("\x1b[H\x1b[2Jtandemctl top (q quits)\n\n{e}\n")
             }
             (Ok(s), false) => {
                 let sep = if shown > 1 { "\n" } else { "" };
-                let _ = write!(out, "{sep}{}", super::status_table::table(s));
+                format!("{sep}{}", super::status_table::table(s))
             }
             // Unreachable at the first look, or at any look in batch mode:
             // say so and fail, as top does when it cannot read /proc.
             (Err(e), _) => {
-                let _ = out.flush();
+                eprintln!("tandemctl top: {e}");
+                return 1;
+            }
+        };
+        // A reader that has gone (`top -b | head`) ends the run, as done.
+        match super::stdout::print(&frame) {
+            Ok(Ok(())) => {}
+            Ok(Err(super::stdout::Gone)) => return 0,
+            Err(e) => {
                 eprintln!("tandemctl top: {e}");
                 return 1;
             }
         }
-        let _ = out.flush();
         if args.iterations.is_some_and(|n| shown >= n) {
             break;
         }

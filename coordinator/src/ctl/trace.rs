@@ -47,7 +47,7 @@ pub fn run(socket: &Path, args: &Args) -> Result<(), String> {
         });
     }
     match &args.out {
-        None => print!("{}", r.body),
+        None => super::stdout::print(&r.body).map(|_| ())?,
         Some(path) => std::fs::write(path, &r.body)
             .map_err(|e| format!("cannot write the trace to {}: {e}", path.display()))?,
     }

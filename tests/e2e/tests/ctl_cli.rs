@@ -227,6 +227,42 @@ fn top_in_a_pipe_writes_plain_tables_and_fails_without_tandemd() {
     }
 }
 
+/// A reader that has gone (`tandemctl top -b | head`) ends `top` with exit
+/// 0 instead of refreshing forever into a closed pipe, and `status` exits 0
+/// instead of panicking on its write.
+#[test]
+fn top_and_status_stop_quietly_when_the_reader_has_gone() {
+    let dir = TestDir::new("ctlgone");
+    let d = Tandemd::start(&dir);
+    for args in [&["top", "-b", "-d", "0.05"][..], &["status"]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let mut child = tandemctl(d.socket(), args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tandemctl");
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                break st;
+            }
+            if start.elapsed() > EXIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{args:?} still ran {EXIT:?} after its reader had gone");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+            .expect("read stderr");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
 /// The shim names the driver it loaded, and says when it is tandem's fake
 /// driver instead of calling it the real one.
 #[test]
