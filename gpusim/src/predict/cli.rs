@@ -5,6 +5,7 @@
 //!     --job FILE [JOB FLAGS]...     # each job on the GPU (at least one)
 //!     --add FILE [JOB FLAGS]        # the candidate
 //!     [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]
+//!     [--measured DIR]              # GPU measurements to apply (else $TANDEM_SIM_MEASURED)
 //! JOB FLAGS (apply to the --job or --add before them):
 //!     --class inference|training    # must agree with the trace's class
 //!     --rate R                      # inference: requests/s (default: half load)
@@ -18,9 +19,11 @@ use std::path::Path;
 
 use super::{human, load, predict, JobInput, Settings, Slo, DEFAULT_SLO, MODES};
 use crate::matrix::Device;
+use crate::measured;
+use crate::params::Params;
 
 /// The usage line.
-pub const USAGE: &str = "tandem-sim predict [--device h100|a100|h200] [--p99-target X] [--kept-target X] --job FILE [--class C] [--rate R] [--slo-p99 X] [--slo-p99-ms MS] [--slo-kept X] [--label NAME]... --add FILE [same job flags] [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..]";
+pub const USAGE: &str = "tandem-sim predict [--device h100|a100|h200] [--p99-target X] [--kept-target X] --job FILE [--class C] [--rate R] [--slo-p99 X] [--slo-p99-ms MS] [--slo-kept X] [--label NAME]... --add FILE [same job flags] [--json] [--why] [--steepness] [--seeds N] [--window-s S] [--threads N] [--modes M,..] [--measured DIR]";
 
 struct Pending {
     path: String,
@@ -55,6 +58,31 @@ fn current<'a>(
     p.ok_or_else(|| format!("{flag} applies to the --job or --add before it: give that first"))
 }
 
+/// The parameters of `device`'s set with the GPU measurements in `dir`
+/// applied as the matrix applies them ([`measured::sets`]), and what was
+/// applied: an A100 takes only what its set carries from the H100's (the
+/// time slice, the switch and the launch floor; no A100 was measured).
+pub(super) fn measured_params(device: Device, dir: &Path) -> Result<(Params, Vec<String>), String> {
+    if !dir.is_dir() {
+        return Err(format!("--measured {}: not a directory", dir.display()));
+    }
+    let sets = measured::sets(Some(dir)).map_err(|e| format!("--measured: {e}"))?;
+    Ok(match device {
+        Device::H100 => (sets.h100, sets.applied_h100),
+        Device::H200 => (sets.h200, sets.applied_h200),
+        Device::A100 => {
+            let carried = ["timeslice ", "context switch ", "launch floor "];
+            let applied = sets
+                .applied_h100
+                .into_iter()
+                .filter(|p| carried.iter().any(|c| p.starts_with(c)))
+                .map(|p| format!("{p} (the H100 set's, which the A100 set carries)"))
+                .collect();
+            (sets.a100, applied)
+        }
+    })
+}
+
 /// Runs `tandem-sim predict ARGS` (without `predict`); returns what to print.
 ///
 /// # Errors
@@ -66,6 +94,9 @@ pub fn run(args: &[String]) -> Result<String, String> {
     let mut candidate: Option<Pending> = None;
     let (mut json, mut why, mut steepness) = (false, false, false);
     let (mut seeds, mut window_s, mut threads, mut modes) = (None, None, None, None);
+    let mut measured_dir = std::env::var("TANDEM_SIM_MEASURED")
+        .ok()
+        .filter(|d| !d.is_empty());
     // Which job the per-job flags apply to: the last --job or --add.
     let mut last_is_add = false;
     let mut i = 0;
@@ -96,6 +127,10 @@ pub fn run(args: &[String]) -> Result<String, String> {
             "--threads" => (threads, took) = (Some(number(a, v)?), 2),
             "--modes" => {
                 modes = Some(v.ok_or("--modes needs a list")?.clone());
+                took = 2;
+            }
+            "--measured" => {
+                measured_dir = Some(v.ok_or("--measured needs a directory")?.clone());
                 took = 2;
             }
             "--job" | "--add" => {
@@ -204,6 +239,9 @@ pub fn run(args: &[String]) -> Result<String, String> {
     let existing = jobs.iter().map(load).collect::<Result<Vec<_>, _>>()?;
     let cand = load(&candidate)?;
     let mut s = Settings::interactive(device);
+    if let Some(dir) = measured_dir {
+        (s.params, s.measured) = measured_params(device, Path::new(&dir))?;
+    }
     if let Some(n) = seeds {
         if !(1.0..=100.0).contains(&n) {
             return Err(format!("--seeds {n}: from 1 to 100"));

@@ -107,6 +107,9 @@ pub struct Settings {
     pub modes: Vec<String>,
     /// Attribute the waits (`--why`).
     pub why: bool,
+    /// What GPU measurements `params` carry, one phrase each (`--measured`;
+    /// empty: the fitted parameters only).
+    pub measured: Vec<String>,
     /// Predict once more with every inference job's kernels
     /// [`STEEPNESS_SCALE`] times as long (`--steepness`): how far an error of
     /// that size in a trace's kernel times (a capture's, say) moves the
@@ -161,6 +164,7 @@ impl Settings {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
             modes: MODES.iter().map(|(m, _)| (*m).to_string()).collect(),
             why: false,
+            measured: Vec::new(),
             steepness: false,
         }
     }
@@ -283,6 +287,8 @@ pub struct Prediction {
     pub wall_s: f64,
     /// Threads used.
     pub threads: usize,
+    /// The parameters measured on a GPU (`--measured`); empty: all fitted.
+    pub measured_params: Vec<String>,
 }
 
 /// The GPU's SM capacity the jobs take alone (medians over seeds).

@@ -30,6 +30,18 @@ pub fn human(p: &Prediction) -> String {
         p.threads,
         if p.threads == 1 { "" } else { "s" },
     );
+    if p.measured_params.is_empty() {
+        let _ = writeln!(
+            o,
+            "parameters: fitted, none measured on a GPU (--measured DIR applies a GPU run's)"
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "parameters measured on a GPU: {}",
+            p.measured_params.join(", ")
+        );
+    }
     for j in &p.jobs {
         let role = if j.candidate {
             "candidate"

@@ -532,5 +532,6 @@ fn predict_once(
         window_s: window_ns as f64 / 1e9,
         wall_s: started.elapsed().as_secs_f64(),
         threads: s.threads.max(1),
+        measured_params: s.measured.clone(),
     })
 }

@@ -417,3 +417,67 @@ fn steepness_predicts_again_with_the_inference_kernels_two_percent_longer() {
     let text = human(&p);
     assert!(text.contains("if its kernels ran 2% longer"), "{text}");
 }
+
+/// `--measured DIR` predicts with what a GPU run measured and says so: an
+/// H200's time slice stands for the H100 set too (one die), and the A100
+/// set takes it as the figure it carries from the H100's; without it the
+/// answer says every parameter is fitted; a folder that is not there is an
+/// error, not a silent fitted answer.
+#[test]
+fn measured_figures_are_applied_and_named_in_the_answer() {
+    let dir = std::env::temp_dir().join(format!("tandem-predict-measured-{}", std::process::id()));
+    let gpu = dir.join("gpu");
+    std::fs::create_dir_all(&gpu).unwrap();
+    std::fs::write(
+        gpu.join(crate::measured::FILE),
+        r#"{"skipped": null, "gpu": "NVIDIA H200", "timeslice": {"median_ns": 7000000, "n": 9}, "switch": null}"#,
+    )
+    .unwrap();
+    let inf = write(&dir, "inf.json", DOC);
+    let train = write(
+        &dir,
+        "train.json",
+        &DOC.replace("\"inference\"", "\"training\""),
+    );
+    let gpu_arg = gpu.display().to_string();
+    let answer = |extra: &[&str]| {
+        let mut a = vec!["--job", &train, "--add", &inf, "--seeds", "1"];
+        a.extend(["--window-s", "0.2", "--modes", "plain", "--threads", "1"]);
+        a.extend(extra);
+        cli::run(&args(&a)).expect("a prediction")
+    };
+    let fitted = answer(&[]);
+    assert!(
+        fitted.contains("parameters: fitted, none measured on a GPU"),
+        "{fitted}"
+    );
+    for device in ["h200", "h100", "a100"] {
+        let text = answer(&["--device", device, "--measured", &gpu_arg]);
+        assert!(
+            text.contains("parameters measured on a GPU: timeslice 7.00 ms"),
+            "{device}: {text}"
+        );
+        assert_eq!(
+            text.contains("which the A100 set carries"),
+            device == "a100",
+            "{device}: {text}"
+        );
+    }
+    use crate::matrix::Device;
+    for device in [Device::H100, Device::H200, Device::A100] {
+        let (p, _) = cli::measured_params(device, &gpu).expect("applied");
+        assert_eq!(p.timeslice_ns, 7_000_000, "{device:?}");
+        assert_ne!(device.params().timeslice_ns, 7_000_000, "{device:?}");
+    }
+    let e = cli::run(&args(&[
+        "--job",
+        &train,
+        "--add",
+        &inf,
+        "--measured",
+        &dir.join("none").display().to_string(),
+    ]))
+    .unwrap_err();
+    assert!(e.contains("not a directory"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
