@@ -50,10 +50,10 @@
 //! Which launches are timed, and when an interval ends: see
 //! [`interval`](super::interval).
 //!
-//! Cost: a mark interval ends at most once per `mark_every_ns`, plus at
-//! most one early end after an idle spell (the grid's), except while the
+//! Cost: a mark interval ends once per `mark_every_ns` on average (each
+//! lasts a drawn time from 0 to twice that), except while the
 //! GPU is behind the host: then, for the first 32 intervals of each
-//! backlog and while under half the slots are in flight, at most 8 times
+//! backlog and while under half the slots are in flight, about 8 times
 //! per `mark_every_ns` ([`interval`](super::interval)'s `gpu_behind`:
 //! host time the backlog hides, at most 256 timings more per backlog); per
 //! timed mark (at most one per mark interval) one more `cuEventRecord`,
