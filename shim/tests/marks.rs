@@ -262,9 +262,11 @@ fn no_timed_marks_when_timing_is_off() {
 /// launch that finds a mark interval over is never the one timed (the
 /// timing goes to the launch after it), and after an idle spell that launch
 /// is always a request's first: so a sync that finds the interval over
-/// times the next launch itself, and intervals end on a grid of the clock,
-/// not one interval after the last mark (which put them at the same
-/// positions of every request). Before both: position 1 only.
+/// times the next launch itself, and intervals end a drawn time after the
+/// launch that found the last one over, not one interval after it (which
+/// put them at the same positions of every request), nor on a clock grid
+/// (which this request loop, about 2 ms, locked onto in 4 runs of 20:
+/// positions 1, or 1 and 3, of every request). Before both: position 1 only.
 #[test]
 fn the_first_kernel_after_a_sync_is_timed() {
     const N: u32 = 30;
@@ -322,7 +324,7 @@ fn the_first_kernel_after_a_sync_is_timed() {
 /// A burst far ahead of the GPU: 2 ms kernels launched every 50 us (about
 /// 110 us with usleep's slack; the GPU falls behind from the first), marks
 /// every 1 ms. Once a timed launch finds its start event queued behind
-/// earlier work, the intervals end on a grid 8 times finer, so more
+/// earlier work, the intervals end about 8 times sooner, so more
 /// launches than one per millisecond of host time are timed (every other
 /// one here: the launch that finds an interval over is not the one timed),
 /// each at its kernel's own 2 ms (it starts when the kernel before it ends:
