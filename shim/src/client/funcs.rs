@@ -281,9 +281,7 @@ fn send_name(s: &Session, key: usize, id: u64, name: &[u8]) -> bool {
     match msg.encode(&mut buf) {
         Ok(n) => {
             let sent = s.send(&buf[..n]);
-            if sent {
-                s.device_out.store(true, Ordering::Release);
-            } else {
+            if !sent {
                 crate::log!(
                     Debug,
                     "FuncName for {id:#x} not sent (socket closed or full); tried again later"
@@ -618,6 +616,12 @@ mod tests {
         assert_eq!(received(&peer), (vec![(id, b"gemm".to_vec())], 0));
         assert_eq!(slot.sent.load(Ordering::Relaxed), s.gen);
         assert!(!reports_backing_off(&s));
+        // A launch sends its FuncName before the Device: that is no sign the
+        // Device is out, which follow's re-offers and HELDs wait for.
+        assert!(
+            !s.device_out.load(Ordering::Acquire),
+            "a FuncName sent does not mark the Device message out"
+        );
         assert_eq!(s.reports_retry_ns.load(Ordering::Relaxed), 0);
         assert_eq!(resend(&s, &slot, KEY, gemm), id);
         assert_eq!(received(&peer), (vec![], 0), "sent once per session");
