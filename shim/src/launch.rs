@@ -123,13 +123,14 @@ fn arm(
     }
 }
 
-/// After the real call of a launch [`arm`] armed: disarms this thread, and
-/// counts the launch in the session's control block if the callback masked it.
+/// After the real call of a launch [`arm`] armed (`rc`, what it returned):
+/// disarms this thread, and counts the launch in the session's control
+/// block if the callback masked it and it launched.
 #[inline(always)]
-fn disarm(armed: bool, client: Client) {
+fn disarm(armed: bool, client: Client, rc: CuResult) {
     if armed {
         if let Some(s) = client {
-            spatial::disarm(s.control());
+            spatial::disarm(s.control(), rc == CuResult::SUCCESS);
         }
     }
 }
@@ -167,7 +168,7 @@ pub unsafe fn kernel(
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) };
     marks::launch_returned(timing);
-    disarm(armed, client);
+    disarm(armed, client, rc);
     if ran(hook, rc, stream) {
         if let Some(s) = client {
             emit::launch(s, hook, EventKind::LAUNCH, 0, func_id, dims, stream, timing);
@@ -272,7 +273,7 @@ pub unsafe fn kernel_ex(
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(config, f, params, extra) };
     marks::launch_returned(timing);
-    disarm(armed, client);
+    disarm(armed, client, rc);
     if !ran(hook, rc, stream) {
         marks::abandon(timing);
     } else {

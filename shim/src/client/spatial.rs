@@ -405,13 +405,21 @@ pub(crate) fn arm(grid: [u32; 3], block: [u32; 3]) {
     NEXT.with(|n| n.set(ARMED));
 }
 
-/// After an armed launch's real call: whether the callback masked it. A
-/// descriptor it declined switches the mechanism off (one log line) and
-/// reports why in `cb`; so do too many armed launches in a row that no
-/// callback on their thread saw, or whose descriptors never matched.
+/// After an armed launch's real call (`launched`: it returned success):
+/// whether the callback masked it. A descriptor it declined switches the
+/// mechanism off (one log line) and reports why in `cb`; so do too many
+/// armed launches in a row that no callback on their thread saw, or whose
+/// descriptors never matched. A launch the driver refused counts for
+/// nothing: it may have failed before any descriptor was built (a
+/// configuration that does not fit), and a job retrying such launches must
+/// not switch the mechanism off as if the callback never came.
 #[inline(always)]
-pub(crate) fn disarm(cb: &ControlBlock) -> bool {
-    match NEXT.with(|n| n.replace(IDLE)) {
+pub(crate) fn disarm(cb: &ControlBlock, launched: bool) -> bool {
+    let outcome = NEXT.with(|n| n.replace(IDLE));
+    if !launched {
+        return false;
+    }
+    match outcome {
         MASKED => {
             cb.count_masked();
             if NO_CALLBACK_RUN.load(Ordering::Relaxed) | UNMATCHED_RUN.load(Ordering::Relaxed) != 0
@@ -782,10 +790,10 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(word(&d, 304), 0, "the other thread armed nothing");
-        assert!(!disarm(cb));
+        assert!(!disarm(cb, true));
         for _ in 1..NO_CALLBACK_LIMIT - 1 {
             arm(GRID, BLOCK);
-            assert!(!disarm(cb));
+            assert!(!disarm(cb, true));
         }
         assert_eq!(STATE.load(Ordering::Acquire), ON, "not yet");
         // A masked launch ends the run.
@@ -793,11 +801,18 @@ mod tests {
         let p = block(&mut d, 48);
         arm(GRID, BLOCK);
         descriptor_callback(&p);
-        assert!(disarm(cb));
+        assert!(disarm(cb, true));
+        assert_eq!(NO_CALLBACK_RUN.load(Ordering::Relaxed), 0);
+        // Launches the driver refused (no descriptor built) count for nothing.
+        for _ in 0..NO_CALLBACK_LIMIT {
+            arm(GRID, BLOCK);
+            assert!(!disarm(cb, false));
+        }
+        assert_eq!(STATE.load(Ordering::Acquire), ON, "refused launches");
         assert_eq!(NO_CALLBACK_RUN.load(Ordering::Relaxed), 0);
         for _ in 0..NO_CALLBACK_LIMIT {
             arm(GRID, BLOCK);
-            disarm(cb);
+            disarm(cb, true);
         }
         assert_eq!(STATE.load(Ordering::Acquire), OFF);
         assert_eq!(cb.spatial_state(), SpatialState::NoCallback);
@@ -814,7 +829,7 @@ mod tests {
             let p = block(&mut other, 48);
             arm(GRID, BLOCK);
             descriptor_callback(&p);
-            assert!(!disarm(cb));
+            assert!(!disarm(cb, true));
         }
         assert_eq!(STATE.load(Ordering::Acquire), OFF);
         assert_eq!(cb.spatial_state(), SpatialState::Unmatched(0x40));
