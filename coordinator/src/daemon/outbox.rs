@@ -41,18 +41,31 @@ pub(super) struct Outbox {
     held: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
 }
 
+/// The socket cannot take it now but may later: full (`EAGAIN`), out of
+/// buffer memory for the moment (`ENOBUFS`, which the shim's own sends
+/// treat as full too), or too many descriptors in flight to a peer that
+/// has not read them yet (`ETOOMANYREFS`).
 fn would_block(e: &tandem_proto::Error) -> bool {
-    e.errno() == Some(libc::EAGAIN)
+    matches!(
+        e.errno(),
+        Some(libc::EAGAIN | libc::ENOBUFS | libc::ETOOMANYREFS)
+    )
 }
 
 impl Outbox {
     /// Sends `msg` (with `fd`) on `sock`, or holds it behind what is held.
+    /// What is held goes first, as far as the socket now takes it, so a
+    /// socket that has drained since the last flush takes `msg` (or holds
+    /// it) rather than refusing it at the bound.
     pub(super) fn send(
         &mut self,
         sock: BorrowedFd<'_>,
         msg: &[u8],
         fd: Option<BorrowedFd<'_>>,
     ) -> Sent {
+        if !self.held.is_empty() {
+            self.flush(sock);
+        }
         if self.held.is_empty() {
             match wire::send(sock, msg, fd) {
                 Ok(()) => return Sent::Now,
@@ -153,10 +166,23 @@ mod tests {
         fill(ours.as_fd());
         assert_eq!(out.send(ours.as_fd(), &[7], None), Sent::Held);
         // Room now, but 7 waits: 8 goes behind it.
-        read_all(peer.as_fd());
-        assert_eq!(out.send(ours.as_fd(), &[8], None), Sent::Held);
+        let filler = read_all(peer.as_fd()).len();
+        assert!(filler > 0);
+        assert_eq!(
+            out.send(ours.as_fd(), &[8], None),
+            Sent::Now,
+            "7 went first"
+        );
         assert_eq!(out.flush(ours.as_fd()), 0);
         assert_eq!(read_all(peer.as_fd()), vec![(7, false), (8, false)]);
+        // Full again with 9 held: 10 still goes behind it.
+        fill(ours.as_fd());
+        assert_eq!(out.send(ours.as_fd(), &[9], None), Sent::Held);
+        assert_eq!(out.send(ours.as_fd(), &[10], None), Sent::Held);
+        let got = read_all(peer.as_fd());
+        assert_eq!(got.len(), filler);
+        assert_eq!(out.flush(ours.as_fd()), 0);
+        assert_eq!(read_all(peer.as_fd()), vec![(9, false), (10, false)]);
     }
 
     #[test]
@@ -169,6 +195,16 @@ mod tests {
         }
         assert!(matches!(out.send(ours.as_fd(), &[6], None), Sent::Lost(_)));
         assert_eq!(out.len(), MAX_HELD);
+        // A peer that reads again makes room before the next send is
+        // judged: it is held, not lost, although no flush ran in between.
+        let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
+        for _ in 0..64 {
+            wire::recv(peer.as_fd(), &mut buf).expect("a filler message");
+        }
+        assert!(matches!(
+            out.send(ours.as_fd(), &[6], None),
+            Sent::Now | Sent::Held
+        ));
         drop(peer);
         let mut fresh = Outbox::default();
         assert!(matches!(
