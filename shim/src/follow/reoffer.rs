@@ -88,6 +88,9 @@ fn try_now(s: &Session) {
         return;
     }
     let mut offered = Vec::new();
+    // A message the shim's outbox could not take (full, or its descriptor
+    // not kept) is tried again at the next retry, not forgotten.
+    let mut again = false;
     for r in t.unoffered_named() {
         let (Some(fd), Some(f)) = (
             r.export.as_ref(),
@@ -97,20 +100,28 @@ fn try_now(s: &Session) {
         };
         if send(s, &f, Some(fd.as_fd())) {
             offered.push(r.base);
+        } else {
+            again = true;
         }
     }
     if HELD_DUE.swap(false, Ordering::Relaxed) {
+        let mut all = true;
         for r in t.followed() {
             if let Some(f) = message(FollowOp::Held, 0, &r.name, r.bytes, r.layout) {
-                send(s, &f, None);
+                all &= send(s, &f, None);
             }
+        }
+        if !all {
+            // All again: a second HELD of a name replaces the first.
+            HELD_DUE.store(true, Ordering::Relaxed);
+            again = true;
         }
     }
     // Offered means "tandemd will have it": its answer may still refuse.
     for base in offered {
         t.set_offered(base, true);
     }
-    PENDING.store(false, Ordering::Release);
+    PENDING.store(again, Ordering::Release);
 }
 
 #[cfg(test)]
@@ -120,6 +131,10 @@ mod tests {
     use crate::follow::regions::{Region, Role};
     use tandem_proto::follow::{Follow, FollowStatus};
     use tandem_proto::wire::{self, Message, WELCOME_FLAG_FOLLOW};
+
+    /// The tests share this module's statics (PENDING, the regions): one
+    /// at a time.
+    static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// The Follow messages the peer has been sent, with whether an fd came.
     fn sent(peer: &std::os::fd::OwnedFd) -> Vec<(FollowOp, Vec<u8>, bool)> {
@@ -135,6 +150,9 @@ mod tests {
 
     #[test]
     fn regions_are_offered_again_only_once_the_device_message_is_out() {
+        let _one = GLOBALS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (sock, peer) = pair();
         let (s, _ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
         // Claimed, as by a launch on another thread still sending it.
@@ -175,6 +193,60 @@ mod tests {
         assert!(PENDING.load(Ordering::Relaxed));
         try_now(&s);
         assert_eq!(sent(&peer), vec![share]);
+
+        drop(regions().remove(base));
+        ANY.store(false, Ordering::Release);
+    }
+
+    /// A re-offer the shim's outbox could not take (its bound reached while
+    /// tandemd read nothing) stays pending and goes out at a later try, once
+    /// the socket has drained; it was forgotten until the next session.
+    #[test]
+    fn a_re_offer_the_outbox_could_not_take_is_tried_again() {
+        let _one = GLOBALS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (sock, peer) = pair();
+        let (s, _ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
+        s.device_sent.store(true, Ordering::Relaxed);
+        s.device_out.store(true, Ordering::Release);
+        let base = 0x7e10_0000_0000;
+        let export = std::fs::File::open("/dev/null").unwrap();
+        super::super::state::insert(Region {
+            base,
+            span: 2 << 20,
+            bytes: 1 << 20,
+            handle: 1,
+            ctx: 0,
+            role: Role::Shared { offered: true },
+            name: b"reoffer-full".to_vec(),
+            layout: [0; 16],
+            export: Some(export.into()),
+        });
+        // The socket full, then the outbox at its bound.
+        while s.send(&[0u8; 256]) {}
+        let mut held = 0;
+        while s.post(&[0u8; 16], None) {
+            held += 1;
+        }
+        assert!(held > 0, "the outbox held some before its bound");
+        session_started(&s);
+        try_now(&s);
+        assert!(PENDING.load(Ordering::Relaxed), "still pending");
+        assert!(
+            regions().unoffered_named().any(|r| r.base == base),
+            "not marked offered"
+        );
+        // tandemd reads again: the held messages go, then the re-offer.
+        let mut buf = vec![0u8; wire::MAX_MESSAGE_LEN];
+        while s.flush_held() > 0 {
+            while wire::recv(peer.as_fd(), &mut buf).is_ok() {}
+        }
+        while wire::recv(peer.as_fd(), &mut buf).is_ok() {}
+        try_now(&s);
+        let share = (FollowOp::Share, b"reoffer-full".to_vec(), true);
+        assert_eq!(sent(&peer), vec![share], "offered at the retry");
+        assert!(!PENDING.load(Ordering::Relaxed));
 
         drop(regions().remove(base));
         ANY.store(false, Ordering::Release);
