@@ -148,6 +148,24 @@ mod tests {
         out
     }
 
+    /// A shared region at `base` named `name` that the last tandemd
+    /// accepted, with an export descriptor; returns `base`.
+    fn shared_region(base: crate::types::CUdeviceptr, name: &[u8]) -> crate::types::CUdeviceptr {
+        let export = std::fs::File::open("/dev/null").unwrap();
+        super::super::state::insert(Region {
+            base,
+            span: 2 << 20,
+            bytes: 1 << 20,
+            handle: 1,
+            ctx: 0,
+            role: Role::Shared { offered: true },
+            name: name.to_vec(),
+            layout: [0; 16],
+            export: Some(export.into()),
+        });
+        base
+    }
+
     #[test]
     fn regions_are_offered_again_only_once_the_device_message_is_out() {
         let _one = GLOBALS
@@ -157,20 +175,8 @@ mod tests {
         let (s, _ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
         // Claimed, as by a launch on another thread still sending it.
         s.device_sent.store(true, Ordering::Relaxed);
-        let base = 0x7e00_0000_0000;
-        let export = std::fs::File::open("/dev/null").unwrap();
-        super::super::state::insert(Region {
-            base,
-            span: 2 << 20,
-            bytes: 1 << 20,
-            handle: 1,
-            ctx: 0,
-            // Accepted by the last tandemd.
-            role: Role::Shared { offered: true },
-            name: b"reoffer-test".to_vec(),
-            layout: [0; 16],
-            export: Some(export.into()),
-        });
+        // Accepted by the last tandemd.
+        let base = shared_region(0x7e00_0000_0000, b"reoffer-test");
 
         session_started(&s);
         assert_eq!(sent(&peer), vec![], "nothing before the Device message");
@@ -210,19 +216,7 @@ mod tests {
         let (s, _ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
         s.device_sent.store(true, Ordering::Relaxed);
         s.device_out.store(true, Ordering::Release);
-        let base = 0x7e10_0000_0000;
-        let export = std::fs::File::open("/dev/null").unwrap();
-        super::super::state::insert(Region {
-            base,
-            span: 2 << 20,
-            bytes: 1 << 20,
-            handle: 1,
-            ctx: 0,
-            role: Role::Shared { offered: true },
-            name: b"reoffer-full".to_vec(),
-            layout: [0; 16],
-            export: Some(export.into()),
-        });
+        let base = shared_region(0x7e10_0000_0000, b"reoffer-full");
         // The socket full, then the outbox at its bound.
         while s.send(&[0u8; 256]) {}
         let mut held = 0;
