@@ -11,10 +11,24 @@
 //! that only for a job whose period drifts against the grid: the test
 //! host's requests (four 100 us kernels, a sync, 1.5 ms idle) locked to a
 //! 1 ms grid and timed positions 1 (or 1 and 3) of every request in 4 runs
-//! of 20. And a synchronising call that returns with the interval over
-//! times the next launch itself ([`sync_returned`]): after an idle spell
-//! the launch that finds an interval over is a request's first, whose
-//! timing would otherwise always go to its second.
+//! of 20.
+//!
+//! The launch that finds an interval over after it launched cannot be
+//! timed itself (its start event had to go before it), so its timing goes
+//! to the next launch. After an idle spell, that finder is a request's (a
+//! step's) first launch, whose timing would then always go to its second,
+//! and the first would be timed only when the interval ended in the few
+//! hundred microseconds between the last launch and the sync's return (in a
+//! loaded CI run, no request of 34). So a synchronising call that returns
+//! arms [`PRECHECK`] ([`sync_returned`]): the next one to four launches
+//! (a count drawn by a hash of the clock) each ask before they launch
+//! whether the interval is over ([`at_launch`]), and each that finds it
+//! over is timed itself. Which position is the first after the
+//! pre-checks varies from request to request with that count, so no
+//! position is left to the after-launch check alone (which times the one
+//! after it, and the pre-checked launch before it almost never finds).
+//! Cost: those one to four launches after each sync take the cold path
+//! and read the clock; every other launch is as before.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -22,10 +36,71 @@ use tandem_proto::monotonic_ns;
 
 use super::timing::{timing_due, timing_every};
 
-/// The next kernel launch (whichever thread makes it) is to be timed: set
-/// when a mark interval is over and timing is due, taken by the launch that
-/// clears it.
+/// What the next kernel launch (whichever thread makes it) does about
+/// timing: 0, nothing (the launch path's one Relaxed load); [`TIME_IT`],
+/// it is timed (a mark interval is over and timing is due); [`PRECHECK`]
+/// plus n, it asks before it launches whether the interval is over, and so
+/// do the n - 1 launches after it; each that finds it over is timed
+/// itself ([`at_launch`]).
 pub(super) static TIME_NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// [`TIME_NEXT`]: the next launch is timed.
+pub(super) const TIME_IT: u32 = 1;
+
+/// [`TIME_NEXT`]'s flag for pre-checks (the count of launches left is in
+/// the low bits).
+pub(super) const PRECHECK: u32 = 1 << 16;
+
+/// At most this many launches after a sync are pre-checked (drawn from 1
+/// to this).
+const PRECHECK_MAX: u64 = 4;
+
+/// What a launch that found [`TIME_NEXT`] set does ([`at_launch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AtLaunch {
+    /// Nothing: not this launch (another thread took it, or the interval
+    /// is not over yet).
+    Nothing,
+    /// This launch is timed.
+    Time,
+    /// This launch found the interval over but timing is not due: its
+    /// interval's mark is placed plainly after it.
+    Plain,
+}
+
+/// Before a kernel launch that found [`TIME_NEXT`] set, with marks every
+/// `every` ns (non-zero): what it does. Takes what it acts on, so one
+/// thread acts on each.
+#[cold]
+pub(super) fn at_launch(every: u64) -> AtLaunch {
+    let v = TIME_NEXT.load(Ordering::Relaxed);
+    if v & PRECHECK == 0 {
+        return match TIME_NEXT.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(TIME_IT) => AtLaunch::Time,
+            _ => AtLaunch::Nothing,
+        };
+    }
+    let left = v & !PRECHECK;
+    let after = if left > 1 { v - 1 } else { 0 };
+    if TIME_NEXT
+        .compare_exchange(v, after, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return AtLaunch::Nothing;
+    }
+    // Found or not, the launches left go on asking: the interval this one
+    // takes ends a drawn time after it, and the next launch to find that
+    // over is timed itself too (were they to stop here, the second launch
+    // after a sync would almost never be timed).
+    if interval_over(monotonic_ns(), every).is_none() {
+        return AtLaunch::Nothing;
+    }
+    if timing_due() {
+        AtLaunch::Time
+    } else {
+        AtLaunch::Plain
+    }
+}
 
 /// Earliest time (monotonic ns) of the next mark.
 pub(super) static NEXT_NS: AtomicU64 = AtomicU64::new(0);
@@ -121,37 +196,23 @@ pub(super) fn gpu_caught_up() {
 }
 
 /// When the interval that starts at `now` ends: `now` plus a wait drawn
-/// from `[1, 2 x every)` by a hash of `now` (`every` on average; the same
-/// for the same `now`, so [`sync_returned`] can take its own end back).
+/// from `[1, 2 x every)` by a hash of `now` (`every` on average).
 fn next_end(now: u64, every: u64) -> u64 {
     let span = every.saturating_mul(2).max(2);
     now.saturating_add(1 + mix(now) % (span - 1))
 }
 
 /// After a synchronising call returned, with marks every `every` ns (0:
-/// off). If the mark interval is over and timing is due, the next kernel
-/// launch is timed and carries the interval's mark.
+/// off): the next one to four launches are pre-checked ([`PRECHECK`]),
+/// unless a launch is already to be timed or pre-checked.
 #[cold]
 pub(super) fn sync_returned(every: u64) {
     if every == 0 || timing_every() == 0 {
         return;
     }
     gpu_caught_up();
-    let now = monotonic_ns();
-    let Some(next) = interval_over(now, every) else {
-        return;
-    };
-    if timing_due() {
-        TIME_NEXT.store(1, Ordering::Relaxed);
-    } else {
-        // Not this interval: the next launch finds it over as before.
-        let _ = NEXT_NS.compare_exchange(
-            next_end(now, every),
-            next,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
+    let n = 1 + (mix(monotonic_ns()) % PRECHECK_MAX) as u32;
+    let _ = TIME_NEXT.compare_exchange(0, PRECHECK | n, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -196,5 +257,59 @@ mod tests {
         assert_eq!(next_end(now, every), next_end(now, every));
         assert_eq!(next_end(u64::MAX - 1, every), u64::MAX);
         assert!(next_end(now, 0) > now);
+    }
+
+    /// After a sync the next one to four launches ask before they launch;
+    /// each that finds the interval over is timed itself. This test
+    /// alone in the crate touches the interval's statics.
+    #[test]
+    fn launches_after_a_sync_are_timed_themselves_when_they_find_the_interval_over() {
+        let every = 1_000_000;
+        let load = || TIME_NEXT.load(Ordering::Relaxed);
+        // Not over: each pre-checked launch does nothing, and after one to
+        // four of them (a drawn count) nothing is left to check.
+        let mut counts = Vec::new();
+        for _ in 0..64 {
+            TIME_NEXT.store(0, Ordering::Relaxed);
+            NEXT_NS.store(u64::MAX, Ordering::Relaxed);
+            sync_returned(every);
+            assert_ne!(load() & PRECHECK, 0);
+            let mut checks = 0;
+            while load() != 0 {
+                assert_eq!(at_launch(every), AtLaunch::Nothing);
+                checks += 1;
+                assert!(checks <= PRECHECK_MAX, "{checks} pre-checks");
+            }
+            counts.push(checks);
+        }
+        counts.sort_unstable();
+        counts.dedup();
+        assert!(counts.len() >= 3, "pre-check counts {counts:?}");
+        assert_eq!(counts[0], 1);
+        // Over at the sync: the first launch is timed and draws the next
+        // end; the launches left still ask, and the one that finds that end
+        // over is timed too.
+        TIME_NEXT.store(PRECHECK | 3, Ordering::Relaxed);
+        NEXT_NS.store(0, Ordering::Relaxed);
+        let before = monotonic_ns();
+        assert_eq!(at_launch(every), AtLaunch::Time);
+        assert!(NEXT_NS.load(Ordering::Relaxed) > before);
+        assert_eq!(load(), PRECHECK | 2);
+        assert_eq!(at_launch(every), AtLaunch::Nothing);
+        assert_eq!(load(), PRECHECK | 1);
+        NEXT_NS.store(0, Ordering::Relaxed);
+        assert_eq!(at_launch(every), AtLaunch::Time);
+        assert_eq!(load(), 0);
+        assert_eq!(at_launch(every), AtLaunch::Nothing);
+        // A launch already to be timed stays so across a sync.
+        TIME_NEXT.store(TIME_IT, Ordering::Relaxed);
+        NEXT_NS.store(u64::MAX, Ordering::Relaxed);
+        sync_returned(every);
+        assert_eq!(load(), TIME_IT);
+        assert_eq!(at_launch(every), AtLaunch::Time);
+        assert_eq!(load(), 0);
+        // Marks off: a sync arms nothing.
+        sync_returned(0);
+        assert_eq!(load(), 0);
     }
 }

@@ -37,8 +37,10 @@
 //! **Timed launches.** Every `timing_every`-th mark interval
 //! (`TANDEM_MARK_TIMING`, default 1: every one; 0: none) the mark is not
 //! placed after the launch that found the interval over but after the next
-//! kernel launch, which is bracketed: a timing event recorded on its stream
-//! just before it, and the mark's own (a timing event too) just after. The
+//! kernel launch (after a sync, possibly that launch itself: the
+//! pre-checks in [`interval`](super::interval)), which is bracketed: a
+//! timing event recorded on its stream just before it, and the mark's own
+//! (a timing event too) just after. The
 //! watcher then reports, with the MARK_DONE, that launch's GPU time
 //! (`cuEventElapsedTime`; [`FLAG_TIMED`], `bytes`): the duration of one
 //! kernel even when the GPU idles between launches, which the marks'
@@ -60,7 +62,8 @@
 //! one `cuStreamQuery`, one `cuEventQuery` and one clock read (and a `cuStreamIsCapturing` while a
 //! capture is under way: on a capturing stream nothing is timed, so none of
 //! these calls reaches it); on every kernel launch one Relaxed load of a
-//! static ([`before_launch`]). Events are still a fixed pool: each slot has
+//! static ([`before_launch`]), and on the one to four launches after each
+//! synchronising call a clock read more (the pre-checks). Events are still a fixed pool: each slot has
 //! its two timing events, created on first use, and the lead's three words.
 //! Another thread's launch on the same stream between the two events is
 //! timed with it (rare; the sample is then long).
@@ -77,7 +80,7 @@ use tandem_proto::{monotonic_ns, EventKind, Record};
 
 use tandem_proto::record::FLAG_TIMED;
 
-use super::interval::{self, interval_over, NEXT_NS, TIME_NEXT};
+use super::interval::{self, interval_over, AtLaunch, NEXT_NS, TIME_IT, TIME_NEXT};
 use super::session::Session;
 use super::slots::{claim, slot_of, Slot, ARMED, FREE, POOL, SLOTS};
 use super::timing::{kernel_ns, lead_ns, timing_due, UNKNOWN_LEAD};
@@ -125,7 +128,7 @@ pub fn before_launch(
         return 0;
     }
     match client {
-        Some(s) => begin_timed(s, hook.info().per_thread, stream, capturing()),
+        Some(s) => begin_timed(s, hook.info().per_thread, stream, capturing),
         None => 0,
     }
 }
@@ -142,18 +145,29 @@ pub fn abandon(token: u64) {
 /// Claims a slot and records its start event before the launch: the token
 /// (the mark's sequence number), or [`UNTIMED`] where timing is not
 /// possible now (the interval's mark is then placed plainly after the
-/// launch), or 0 when another thread took the timing or marks are off.
+/// launch), or 0 when another thread took the timing, marks are off, or
+/// this launch was pre-checked and the interval is not over
+/// ([`interval::at_launch`]).
 #[cold]
 #[inline(never)]
-fn begin_timed(s: &Session, per_thread: bool, stream: CUstream, capturing: bool) -> u64 {
-    if TIME_NEXT.swap(0, Ordering::Relaxed) == 0 {
-        return 0;
-    }
-    if s.control().mark_every_ns() == 0 {
+fn begin_timed(
+    s: &Session,
+    per_thread: bool,
+    stream: CUstream,
+    capturing: impl FnOnce() -> bool,
+) -> u64 {
+    let every = s.control().mark_every_ns();
+    if every == 0 {
         // Marks were turned off since: no mark at all.
+        TIME_NEXT.store(0, Ordering::Relaxed);
         return 0;
     }
-    if capturing {
+    match interval::at_launch(every) {
+        AtLaunch::Nothing => return 0,
+        AtLaunch::Plain => return UNTIMED,
+        AtLaunch::Time => {}
+    }
+    if capturing() {
         return UNTIMED;
     }
     let Some((seq, slot)) = claim() else {
@@ -229,7 +243,7 @@ fn interval(s: &Session, hook: Hook, stream: CUstream, now: u64, timeable: bool)
     }
     if timeable && timing_due() {
         // The mark is placed after the next kernel launch, which is timed.
-        TIME_NEXT.store(1, Ordering::Relaxed);
+        TIME_NEXT.store(TIME_IT, Ordering::Relaxed);
         return;
     }
     place(s, per_thread, stream, now);
