@@ -34,7 +34,13 @@ pub(super) enum Applied {
 /// 1024, `GRID_HEIGHT` 1056, `GRID_DEPTH` 1088, `CTA_THREAD_DIMENSION0-2`
 /// 1152, 1168, 1184, `QMD_TYPE` bits 23-25; V03_00 (Ampere)
 /// `SM_DISABLE_MASK_LOWER/UPPER` bits 672 and 704, `CTA_RASTER_WIDTH` 384,
-/// `HEIGHT` 416, `DEPTH` 448, `CTA_THREAD_DIMENSION0-2` 592, 608, 624.
+/// `HEIGHT` 416, `DEPTH` 448, `CTA_THREAD_DIMENSION0-2` 592, 608, 624;
+/// both versions' `QMD_MAJOR_VERSION` at bits 580-583 (byte 72's high
+/// nibble). Every offset here was checked against that header (its commit
+/// 5d957df, which holds V03_00 and V04_00) on 2026-11-28; a third party's
+/// notes on the same mechanism (LithOS's scheduler) put Hopper's mask at
+/// bytes 304-316 too. Not yet checked on a GPU: prove's `smmask` stage
+/// runs a `%smid` probe under the mask.
 pub(super) struct Layout {
     pub(super) mask: &'static [usize],
     pub(super) enable: bool,
