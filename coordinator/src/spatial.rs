@@ -74,7 +74,9 @@ impl GpuWidths {
         if blocks == 0 {
             return;
         }
-        let threads = u32::from(r.block_x) * u32::from(r.block_y) * u32::from(r.block_z);
+        // The client's claim: 65535^3 does not fit a u32 (two factors do).
+        let threads =
+            (u32::from(r.block_x) * u32::from(r.block_y)).saturating_mul(u32::from(r.block_z));
         let a = attrs.unwrap_or_default();
         let smem = a.static_smem_bytes.saturating_add(r.shared_mem_bytes);
         let bps = blocks_per_sm(self.limits, threads, a.regs_per_thread, smem);

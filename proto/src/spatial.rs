@@ -193,12 +193,15 @@ pub fn blocks_per_sm(sm: SmLimits, threads: u32, regs: u32, smem: u32) -> u32 {
         blocks: known(sm.blocks),
     };
     let by_threads = sm.threads / threads.max(1);
-    let warps = threads.max(1).div_ceil(32);
-    let regs_per_warp = (regs.div_ceil(8) * 8 * 32).div_ceil(256) * 256;
+    // In u64, saturating: tandemd computes this from a client's claims
+    // (any `threads` and `regs`), which must not overflow it.
+    let warps = u64::from(threads.max(1).div_ceil(32));
+    let regs_per_warp = (u64::from(regs).div_ceil(8) * 8 * 32).div_ceil(256) * 256;
     let by_regs = if regs == 0 {
         u32::MAX
     } else {
-        sm.regs / (regs_per_warp * warps).max(1)
+        // At most sm.regs: fits.
+        (u64::from(sm.regs) / regs_per_warp.saturating_mul(warps).max(1)) as u32
     };
     let by_smem = if smem == 0 {
         u32::MAX
@@ -308,6 +311,25 @@ mod tests {
             ..AMPERE
         };
         assert_eq!(blocks_per_sm(unknown, 1, 0, 0), 2048);
+    }
+
+    /// tandemd computes occupancy from what a client claims (its FuncName's
+    /// registers, its launch records' block sizes): any values give an
+    /// answer, at least 1, never an arithmetic overflow (a panic that
+    /// aborts tandemd in a debug build, nonsense after wrapping in release).
+    #[test]
+    fn any_claimed_block_or_register_count_gives_one_block_without_overflow() {
+        assert_eq!(blocks_per_sm(AMPERE, 256, u32::MAX, 0), 1);
+        assert_eq!(blocks_per_sm(AMPERE, 256, 1 << 27, 0), 1);
+        assert_eq!(blocks_per_sm(AMPERE, u32::MAX, 255, 0), 1);
+        assert_eq!(blocks_per_sm(AMPERE, u32::MAX, u32::MAX, u32::MAX), 1);
+        let unknown = SmLimits {
+            threads: 0,
+            regs: 0,
+            smem: 0,
+            blocks: 0,
+        };
+        assert_eq!(blocks_per_sm(unknown, u32::MAX, u32::MAX, u32::MAX), 1);
     }
 
     #[test]

@@ -622,3 +622,61 @@ fn a_job_detected_as_training_takes_its_widths_out_of_the_reservation() {
     r.poll(Instant::now());
     assert_eq!(gpu(&r), Some(10), "the inference job's own widths alone");
 }
+
+/// The widths come from what an inference client claims: the block size of
+/// its launch records and the registers of its FuncName. Claims no GPU has
+/// (65535 x 65535 x 2 threads a block; 2^32 - 1 registers a thread) must
+/// not overflow the occupancy arithmetic: in a debug build (panic = abort)
+/// that aborted tandemd from the reader thread, in release the product
+/// wrapped to a small, wrong block size. Any client the policy lets claim
+/// inference teaches widths (one that registers as `auto` too, until
+/// detected, under the default `auto_class`).
+#[test]
+fn absurd_block_sizes_and_register_counts_from_a_client_do_not_overflow() {
+    use std::os::fd::AsFd;
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    let mut r = Registry::new(cfg.scheduler.clone());
+    let (w, fd) = r
+        .register(&cfg, 0, who(7), &hello(ClientClass::Auto, 0), None)
+        .unwrap();
+    let id = w.client_id;
+    assert_eq!(r.clients[&id].decision.class, ClientClass::Inference);
+    let map = tandem_proto::shm::map_received(fd.as_fd(), w.region_len as usize).unwrap();
+    let mut p = tandem_proto::ring::Producer::attach(&map, w.layout().unwrap()).unwrap();
+    r.device(
+        id,
+        &Device {
+            ordinal: 0,
+            uuid: *b"GPU-spatial-0003",
+            name: b"H100",
+            shape: Some(H100),
+        },
+    );
+    r.func_name(id, 1, b"many_regs", Some(attrs(u32::MAX)));
+    let launch = |func_id: u64, block: [u16; 3]| tandem_proto::Record {
+        func_id,
+        grid_x: 1,
+        grid_y: 1,
+        grid_z: 1,
+        block_x: block[0],
+        block_y: block[1],
+        block_z: block[2],
+        ..tandem_proto::Record::new(
+            tandem_proto::EventKind::LAUNCH,
+            tandem_proto::monotonic_ns(),
+        )
+    };
+    // Registers: an ordinary block of a function claiming 2^32 - 1 a thread.
+    assert!(p.push(&launch(1, [256, 1, 1])));
+    r.poll(Instant::now());
+    // Threads: a block of 65535 x 65535 x 2 of an unnamed function.
+    assert!(p.push(&launch(
+        tandem_proto::FUNC_ID_UNNAMED | 5,
+        [u16::MAX, u16::MAX, 2]
+    )));
+    r.poll(Instant::now());
+    let (gpus, _, _) = r.snapshot(Instant::now());
+    assert_eq!(gpus[0].spatial_widths, 2, "both launches gave a width");
+    assert!(r.clients[&id].ring.is_some(), "the client keeps its ring");
+}
