@@ -218,6 +218,11 @@ impl Default for Registry {
 /// Departed clients kept for `tandemctl run` and post-mortems.
 pub const MAX_DEPARTED: usize = 64;
 
+/// Most GPUs the table keeps (far more than a node has, MIG instances
+/// included): a GPU is added by any client's Device message, a claim, and
+/// GPUs no client is on make room for new ones.
+pub const MAX_GPUS: usize = 256;
+
 /// Why a registration failed: the Reject to send.
 pub type Refusal = (RejectReason, String);
 

@@ -14,7 +14,9 @@ use tandem_proto::wire::{
 use tracing::{debug, info, warn};
 
 use super::snapshot::{client_snapshot, sched_stats};
-use super::{gpu_key, sched_class, slo_of, Client, Refusal, Registry, Ring, MAX_DEPARTED};
+use super::{
+    gpu_key, sched_class, slo_of, Client, Refusal, Registry, Ring, MAX_DEPARTED, MAX_GPUS,
+};
 use crate::admission::{decide, Decision, Who};
 use crate::config::Config;
 use crate::drain::drain_client;
@@ -300,8 +302,23 @@ impl Registry {
         });
     }
 
-    /// A Device from client `id`.
-    pub fn device(&mut self, id: u64, d: &Device<'_>) {
+    /// A Device from client `id`. Returns whether it was taken: `false` for
+    /// an unknown client, or a GPU not seen yet while [`MAX_GPUS`] others
+    /// have clients on them (the client stays where it was).
+    pub fn device(&mut self, id: u64, d: &Device<'_>) -> bool {
+        if !self.clients.contains_key(&id) {
+            return false;
+        }
+        if !self.gpus.contains_key(&d.uuid) && !self.room_for_a_gpu() {
+            crate::logging::warn_throttled(
+                "too many gpus",
+                &format!(
+                    "client {id} reported GPU {}, and {MAX_GPUS} GPUs with clients on them are known already; its Device is ignored",
+                    format_uuid(&d.uuid)
+                ),
+            );
+            return false;
+        }
         let name = String::from_utf8_lossy(d.name).into_owned();
         if let Some(c) = self.clients.get_mut(&id) {
             if c.gpu.is_none() || c.gpu != Some(d.uuid) {
@@ -337,6 +354,20 @@ impl Registry {
                 slo_p99_ns,
             });
         }
+        true
+    }
+
+    /// Whether the GPU table may take one more GPU, after forgetting those
+    /// no client is on now when it is full (their launches stay in the
+    /// totals).
+    fn room_for_a_gpu(&mut self) -> bool {
+        if self.gpus.len() < MAX_GPUS {
+            return true;
+        }
+        let on: std::collections::BTreeSet<[u8; 16]> =
+            self.clients.values().filter_map(|c| c.gpu).collect();
+        self.gpus.retain(|uuid, _| on.contains(uuid));
+        self.gpus.len() < MAX_GPUS
     }
 
     /// Remove client `id` (it hung up or misbehaved): final drain, account,

@@ -474,8 +474,12 @@ impl Daemon {
                             .func_name(id, f.func_id, f.name, f.attrs);
                     }
                     Ok(Message::Device(d)) => {
-                        self.shared.registry().device(id, &d);
-                        self.dedup_gpu(id, gpu_key(&d.uuid));
+                        // A GPU the table had no room for is not the
+                        // client's: the dedup index does not take it either.
+                        let taken = self.shared.registry().device(id, &d);
+                        if taken {
+                            self.dedup_gpu(id, gpu_key(&d.uuid));
+                        }
                     }
                     Ok(m) => {
                         bad = Some(format!(

@@ -680,3 +680,50 @@ fn absurd_block_sizes_and_register_counts_from_a_client_do_not_overflow() {
     assert_eq!(gpus[0].spatial_widths, 2, "both launches gave a width");
     assert!(r.clients[&id].ring.is_some(), "the client keeps its ring");
 }
+
+/// A Device message naming a GPU tandemd has not seen adds it to the GPU
+/// table, and nothing ever took one out: a client that reports a new,
+/// made-up UUID in every message (or reconnects and reports one each time)
+/// grew tandemd's memory, and every `GET /stats`, without bound. The table
+/// stays bounded: GPUs no client is on make room for new ones.
+#[test]
+fn made_up_gpus_in_device_messages_do_not_grow_the_gpu_table_without_bound() {
+    let cfg = Config::default();
+    let mut r = Registry::new(cfg.scheduler.clone());
+    let (stay, _fd) = r
+        .register(&cfg, 0, who(7), &hello(ClientClass::Training, 0), None)
+        .unwrap();
+    let (liar, _fd2) = r
+        .register(&cfg, 0, who(7), &hello(ClientClass::Training, 0), None)
+        .unwrap();
+    let real = *b"GPU-the-real-one";
+    assert!(r.device(
+        stay.client_id,
+        &Device {
+            ordinal: 0,
+            uuid: real,
+            name: b"H100",
+            shape: None,
+        },
+    ));
+    let bound = super::super::MAX_GPUS;
+    for n in 0..10 * bound as u64 {
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&n.to_le_bytes());
+        uuid[8] = 0xfa;
+        assert!(r.device(
+            liar.client_id,
+            &Device {
+                ordinal: 0,
+                uuid,
+                name: &[b'x'; tandem_proto::wire::MAX_DEVICE_NAME_LEN],
+                shape: None,
+            },
+        ));
+    }
+    assert!(r.gpus.len() <= bound, "{} GPUs kept", r.gpus.len());
+    // The GPU a client is on is never the one forgotten.
+    assert!(r.gpus.contains_key(&real));
+    let last = r.clients[&liar.client_id].gpu.expect("on a GPU");
+    assert!(r.gpus.contains_key(&last));
+}
