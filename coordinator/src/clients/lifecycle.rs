@@ -393,8 +393,16 @@ impl Registry {
         self.sched_event(Input::Depart { client: id });
         self.limits.forget(id);
         // Requests it left open on the board would hold its GPU's training
-        // at the active budget for good.
-        if let (Some(b), Some(cb)) = (&self.board, c.ring.as_ref().and_then(Ring::control)) {
+        // at the active budget for good. The slot and the count are its
+        // control block's claims: only a client sent a writable board can
+        // have counted any (a shim counts only there), and any other would
+        // have tandemd clear, for it, what inference counts on the board
+        // it may only read.
+        if let (Some(b), Some(cb), Some(true)) = (
+            &self.board,
+            c.ring.as_ref().and_then(Ring::control),
+            c.board_sent,
+        ) {
             b.repair(cb.board_slot(), cb.requests_open());
         }
         self.retired_launches += c.stats.launches;

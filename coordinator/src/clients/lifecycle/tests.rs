@@ -727,3 +727,66 @@ fn made_up_gpus_in_device_messages_do_not_grow_the_gpu_table_without_bound() {
     let last = r.clients[&liar.client_id].gpu.expect("on a GPU");
     assert!(r.gpus.contains_key(&last));
 }
+
+/// When a client leaves, tandemd uncounts on the board the explicit
+/// requests its control block says it left open, in the slot the control
+/// block names. Both are the client's claims, and only a shim with a
+/// writable board counts requests there: a training client, whose board
+/// is read-only so that it cannot touch inference's announcements, could
+/// still have tandemd clear any slot's open requests for it, by writing
+/// them into its own control block before it exits.
+#[test]
+fn a_client_with_a_read_only_board_cannot_have_tandemd_clear_the_boards_requests() {
+    let mut cfg = Config::default();
+    cfg.policy.inference.anyone = true;
+    let mut r = Registry::default();
+    let flags = tandem_proto::wire::HELLO_FLAG_BOARD;
+    let (i, _ifd) = r
+        .register(&cfg, 0, who(7), &hello(ClientClass::Inference, flags), None)
+        .unwrap();
+    let (t, _tfd) = r
+        .register(&cfg, 0, who(8), &hello(ClientClass::Training, flags), None)
+        .unwrap();
+    let (i, t) = (i.client_id, t.client_id);
+    let uuid = *b"GPU-board-repair";
+    for id in [i, t] {
+        assert!(r.device(
+            id,
+            &Device {
+                ordinal: 0,
+                uuid,
+                name: b"H100",
+                shape: None,
+            },
+        ));
+    }
+    let (_fd, f) = r.board_for(i).unwrap();
+    assert_eq!(f, tandem_proto::wire::BOARD_FLAG_WRITABLE);
+    let (_fd, f) = r.board_for(t).unwrap();
+    assert_eq!(f, 0, "training: read-only");
+    let board = r.board.as_ref().and_then(crate::board::NodeBoard::board);
+    let slot = board.unwrap().find(gpu_key(&uuid)).expect("the GPU's slot");
+    let cb = |r: &Registry, id: u64, requests: usize| {
+        let c = r.clients[&id].ring.as_ref().and_then(Ring::control);
+        let c = c.unwrap();
+        c.set_board_slot(Some(slot));
+        for _ in 0..requests {
+            c.count_request();
+        }
+    };
+    let open = |r: &Registry| {
+        let b = r.board.as_ref().and_then(crate::board::NodeBoard::board);
+        b.unwrap().slot(slot).unwrap().open()
+    };
+    // The inference job is inside a request, as its shim counts it.
+    let b = r.board.as_ref().and_then(crate::board::NodeBoard::board);
+    b.unwrap().slot(slot).unwrap().begin_request();
+    cb(&r, i, 1);
+    // The training job claims the same slot and requests open, and leaves.
+    cb(&r, t, 5);
+    assert!(r.reclaim(t, "test"));
+    assert_eq!(open(&r), 1, "the inference job's request is still open");
+    // The inference job's own departure is repaired.
+    assert!(r.reclaim(i, "test"));
+    assert_eq!(open(&r), 0);
+}
