@@ -128,9 +128,11 @@ fn try_now(s: &Session) {
 mod tests {
     use super::*;
     use crate::client::session::tests::{pair, session_with_flags};
+    use crate::client::session::Session;
     use crate::follow::regions::{Region, Role};
     use tandem_proto::follow::{Follow, FollowStatus};
     use tandem_proto::wire::{self, Message, WELCOME_FLAG_FOLLOW};
+    use tandem_proto::Consumer;
 
     /// The tests share this module's statics (PENDING, the regions): one
     /// at a time.
@@ -166,15 +168,28 @@ mod tests {
         base
     }
 
-    #[test]
-    fn regions_are_offered_again_only_once_the_device_message_is_out() {
-        let _one = GLOBALS
+    /// The module's statics for this test alone, and a session of a
+    /// tandemd that asked for follow mode (its peer's end) whose Device
+    /// message is claimed, as by a launch on another thread still sending
+    /// it.
+    fn follow_session() -> (
+        std::sync::MutexGuard<'static, ()>,
+        Session,
+        Consumer<'static>,
+        std::os::fd::OwnedFd,
+    ) {
+        let one = GLOBALS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (sock, peer) = pair();
-        let (s, _ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
-        // Claimed, as by a launch on another thread still sending it.
+        let (s, ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
         s.device_sent.store(true, Ordering::Relaxed);
+        (one, s, ring, peer)
+    }
+
+    #[test]
+    fn regions_are_offered_again_only_once_the_device_message_is_out() {
+        let (_one, s, _ring, peer) = follow_session();
         // Accepted by the last tandemd.
         let base = shared_region(0x7e00_0000_0000, b"reoffer-test");
 
@@ -209,12 +224,7 @@ mod tests {
     /// the socket has drained; it was forgotten until the next session.
     #[test]
     fn a_re_offer_the_outbox_could_not_take_is_tried_again() {
-        let _one = GLOBALS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (sock, peer) = pair();
-        let (s, _ring) = session_with_flags(sock, WELCOME_FLAG_FOLLOW);
-        s.device_sent.store(true, Ordering::Relaxed);
+        let (_one, s, _ring, peer) = follow_session();
         s.device_out.store(true, Ordering::Release);
         let base = shared_region(0x7e10_0000_0000, b"reoffer-full");
         // The socket full, then the outbox at its bound.
