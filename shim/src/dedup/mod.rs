@@ -200,6 +200,74 @@ pub fn illegal_address() {
 }
 
 /// In a fork child: dedup stays off there (the parent's CUDA state is unusable).
+/// Its hooks then skip dedup entirely: they neither wait for a remap a parent
+/// thread had under way at the fork nor take the state lock one may have held.
 pub fn after_fork_in_child() {
     FORKED.store(true, Ordering::Relaxed);
+    quiesce::after_fork_in_child();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A child forked while the parent remaps (a remap holds the submission
+    /// pause and the state lock) has no such remap to wait for: its
+    /// submitting calls go straight to the driver, as with no dedup at all.
+    /// They once waited for a pause no thread of the child would ever lift.
+    #[test]
+    fn a_child_forked_during_a_remap_never_waits_for_it() {
+        quiesce::activate();
+        let (inside_tx, inside_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let remap = std::thread::spawn(move || {
+            quiesce::exclusive::<_, ()>(
+                false,
+                || Ok(()),
+                || {
+                    let _st = state();
+                    inside_tx.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                },
+            )
+            .unwrap();
+        });
+        inside_rx.recv().unwrap();
+        // SAFETY: the child only calls the shim's fork handler, atomics and
+        // (with the defect) futex waits and lock attempts, then _exit(2).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            after_fork_in_child();
+            // What a copy hook does: its bracket, then the dedup check.
+            let b = quiesce::Bracket::enter();
+            before_write(0x7000_0000_0000, 4096);
+            drop(b);
+            // SAFETY: ends the child without running the parent's atexit work.
+            unsafe { libc::_exit(0) };
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        let mut status = 0;
+        let exited = loop {
+            // SAFETY: waits for the child this test forked.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break true;
+            }
+            if std::time::Instant::now() >= deadline {
+                // SAFETY: kills and reaps the child this test forked.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        release_tx.send(()).unwrap();
+        remap.join().unwrap();
+        assert!(exited, "the fork child hung on the parent's remap");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
 }

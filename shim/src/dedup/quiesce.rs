@@ -20,7 +20,8 @@
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-/// Set once this process has memory dedup may remap; never cleared.
+/// Set once this process has memory dedup may remap; cleared only in a fork
+/// child ([`after_fork_in_child`]).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// 1 while a remap holds the process (a futex word).
 static PAUSE: AtomicU32 = AtomicU32::new(0);
@@ -30,6 +31,16 @@ static INFLIGHT: AtomicU32 = AtomicU32::new(0);
 /// From now on, submissions are bracketed.
 pub fn activate() {
     ACTIVE.store(true, Ordering::SeqCst);
+}
+
+/// In a fork child (one thread, atomics only): dedup is off there, so its
+/// submissions are not bracketed, and neither the parent's pause (a remap
+/// under way in another thread at the fork, which no thread of the child
+/// will ever end) nor the parent's threads' brackets count.
+pub fn after_fork_in_child() {
+    ACTIVE.store(false, Ordering::SeqCst);
+    PAUSE.store(0, Ordering::SeqCst);
+    INFLIGHT.store(0, Ordering::SeqCst);
 }
 
 /// Whether submissions are bracketed.
