@@ -40,8 +40,8 @@
 //! kernel launch (after a sync, possibly that launch itself: the
 //! pre-checks in [`interval`](super::interval)), which is bracketed: a
 //! timing event recorded on its stream just before it, and the mark's own
-//! (a timing event too) just after. The
-//! watcher then reports, with the MARK_DONE, that launch's GPU time
+//! (a timing event too) just after. The watcher then reports, with the
+//! MARK_DONE, that launch's GPU time
 //! (`cuEventElapsedTime`; [`FLAG_TIMED`], `bytes`): the duration of one
 //! kernel even when the GPU idles between launches, which the marks'
 //! completion times alone cannot tell apart. The start event may complete
@@ -63,8 +63,9 @@
 //! capture is under way: on a capturing stream nothing is timed, so none of
 //! these calls reaches it); on every kernel launch one Relaxed load of a
 //! static ([`before_launch`]), and on the one to four launches after each
-//! synchronising call a clock read more (the pre-checks). Events are still a fixed pool: each slot has
-//! its two timing events, created on first use, and the lead's three words.
+//! synchronising call a clock read more (the pre-checks). Events are still
+//! a fixed pool: each slot has its two timing events, created on first use,
+//! and the lead's three words.
 //! Another thread's launch on the same stream between the two events is
 //! timed with it (rare; the sample is then long).
 //!
