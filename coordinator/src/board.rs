@@ -1,8 +1,9 @@
 //! tandemd's side of the GPU board ([`tandem_proto::board`]): it creates the
 //! node's board, hands each shim that asks a descriptor of it (writable only
 //! to clients granted the inference class), claims a GPU's slot as soon as
-//! a client reports that GPU, and repairs the open-request count a client
-//! leaves behind when it goes.
+//! a client reports that GPU and releases it when no client is on that GPU
+//! any more, and repairs the open-request count a client leaves behind when
+//! it goes.
 //!
 //! tandemd never reads the board to decide anything: the shims react to it
 //! on their own launch paths (DESIGN.md contract 8). Without a board (the
@@ -56,6 +57,12 @@ impl NodeBoard {
     /// Claims the slot of GPU `gpu` (a client reported it). `None`: board full.
     pub fn claim(&self, gpu: u64) -> Option<usize> {
         self.board()?.claim(gpu)
+    }
+
+    /// Releases the slot of GPU `gpu` (no client is on it any more), if it
+    /// has one: its index.
+    pub fn release(&self, gpu: u64) -> Option<usize> {
+        self.board()?.release(gpu)
     }
 
     /// A client left with `open` explicit requests counted in `slot`.

@@ -49,9 +49,16 @@
 //! | +16 | 8 | `open`: explicit requests in flight and inference syncs waiting |
 //! | +24 | 104 | reserved |
 //!
-//! Slots are claimed with a compare-and-swap of `gpu` from 0, by tandemd when
-//! it learns a client's GPU and by an inference shim that finds none; they
-//! are never released (a node has far fewer GPUs than [`BOARD_SLOTS`]).
+//! Slots are tandemd's alone to claim and release, from one thread: it
+//! claims a GPU's slot (a compare-and-swap of `gpu` from 0,
+//! [`Board::claim`]) when a client reports that GPU, and releases it
+//! ([`Board::release`]) when the last client it knows on that GPU leaves or
+//! moves to another. A client reporting made-up GPUs so holds one slot at a
+//! time, not one each, and cannot leave a real GPU reported later without
+//! one. Shims only look their GPU's slot up ([`Board::find`]); since a
+//! released slot may be claimed for another GPU, a shim checks each time it
+//! uses its slot that the slot's `gpu` is still its own
+//! ([`Slot::belongs_to`]), and looks it up again when it is not.
 
 use core::mem::{align_of, offset_of, size_of};
 
@@ -172,24 +179,48 @@ impl Board {
             .position(|s| s.gpu.load(Ordering::Acquire) == gpu)
     }
 
-    /// The slot of `gpu`, claiming a free one if none is (a writable
-    /// mapping only). `None` for GPU 0 or a full board.
+    /// The slot of `gpu`, claiming the first free one if none is (tandemd,
+    /// which claims and releases from one thread). `None` for GPU 0 or a
+    /// full board. Released slots leave holes below claimed ones, so the
+    /// GPU's own slot is looked for first; the claim itself is a
+    /// compare-and-swap from 0, so a writable mapping's stray write to a
+    /// free slot is never overwritten and never taken for a claim.
     #[must_use]
     pub fn claim(&self, gpu: u64) -> Option<usize> {
         if gpu == 0 {
             return None;
         }
-        for (i, s) in self.slots.iter().enumerate() {
+        if let Some(i) = self.find(gpu) {
+            return Some(i);
+        }
+        // A swap that fails on the GPU's own key found its slot claimed
+        // since the look-up.
+        self.slots.iter().position(|s| {
             match s
                 .gpu
                 .compare_exchange(0, gpu, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Some(i),
-                Err(g) if g == gpu => return Some(i),
-                Err(_) => {}
+                Ok(_) => true,
+                Err(g) => g == gpu,
             }
-        }
-        None
+        })
+    }
+
+    /// Releases the slot of GPU `gpu` (tandemd: no client it knows is on
+    /// that GPU any more), returning its index, or `None` when `gpu` has no
+    /// slot. Its `open` count is cleared first, then `gpu` is set free with
+    /// a compare-and-swap, so the next GPU to claim the slot starts with no
+    /// request counted (`seq` keeps counting: readers take only its moves).
+    /// A shim that still held the index finds the slot no longer its own
+    /// ([`Slot::belongs_to`]) and looks its GPU's slot up again.
+    pub fn release(&self, gpu: u64) -> Option<usize> {
+        let i = self.find(gpu)?;
+        let s = &self.slots[i];
+        s.open.store(0, Ordering::Relaxed);
+        s.gpu
+            .compare_exchange(gpu, 0, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| i)
     }
 
     /// Slot `i`, if in range.
@@ -205,6 +236,15 @@ impl Slot {
     #[must_use]
     pub fn gpu(&self) -> u64 {
         self.gpu.load(Ordering::Acquire)
+    }
+
+    /// Whether this slot is GPU `gpu`'s (one Relaxed load of the line the
+    /// caller reads `seq` and `open` from): false once tandemd released it,
+    /// and for whatever GPU claimed it since.
+    #[inline(always)]
+    #[must_use]
+    pub fn belongs_to(&self, gpu: u64) -> bool {
+        gpu != 0 && self.gpu.load(Ordering::Relaxed) == gpu
     }
 
     /// Inference activity: bump the sequence (a writable mapping only).
@@ -400,6 +440,39 @@ mod tests {
         }
         assert_eq!(b.claim(5000), None, "a full board claims nothing");
         assert!(b.slot(BOARD_SLOTS).is_none());
+    }
+
+    #[test]
+    fn a_released_slot_is_free_for_another_gpu_with_no_request_counted() {
+        let m = Mapping::anonymous_shared(BOARD_LEN).unwrap();
+        let b = board(&m);
+        assert_eq!(b.release(7), None, "GPU 7 has no slot");
+        assert_eq!(b.release(0), None);
+        let i = b.claim(7).unwrap();
+        let s = b.slot(i).unwrap();
+        s.begin_request();
+        s.begin_request();
+        assert!(s.belongs_to(7));
+        assert_eq!(b.release(7), Some(i));
+        assert!(!s.belongs_to(7), "released");
+        assert!(!s.belongs_to(0), "a free slot is nobody's");
+        assert_eq!(b.find(7), None);
+        assert_eq!(b.claim(9), Some(i), "the first free slot is reused");
+        // A hole below a GPU's slot is not a second slot for it.
+        let k = b.claim(11).unwrap();
+        assert!(b.release(9).is_some());
+        assert_eq!(b.claim(11), Some(k), "GPU 11's own slot, not the hole");
+        assert_eq!(b.claim(9), Some(i));
+        assert!(s.belongs_to(9) && !s.belongs_to(7));
+        assert_eq!(s.open(), 0, "GPU 9 inherits no open request of GPU 7");
+        // Every slot can be had again: a board filled and emptied, GPU by
+        // GPU, still takes a new GPU.
+        for g in 100..100 + BOARD_SLOTS as u64 - 2 {
+            assert!(b.claim(g).is_some());
+        }
+        assert_eq!(b.claim(5000), None, "full");
+        assert!(b.release(100).is_some());
+        assert!(b.claim(5000).is_some(), "a released slot takes a new GPU");
     }
 
     #[test]

@@ -325,7 +325,8 @@ impl Registry {
                 info!(client = id, gpu = %format_uuid(&d.uuid), name = %name, ordinal = d.ordinal, "client device");
             }
             // Launches counted so far stay with the old GPU, if any.
-            if let Some(old) = c.gpu.filter(|u| *u != d.uuid) {
+            let moved_from = c.gpu.filter(|u| *u != d.uuid);
+            if let Some(old) = moved_from {
                 self.gpus.entry(old).or_default().retired_launches += c.stats.launches;
             }
             c.gpu = Some(d.uuid);
@@ -353,8 +354,23 @@ impl Registry {
                 gpu: gpu_key(&d.uuid),
                 slo_p99_ns,
             });
+            if let Some(old) = moved_from {
+                self.release_board_slot_if_unused(old);
+            }
         }
         true
+    }
+
+    /// Releases GPU `uuid`'s board slot once no client is on that GPU (the
+    /// last one left or moved): each client then holds at most one slot,
+    /// however many GPUs it reports, and a slot comes back for the next GPU.
+    fn release_board_slot_if_unused(&mut self, uuid: [u8; 16]) {
+        if self.clients.values().any(|c| c.gpu == Some(uuid)) {
+            return;
+        }
+        if let Some(i) = self.board.as_ref().and_then(|b| b.release(gpu_key(&uuid))) {
+            debug!(gpu = %format_uuid(&uuid), slot = i, "no client on this GPU any more; its board slot is free");
+        }
     }
 
     /// Whether the GPU table may take one more GPU, after forgetting those
@@ -404,6 +420,9 @@ impl Registry {
             c.board_sent,
         ) {
             b.repair(cb.board_slot(), cb.requests_open());
+        }
+        if let Some(g) = c.gpu {
+            self.release_board_slot_if_unused(g);
         }
         self.retired_launches += c.stats.launches;
         // A claim from the client's ring header: saturate, never overflow.

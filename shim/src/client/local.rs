@@ -18,8 +18,9 @@
 //! tandemd is not in this loop: the budgets, the hold and the estimates are
 //! what it last wrote, and the board is shared memory between the shims, so
 //! the bound holds while tandemd is stopped. The board is mapped by the
-//! watcher when the Board message arrives, and its slot found (or, by an
-//! inference client, claimed) once the GPU is known: whichever comes second.
+//! watcher when the Board message arrives, and its slot found once the GPU
+//! is known and tandemd has claimed its slot: the watcher looks again every
+//! [`super::watcher`] turn (at most 20 ms apart) until it is there.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::os::fd::{AsFd, OwnedFd};
@@ -79,7 +80,12 @@ impl Local {
         self.covered.load(Ordering::Relaxed)
     }
 
-    /// The slot in use, if any (one Relaxed load, then the board's).
+    /// The slot in use, if any (one Relaxed load, then the board's), while
+    /// it is still this client's GPU's: tandemd releases a GPU's slot when
+    /// the last client it knows there leaves, and may give it to another
+    /// GPU (a client whose Device report it had not read yet, or ignored,
+    /// can still hold the index). A slot found to be another's is dropped,
+    /// and the watcher looks the GPU's up again.
     #[inline(always)]
     fn slot(&self) -> Option<&'static Slot> {
         let i = self.slot.load(Ordering::Acquire);
@@ -93,7 +99,22 @@ impl Local {
         // SAFETY: a non-zero `board` is the address of a leaked, validated
         // Board mapping (set in `attach_board`, never unmapped).
         let b = unsafe { &*(b as *const Board) };
-        b.slot(i - 1)
+        let s = b.slot(i - 1)?;
+        if s.belongs_to(self.gpu.load(Ordering::Relaxed)) {
+            Some(s)
+        } else {
+            self.lost_slot(i);
+            None
+        }
+    }
+
+    /// The slot at index `i - 1` is no longer this GPU's (see [`Self::slot`]).
+    #[cold]
+    #[inline(never)]
+    fn lost_slot(&self, i: usize) {
+        let _ = self
+            .slot
+            .compare_exchange(i, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// The estimate a launch of `key` is charged.
@@ -118,9 +139,15 @@ impl Local {
     }
 
     /// The GPU became known (first launch's Device report).
+    /// While tandemd has not claimed its slot yet (it does when it reads the
+    /// Device report this precedes), the watcher is woken to look for it
+    /// every [`super::watcher`] rescan instead of at its next slice.
     pub(crate) fn set_gpu(&self, gpu: u64, cb: &ControlBlock) {
         self.gpu.store(gpu, Ordering::Relaxed);
         self.resolve_slot(cb);
+        if self.wants_slot() {
+            super::marks::wake_watcher();
+        }
     }
 
     /// Maps the board tandemd sent (watcher thread). Once per session, but
@@ -165,9 +192,9 @@ impl Local {
         }
     }
 
-    /// Finds (or, with a writable board, claims) the slot of this client's
-    /// GPU once both are known. Cheap when done; called again by the watcher
-    /// while a read-only board has no slot for the GPU yet.
+    /// Finds the slot of this client's GPU once both are known (tandemd
+    /// claims it when it reads the client's Device report). Cheap when done;
+    /// called again by the watcher while the board has no slot for the GPU.
     pub(crate) fn resolve_slot(&self, cb: &ControlBlock) {
         if self.slot.load(Ordering::Acquire) != 0 {
             return;
@@ -181,12 +208,7 @@ impl Local {
         }
         // SAFETY: as in `slot`.
         let b = unsafe { &*(b as *const Board) };
-        let found = if self.writable.load(Ordering::Acquire) {
-            b.claim(gpu)
-        } else {
-            b.find(gpu)
-        };
-        if let Some(i) = found {
+        if let Some(i) = b.find(gpu) {
             self.presence.reset();
             self.announcer.reset();
             self.slot.store(i + 1, Ordering::Release);
@@ -269,5 +291,56 @@ impl Local {
             }
             cb.uncount_request();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::session::tests::session_on;
+
+    /// tandemd releases a GPU's board slot when no client it knows is on
+    /// that GPU and may give it to another GPU, while a client it did not
+    /// count there (its Device report not read yet) still holds the index.
+    /// That client must neither announce inference on the other GPU's slot
+    /// nor take the other GPU's activity for its own, and must find its
+    /// GPU's new slot.
+    #[test]
+    fn a_slot_given_to_another_gpu_is_dropped_and_looked_up_again() {
+        let (fd, map) = tandem_proto::shm::create(c"tandem-test-board", BOARD_LEN).unwrap();
+        // SAFETY: a fresh writable shared mapping of BOARD_LEN bytes, kept
+        // for the test's length and accessed only through atomics.
+        let board = unsafe { Board::init(map.as_ptr(), map.len()) }.unwrap();
+        let (s, _ring) = session_on(-1);
+        let (l, cb) = (&s.local, s.control());
+        let hold = 1_000_000;
+        let i = board.claim(7).unwrap();
+        l.attach_board(fd, true, cb);
+        l.set_gpu(7, cb);
+        assert!(!l.wants_slot(), "found GPU 7's slot");
+        l.announce(cb);
+        let slot = board.slot(i).unwrap();
+        let seq = slot.seq();
+        assert!(seq > 0, "the launch announced inference on GPU 7");
+
+        assert_eq!(board.release(7), Some(i));
+        assert_eq!(board.claim(9), Some(i), "GPU 9 takes the freed slot");
+        l.announcer.reset();
+        l.announce(cb);
+        assert_eq!(slot.seq(), seq, "GPU 9's slot is not bumped for GPU 7");
+        assert!(l.wants_slot(), "the stale index was dropped");
+        slot.bump();
+        assert!(
+            !l.inference_active(monotonic_ns(), hold),
+            "GPU 9's inference is not GPU 7's"
+        );
+
+        let j = board.claim(7).unwrap();
+        assert_ne!(i, j);
+        l.resolve_slot(cb);
+        assert!(!l.wants_slot());
+        l.announce(cb);
+        assert!(board.slot(j).unwrap().seq() > 0, "GPU 7's new slot");
+        assert_eq!(cb.board_slot(), Some(j), "tandemd's repair goes there");
     }
 }

@@ -388,8 +388,9 @@ fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64, elapsed
     }
 }
 
-/// One eventfd write (cold: only when a mark follows an idle spell).
-fn wake_watcher() {
+/// One eventfd write (cold: only when a mark follows an idle spell, or a
+/// client's GPU becomes known before its board slot).
+pub(super) fn wake_watcher() {
     let fd = WAKE.load(Ordering::Relaxed);
     if fd >= 0 {
         // SAFETY: the watcher's eventfd, never closed while this process runs

@@ -137,8 +137,9 @@ fn watch(s: &Session) {
         let slice = (features.poll_slice)(s, Duration::from_millis(POLL_SLICE_MS))
             .max(Duration::from_millis(1));
         let slice = super::marks::poll_slice(s, slice);
-        // A read-only board without a slot for our GPU yet: tandemd claims
-        // it when it reads a Device report; look again soon.
+        // A board without a slot for our GPU yet (or one tandemd released
+        // and gave to another GPU): tandemd claims it when it reads a Device
+        // report; look again soon.
         s.local.resolve_slot(s.control());
         let slice = if s.local.wants_slot() {
             slice.min(SLOT_RESCAN)

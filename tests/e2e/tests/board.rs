@@ -74,12 +74,13 @@ fn a_job_that_counted_no_request_uncounts_none_when_it_dies_mid_request() {
         "the inference job's request is still open: {g}\n(before the training job: {before})"
     );
 
-    // The inference job's own departure mid-request is repaired.
+    // The inference job's own departure mid-request is repaired; as the
+    // GPU's last client, it also frees the GPU's slot (no count shown).
     infer.kill9();
     poll(SETTLE, "the dead inference job's request uncounted", || {
         let g = the_gpu(&d.try_stats()?)?;
         match g["board_requests_open"].as_u64() {
-            Some(0) => Ok(()),
+            Some(0) | None if g["clients"].as_array().is_some_and(Vec::is_empty) => Ok(()),
             _ => Err(g.to_string()),
         }
     });
@@ -171,8 +172,13 @@ fn an_inference_job_waiting_in_a_sync_holds_the_board_open() {
         }
     });
     assert!(infer.wait_exit(EXIT).success(), "{infer}");
+    // The sync ended before the job did; once tandemd has seen the job go,
+    // its GPU has no client and no board slot (no count shown).
     let g = the_gpu(&d.stats()).unwrap();
-    assert_eq!(g["board_requests_open"].as_u64(), Some(0), "{g}");
+    assert!(
+        matches!(g["board_requests_open"].as_u64(), Some(0) | None),
+        "{g}"
+    );
 }
 
 /// An inference job that waits for its work by polling (`cuStreamQuery`

@@ -1,13 +1,13 @@
-//! The GPU board (`proto/src/board.rs`) under loom: the claims of a GPU's
-//! slot by tandemd and by inference shims, the shims' request counts and
+//! The GPU board (`proto/src/board.rs`) under loom: concurrent claims of a
+//! GPU's slot, the shims' request counts and
 //! bumps as a training shim reads them, and tandemd's repair of the count a
 //! dead client left, each racing the others in every interleaving and with
 //! every value the board's relaxed and acquire loads may return.
 //!
 //! The processes are threads here; each has its own view of the board
 //! (`Board::from_raw`, the header checked) of the one shared mapping, taken
-//! before the threads start, as is a shim's slot (found or claimed when it
-//! learns its GPU): what races is what the shims and tandemd do after.
+//! before the threads start, as is a shim's slot (found when it learns its
+//! GPU): what races is what the shims and tandemd do after.
 
 mod common;
 
@@ -18,13 +18,16 @@ use tandem_models::board::BOARD_SLOTS;
 const GPU: u64 = 7;
 const OTHER_GPU: u64 = 9;
 
-/// tandemd claims GPU 7's slot (a client reported GPU 7) while an inference
-/// shim on GPU 7 claims it too (it found none) and a shim on GPU 9 claims
-/// its own. Both claims of GPU 7 return the same slot, GPU 9 gets another,
-/// and the board ends with exactly one slot per GPU, each holding its key.
+/// tandemd claims GPU 7's slot (a client reported GPU 7) while another
+/// claimer claims it too and a third claims GPU 9's. Only tandemd claims,
+/// from one thread, but a job with a writable mapping could claim beside
+/// it. Both claims of GPU 7 return the same slot, GPU 9 gets another, and
+/// the board ends with exactly one slot per GPU, each holding its key.
 /// Guards the compare-and-swap from 0 (a load-then-store claim lets two
 /// GPUs take one slot) and the "already mine" answer when the swap fails
-/// on the same key (without it a second claimer takes a second slot).
+/// on the same key (without it a second claimer takes a second slot: the
+/// look-up a claim starts with may load a stale 0, which this model found
+/// when that answer was missing).
 #[test]
 fn concurrent_claims_of_a_gpu_agree_on_one_slot() {
     model("concurrent_claims_of_a_gpu_agree_on_one_slot", || {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::spatial::tests::H100;
+use tandem_proto::board::BOARD_SLOTS;
 use tandem_proto::wire::{
     HELLO_FLAG_FOLLOW, HELLO_FLAG_SHARE_WEIGHTS, WELCOME_FLAG_DEVICE_SHAPE, WELCOME_FLAG_FOLLOW,
     WELCOME_FLAG_FUNC_ATTRS, WELCOME_FLAG_SHARE_WEIGHTS,
@@ -786,7 +787,81 @@ fn a_client_with_a_read_only_board_cannot_have_tandemd_clear_the_boards_requests
     cb(&r, t, 5);
     assert!(r.reclaim(t, "test"));
     assert_eq!(open(&r), 1, "the inference job's request is still open");
-    // The inference job's own departure is repaired.
+    // The inference job's own departure is repaired (another client keeps
+    // the GPU's slot, which the last one's departure would release).
+    let (t2, _t2fd) = r
+        .register(&cfg, 0, who(8), &hello(ClientClass::Training, flags), None)
+        .unwrap();
+    let d = Device {
+        ordinal: 0,
+        uuid,
+        name: b"H100",
+        shape: None,
+    };
+    assert!(r.device(t2.client_id, &d));
     assert!(r.reclaim(i, "test"));
+    let b = r.board.as_ref().and_then(crate::board::NodeBoard::board);
+    assert_eq!(b.unwrap().find(gpu_key(&uuid)), Some(slot), "still claimed");
     assert_eq!(open(&r), 0);
+}
+
+/// Each GPU a client reports takes one of the board's 64 slots. They were
+/// never given back, so one client reporting 64 made-up GPUs left every GPU
+/// reported after without a slot, and that GPU's training shims without the
+/// board. A slot is now released when no client is on its GPU any more
+/// (the last one left, or moved on), so a client holds one slot at a time.
+#[test]
+fn a_client_reporting_made_up_gpus_holds_one_board_slot_at_a_time() {
+    let cfg = Config::default();
+    let mut r = Registry::new(cfg.scheduler.clone());
+    let flags = tandem_proto::wire::HELLO_FLAG_BOARD;
+    let register = |r: &mut Registry| {
+        let (w, fd) = r
+            .register(&cfg, 0, who(7), &hello(ClientClass::Training, flags), None)
+            .unwrap();
+        (w.client_id, fd)
+    };
+    let (liar, _fd) = register(&mut r);
+    let (first, _fd1) = register(&mut r);
+    let (second, _fd2) = register(&mut r);
+    let on = |r: &mut Registry, id: u64, uuid: [u8; 16]| {
+        let d = Device {
+            ordinal: 0,
+            uuid,
+            name: b"H100",
+            shape: None,
+        };
+        assert!(r.device(id, &d));
+    };
+    let claimed = |r: &Registry| {
+        let b = r.board.as_ref().and_then(crate::board::NodeBoard::board);
+        let b = b.expect("a board");
+        (0..BOARD_SLOTS)
+            .filter(|&i| b.slot(i).is_some_and(|s| s.gpu() != 0))
+            .count()
+    };
+    let find = |r: &Registry, uuid: &[u8; 16]| {
+        let b = r.board.as_ref().and_then(crate::board::NodeBoard::board);
+        b.expect("a board").find(gpu_key(uuid))
+    };
+    for n in 0..2 * BOARD_SLOTS as u64 {
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&n.to_le_bytes());
+        uuid[8] = 0xfa;
+        on(&mut r, liar, uuid);
+    }
+    assert_eq!(claimed(&r), 1, "the liar's current GPU only");
+    // A real GPU reported now still gets a slot, its training shims the board.
+    let real = *b"GPU-the-real-one";
+    on(&mut r, first, real);
+    on(&mut r, second, real);
+    let slot = find(&r, &real).expect("a slot for the real GPU");
+    assert_eq!(claimed(&r), 2);
+    // One of its two clients leaves: the slot stays; the last: it is freed.
+    assert!(r.reclaim(first, "test"));
+    assert_eq!(find(&r, &real), Some(slot));
+    assert!(r.reclaim(second, "test"));
+    assert_eq!(find(&r, &real), None, "no client on it: released");
+    assert!(r.reclaim(liar, "test"));
+    assert_eq!(claimed(&r), 0);
 }
