@@ -82,12 +82,23 @@ pub fn alloc(bytes: usize) -> vmm::Result<CUdeviceptr> {
         let mut st = state();
         if st.ctx == 0 {
             let device = vmm::ctx_device()?;
-            st.granule = vmm::granularity(device)?.max(MIN_BYTES);
+            let granularity = vmm::granularity(device)?;
+            // 0: this device's allocations stay plain (said once, here).
+            st.granule = granule_for(granularity).unwrap_or_else(|| {
+                unsupported_granularity(granularity);
+                0
+            });
             st.device = device;
             st.ctx = ctx;
         } else if st.ctx != ctx {
             return Err(DriverError {
                 call: "another context than the first dedup allocation's",
+                rc: CuResult::NOT_SUPPORTED,
+            });
+        }
+        if st.granule == 0 {
+            return Err(DriverError {
+                call: "a VMM granularity that 2 MiB granules do not fit",
                 rc: CuResult::NOT_SUPPORTED,
             });
         }
@@ -134,6 +145,28 @@ pub fn alloc(bytes: usize) -> vmm::Result<CUdeviceptr> {
     BACKED_BYTES.fetch_add(span as u64, std::sync::atomic::Ordering::Relaxed);
     quiesce::activate();
     Ok(base)
+}
+
+/// The granule dedup backs allocations with on a device whose VMM
+/// granularity is `granularity`: always [`MIN_BYTES`] (2 MiB), the one length
+/// tandemd's index takes (`coordinator/src/dedup/entries.rs`,
+/// `GRANULE_LEN`), so `None` where 2 MiB is not a whole number of the
+/// device's granules: its candidates would all be refused.
+pub(super) fn granule_for(granularity: usize) -> Option<usize> {
+    (granularity != 0 && granularity <= MIN_BYTES && MIN_BYTES.is_multiple_of(granularity))
+        .then_some(MIN_BYTES)
+}
+
+/// Says once that this device's allocations are not deduplicated.
+#[cold]
+fn unsupported_granularity(granularity: usize) {
+    crate::log!(
+        Warn,
+        "weight sharing is on (TANDEM_SHARE_WEIGHTS), but this GPU's VMM allocation granularity \
+         is {granularity} bytes, and tandem shares memory in 2 MiB granules that must be a whole \
+         number of the GPU's; this process's weights are not deduplicated (it runs as without \
+         sharing)"
+    );
 }
 
 /// Releases a dedup-backed allocation. `None` when `dptr` is not one.

@@ -210,6 +210,22 @@ pub fn after_fork_in_child() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn granules_are_2_mib_where_that_is_a_whole_number_of_the_gpus() {
+        const MIB: usize = 1 << 20;
+        for (granularity, want) in [
+            (2 * MIB, Some(2 * MIB)),
+            (64 << 10, Some(2 * MIB)),
+            (4096, Some(2 * MIB)),
+            (4 * MIB, None),
+            (3 * MIB, None),
+            (3 << 19, None), // 1.5 MiB: 2 MiB is not a multiple of it
+            (0, None),
+        ] {
+            assert_eq!(merge::granule_for(granularity), want, "{granularity}");
+        }
+    }
     use std::sync::mpsc;
 
     /// A child forked while the parent remaps (a remap holds the submission

@@ -499,3 +499,48 @@ fn a_publisher_that_answers_too_late_takes_its_granules_back_and_merges_later() 
         procs[0].stderr()
     );
 }
+
+/// On a GPU whose VMM granularity 2 MiB granules are not a whole number of
+/// (here 4 MiB, which the fake driver reports when told), the shim backed
+/// weights with granules of the GPU's size, and tandemd, whose index takes
+/// 2 MiB granules only, refused every one as a protocol error, for as long
+/// as the jobs ran. The shim now leaves such a GPU's allocations plain and
+/// says so once: the jobs run as without sharing, and tandemd sees no
+/// candidate at all.
+#[test]
+fn a_gpu_with_larger_vmm_granules_runs_unshared_and_says_so_once() {
+    let dir = TestDir::new("dedup-granularity");
+    let d = Tandemd::start(&dir);
+    let wf = dir.path().join("go");
+    let env = replica_env(&dir).var("FAKECUDA_VMM_GRANULARITY_MIB", "4");
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|_| spawn_replica("replica", 200, &wf, &env, &[]))
+        .collect();
+    for p in &procs {
+        poll(WAIT, "the replica's word on sharing", || {
+            let s = d.try_stats()?;
+            let errors = gnum(&s, "dedup_protocol_errors");
+            if errors > 0 {
+                panic!("tandemd refused {errors} dedup messages: {}", gpu(&s));
+            }
+            let said = p.stderr();
+            said.contains("granularity")
+                .then_some(())
+                .ok_or_else(|| format!("stderr so far: {said}"))
+        });
+    }
+    finish(&wf, &mut procs);
+    let want = plain_digest(200, &[]);
+    for p in &procs {
+        assert_eq!(digest(p), want, "outputs changed");
+        assert_eq!(
+            p.stderr().matches("granularity").count(),
+            1,
+            "{}",
+            p.stderr()
+        );
+    }
+    let s = d.stats();
+    assert_eq!(gnum(&s, "dedup_protocol_errors"), 0, "{}", gpu(&s));
+    assert_eq!(gnum(&s, "dedup_saved_bytes"), 0, "{}", gpu(&s));
+}

@@ -80,7 +80,23 @@ pub unsafe fn get_allocation_granularity(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: forwarded caller contract.
-    unsafe { write_out(granularity, GRANULARITY) }
+    unsafe { write_out(granularity, reported_granularity()) }
+}
+
+/// The granularity `cuMemGetAllocationGranularity` answers: [`GRANULARITY`],
+/// or `FAKECUDA_VMM_GRANULARITY_MIB` MiB when set (a GPU whose granules are
+/// larger than the H100's; the driver's own checks stay at 2 MiB, which the
+/// larger sizes are multiples of), for the shim's refusal to share on such
+/// a GPU (`tests/e2e/tests/dedup.rs`).
+fn reported_granularity() -> usize {
+    static MIB: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    MIB.get_or_init(|| {
+        std::env::var("FAKECUDA_VMM_GRANULARITY_MIB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&m| m > 0)
+    })
+    .map_or(GRANULARITY, |m| m << 20)
 }
 
 /// # Safety
