@@ -89,7 +89,17 @@ pub struct Index {
     pub(super) next_shared: u64,
     pub(super) next_seq: u64,
     pub(super) gpus: BTreeMap<u64, GpuCounters>,
+    /// The counts of GPUs whose counters were dropped to keep [`Self::gpus`]
+    /// bounded ([`MAX_GPU_COUNTERS`]), so the daemon-wide totals never go
+    /// back; their gauges (shared bytes and copies) are zero (no copy was
+    /// on them).
+    retired: GpuCounters,
 }
+
+/// Most GPUs with counters: tandemd's GPU table's bound (`MAX_GPUS`, GPUs a
+/// client is on) and key 0 (clients without a GPU). A client reporting
+/// made-up GPUs, each with a dedup message, added one each, for good.
+pub const MAX_GPU_COUNTERS: usize = crate::clients::MAX_GPUS + 1;
 
 impl Index {
     /// An empty index.
@@ -106,6 +116,7 @@ impl Index {
             next_shared: 1,
             next_seq: 0,
             gpus: BTreeMap::new(),
+            retired: GpuCounters::default(),
         }
     }
 
@@ -356,6 +367,12 @@ impl Index {
         self.gpus.iter().map(|(&g, c)| (g, c))
     }
 
+    /// What GPUs whose counters were dropped had counted (in the totals).
+    #[must_use]
+    pub fn retired_counters(&self) -> &GpuCounters {
+        &self.retired
+    }
+
     /// Every live shared copy (publishing ones included).
     pub fn shared_copies(&self) -> impl Iterator<Item = SharedView<'_>> {
         self.shared.iter().map(|(&id, sc)| SharedView {
@@ -371,7 +388,7 @@ impl Index {
     }
 
     pub(super) fn count(&mut self, gpu: u64, kind: RefusalKind) {
-        let c = self.gpus.entry(gpu).or_default();
+        let c = self.gpu_counters(gpu);
         match kind {
             RefusalKind::Protocol => c.protocol_errors += 1,
             RefusalKind::Ignored => c.candidates_ignored += 1,
@@ -379,8 +396,42 @@ impl Index {
         }
     }
 
+    /// GPU `gpu`'s counters, made if it has none. When [`MAX_GPU_COUNTERS`]
+    /// GPUs have counters, those no client is on and no shared copy lives
+    /// on are folded into the retired counts first; if none is, the count
+    /// goes to key 0 (not attributable to a GPU).
     pub(super) fn gpu_counters(&mut self, gpu: u64) -> &mut GpuCounters {
+        let gpu = if self.gpus.contains_key(&gpu) || self.room_for_counters() {
+            gpu
+        } else {
+            0
+        };
         self.gpus.entry(gpu).or_default()
+    }
+
+    fn room_for_counters(&mut self) -> bool {
+        if self.gpus.len() < MAX_GPU_COUNTERS {
+            return true;
+        }
+        let kept: BTreeSet<u64> = self
+            .clients
+            .values()
+            .filter_map(|c| c.gpu)
+            .chain(self.shared.values().map(|sc| sc.key.gpu))
+            .chain([0])
+            .collect();
+        let dropped: Vec<u64> = self
+            .gpus
+            .keys()
+            .copied()
+            .filter(|g| !kept.contains(g))
+            .collect();
+        for g in dropped {
+            if let Some(c) = self.gpus.remove(&g) {
+                self.retired.retire(&c);
+            }
+        }
+        self.gpus.len() < MAX_GPU_COUNTERS
     }
 
     /// A shared id that was allocated once and is gone now.

@@ -34,5 +34,6 @@ pub fn annotate(
     for (_, c) in index.all_counters() {
         t.add(c);
     }
+    t.add(index.retired_counters());
     t
 }

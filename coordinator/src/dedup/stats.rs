@@ -65,6 +65,14 @@ macro_rules! counters {
                 $(self.$name += c.$name;)*
             }
         }
+
+        impl GpuCounters {
+            /// Add the counts of a GPU whose counters are dropped (its
+            /// merge latencies go with it).
+            pub fn retire(&mut self, c: &GpuCounters) {
+                $(self.$name += c.$name;)*
+            }
+        }
     };
 }
 

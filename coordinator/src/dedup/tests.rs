@@ -698,3 +698,41 @@ fn a_new_gpu_drops_what_the_client_had() {
         vec![close(1)]
     );
 }
+
+/// A client that reports GPU after made-up GPU (a Device each) and sends
+/// one dedup message on each made counters for each GPU, kept for good:
+/// tandemd's memory grew with every pair of messages. The counters of GPUs
+/// no client is on and no shared copy lives on are now folded into the
+/// retired counts when too many GPUs have counters, and the daemon-wide
+/// totals keep every count.
+#[test]
+fn made_up_gpus_do_not_grow_the_counters_without_bound() {
+    use super::index::MAX_GPU_COUNTERS;
+    let mut t = T::clients(2);
+    // A real merge on GPU 7, whose counters must survive.
+    t.ok(1, cand(0x10, 3), false);
+    assert_eq!(t.ok(2, cand(0x20, 3), false), vec![publish(1, 0x10, 1, 3)]);
+    assert_eq!(t.published_ok(1, 0x10, 1), vec![offer(2, 0x20, 1, 3)]);
+    t.ok(2, reply(DedupOp::Result, 0x20, 1, DedupStatus::OK), false);
+    let sent = 10 * MAX_GPU_COUNTERS as u64;
+    for n in 0..sent {
+        t.join(3, "g", 1000 + n);
+        let mut odd = cand(0x31, 1);
+        odd.len = L * 2;
+        assert_eq!(t.refused(3, odd, false).kind(), RefusalKind::Protocol);
+    }
+    let kept = t.ix.all_counters().count();
+    assert!(kept <= MAX_GPU_COUNTERS, "{kept} GPUs with counters");
+    let counted: u64 =
+        t.ix.all_counters()
+            .map(|(_, k)| k.protocol_errors)
+            .sum::<u64>()
+            + t.ix.retired_counters().protocol_errors;
+    assert_eq!(counted, sent, "every refusal still counted");
+    let real = t.ix.counters(GPU).expect("GPU 7's counters kept");
+    assert_eq!((real.merges, real.shared_copies), (1, 1));
+    assert!(
+        t.ix.counters(1000 + sent - 1).is_some(),
+        "the client's GPU now"
+    );
+}
