@@ -146,7 +146,7 @@ impl Local {
         self.gpu.store(gpu, Ordering::Relaxed);
         self.resolve_slot(cb);
         if self.wants_slot() {
-            super::marks::wake_watcher();
+            super::wake::wake_watcher();
         }
     }
 

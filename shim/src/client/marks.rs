@@ -73,8 +73,7 @@
 //! in the context current at the first mark, and a mark on another
 //! context's stream fails to record and is skipped.
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::os::fd::{BorrowedFd, IntoRawFd};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tandem_proto::{monotonic_ns, EventKind, Record};
@@ -85,6 +84,7 @@ use super::interval::{self, interval_over, AtLaunch, NEXT_NS, TIME_IT, TIME_NEXT
 use super::session::Session;
 use super::slots::{claim, slot_of, Slot, ARMED, FREE, POOL, SLOTS};
 use super::timing::{kernel_ns, lead_ns, timing_due, UNKNOWN_LEAD};
+use super::wake;
 use super::Client;
 use crate::calls;
 use crate::table::Hook;
@@ -108,10 +108,6 @@ static POLLING: AtomicU32 = AtomicU32::new(0);
 static OUTSTANDING: AtomicU32 = AtomicU32::new(0);
 /// The context the events were created in (the watcher makes it current).
 static CTX: AtomicUsize = AtomicUsize::new(0);
-/// An eventfd the watcher sleeps on too (-1: none yet): written when a mark
-/// is placed while none was outstanding, so an idle process's watcher needs
-/// no periodic wake-ups and the first mark after an idle spell is seen at once.
-static WAKE: AtomicI32 = AtomicI32::new(-1);
 
 /// Before a kernel launch by a registered process: 0 (the usual case: one
 /// Relaxed load), or a token for [`after_launch`] / [`abandon`] when this
@@ -361,7 +357,7 @@ fn arm(s: &Session, slot: &Slot, seq: u64, stream: CUstream, now: u64, timed: bo
     let first = OUTSTANDING.fetch_add(1, Ordering::Relaxed) == 0;
     slot.state.store(ARMED, Ordering::Release);
     if first {
-        wake_watcher();
+        wake::wake_watcher();
     }
 }
 
@@ -386,37 +382,6 @@ fn mark(s: &Session, kind: EventKind, seq: u64, stream: u64, ts_ns: u64, elapsed
         // sooner.
         s.push_patient(&r);
     }
-}
-
-/// One eventfd write (cold: only when a mark follows an idle spell, or a
-/// client's GPU becomes known before its board slot).
-pub(super) fn wake_watcher() {
-    let fd = WAKE.load(Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: the watcher's eventfd, never closed while this process runs
-        // (except in a fork child, which resets WAKE first); a failed signal
-        // only delays the watcher to its next slice.
-        tandem_os::poll::eventfd_signal(unsafe { BorrowedFd::borrow_raw(fd) });
-    }
-}
-
-/// The watcher's end of the wake-up: an eventfd (created once per process),
-/// or `None` when none could be made (the watcher then polls marks on its
-/// slices only).
-pub fn wake_fd() -> Option<i32> {
-    let fd = WAKE.load(Ordering::Acquire);
-    if fd >= 0 {
-        return Some(fd);
-    }
-    // Kept for the life of the process (launching threads write it).
-    let fd = tandem_os::poll::eventfd().ok()?.into_raw_fd();
-    WAKE.store(fd, Ordering::Release);
-    Some(fd)
-}
-
-/// Clears the wake-up (after the watcher's poll saw it readable).
-pub fn clear_wake(fd: BorrowedFd<'_>) {
-    tandem_os::poll::eventfd_clear(fd);
 }
 
 /// The slot's event, created in the calling thread's context the first time.
@@ -457,11 +422,11 @@ fn timing_events(slot: &Slot) -> Option<(CUevent, CUevent)> {
 
 /// How long the watcher may sleep before it should poll marks again:
 /// [`POLL_EVERY`] while any is outstanding, else `default` (a new mark wakes
-/// it through [`wake_fd`]; without an eventfd, [`POLL_EVERY`] while this
+/// it through [`super::wake::wake_fd`]; without an eventfd, [`POLL_EVERY`] while this
 /// session asks for marks).
 pub fn poll_slice(s: &Session, default: Duration) -> Duration {
     let outstanding = OUTSTANDING.load(Ordering::Relaxed) > 0;
-    let unwakeable = WAKE.load(Ordering::Relaxed) < 0 && s.control().mark_every_ns() != 0;
+    let unwakeable = !wake::wakeable() && s.control().mark_every_ns() != 0;
     if outstanding || unwakeable {
         default.min(POLL_EVERY)
     } else {
@@ -573,10 +538,5 @@ pub(super) fn after_fork_in_child() {
     TIME_NEXT.store(0, Ordering::Relaxed);
     OUTSTANDING.store(0, Ordering::Relaxed);
     CTX.store(0, Ordering::Relaxed);
-    let fd = WAKE.swap(-1, Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: the child's copy of the parent's eventfd; nothing in the
-        // child uses it (its own watcher makes a new one).
-        unsafe { libc::close(fd) };
-    }
+    wake::after_fork_in_child();
 }

@@ -56,6 +56,7 @@ pub(crate) mod session;
 mod slots;
 pub(crate) mod spatial;
 mod timing;
+mod wake;
 mod watcher;
 
 use core::sync::atomic::Ordering;

@@ -156,7 +156,7 @@ fn watch(s: &Session) {
         let sock = unsafe { BorrowedFd::borrow_raw(fd) };
         // SAFETY: the process's eventfd, never closed while the process runs
         // (a fork child resets it before its own watcher starts).
-        let wake = super::marks::wake_fd().map(|w| unsafe { BorrowedFd::borrow_raw(w) });
+        let wake = super::wake::wake_fd().map(|w| unsafe { BorrowedFd::borrow_raw(w) });
         let mut seen = [Seen::default(); 2];
         let both;
         let fds: &[BorrowedFd<'_>] = match wake {
@@ -171,7 +171,7 @@ fn watch(s: &Session) {
         }
         if let (Some(w), true) = (wake, seen[1].readable) {
             // A mark was placed: the next turn of the loop polls it.
-            super::marks::clear_wake(w);
+            super::wake::clear_wake(w);
         }
         let p = seen[0];
         if p.readable {
