@@ -1,5 +1,6 @@
-//! Allocations, frees, host-to-device copies and synchronisations: forwarded
-//! unchanged; with a coordinator session, reported in the ring.
+//! Allocations, frees, copies, memsets and synchronisations: forwarded
+//! unchanged; with a coordinator session, reported in the ring. The copies and
+//! memsets live in [`copies`] (one contiguous range).
 //!
 //! Without a session each body is the real call and one test of `client`.
 //! Weight dedup (`crate::dedup`) hooks in here too: `cuMemAlloc_v2` of a client
@@ -15,15 +16,17 @@
 //! still in flight counts, in an inference client, as activity on its GPU's
 //! board (a host that waits by polling). Nothing here waits on the coordinator.
 
+pub mod copies;
+
 use crate::client::{emit, Client};
 use crate::table::Hook;
 use crate::types::{
     CUcontext, CUdeviceptr, CUevent, CUmemAllocationProp, CUmemGenericAllocationHandle,
     CUmemoryPool, CUstream, CuResult,
 };
-use core::ffi::{c_uint, c_void};
+use core::ffi::c_uint;
 use core::sync::atomic::{AtomicBool, Ordering};
-use tandem_proto::record::{FLAG_ASYNC, FLAG_CONTEXT_SYNC, FLAG_VMM_HANDLE};
+use tandem_proto::record::{FLAG_CONTEXT_SYNC, FLAG_VMM_HANDLE};
 use tandem_proto::EventKind;
 
 /// The device address (or handle) the driver wrote to `dptr` on success.
@@ -280,148 +283,6 @@ pub unsafe fn free_async(
         emit::memory(s, hook, EventKind::FREE, 0, 0, dptr, stream as u64);
     }
     rc
-}
-
-/// `cuMemcpyHtoD_v2` and its `_ptds` form.
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn copy_h2d(
-    hook: Hook,
-    client: Client,
-    real: unsafe extern "C" fn(CUdeviceptr, *const c_void, usize) -> CuResult,
-    dst: CUdeviceptr,
-    src: *const c_void,
-    bytes: usize,
-) -> CuResult {
-    crate::dedup::before_write(dst, bytes);
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(dst, src, bytes) };
-    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
-        emit::memory(s, hook, EventKind::COPY_H2D, 0, bytes as u64, dst, 0);
-    }
-    rc
-}
-
-/// `cuMemcpyHtoDAsync_v2` and its `_ptsz` form (records carry `FLAG_ASYNC`).
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn copy_h2d_async(
-    hook: Hook,
-    client: Client,
-    real: unsafe extern "C" fn(CUdeviceptr, *const c_void, usize, CUstream) -> CuResult,
-    dst: CUdeviceptr,
-    src: *const c_void,
-    bytes: usize,
-    stream: CUstream,
-) -> CuResult {
-    crate::dedup::before_write(dst, bytes);
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(dst, src, bytes, stream) };
-    if let (Some(s), CuResult::SUCCESS) = (client, rc) {
-        emit::memory(
-            s,
-            hook,
-            EventKind::COPY_H2D,
-            FLAG_ASYNC,
-            bytes as u64,
-            dst,
-            stream as u64,
-        );
-    }
-    rc
-}
-
-/// `cuMemcpyDtoD_v2`, `cuMemcpy` and their `_ptds` forms: forwarded after
-/// dedup's copy-on-write check of the destination (a host destination of
-/// `cuMemcpy` is simply not dedup memory). Not reported to the coordinator.
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn copy_d2d(
-    _hook: Hook,
-    _client: Client,
-    real: unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> CuResult,
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    bytes: usize,
-) -> CuResult {
-    crate::dedup::before_write(dst, bytes);
-    // SAFETY: forwarded unchanged.
-    unsafe { real(dst, src, bytes) }
-}
-
-/// `cuMemcpyDtoDAsync_v2`, `cuMemcpyAsync` and their `_ptsz` forms (see [`copy_d2d`]).
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn copy_d2d_async(
-    _hook: Hook,
-    _client: Client,
-    real: unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> CuResult,
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    bytes: usize,
-    stream: CUstream,
-) -> CuResult {
-    crate::dedup::before_write(dst, bytes);
-    // SAFETY: forwarded unchanged.
-    unsafe { real(dst, src, bytes, stream) }
-}
-
-/// `cuMemsetD8/16/32_v2` and their `_ptds` forms, `T` the element type: `n`
-/// elements at `dst`, after dedup's copy-on-write check.
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn memset<T: Copy>(
-    _hook: Hook,
-    _client: Client,
-    real: unsafe extern "C" fn(CUdeviceptr, T, usize) -> CuResult,
-    dst: CUdeviceptr,
-    value: T,
-    n: usize,
-) -> CuResult {
-    crate::dedup::before_write(dst, n.saturating_mul(core::mem::size_of::<T>()));
-    // SAFETY: forwarded unchanged.
-    unsafe { real(dst, value, n) }
-}
-
-/// `cuMemsetD8/16/32Async` and their `_ptsz` forms (see [`memset`]).
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn memset_async<T: Copy>(
-    _hook: Hook,
-    _client: Client,
-    real: unsafe extern "C" fn(CUdeviceptr, T, usize, CUstream) -> CuResult,
-    dst: CUdeviceptr,
-    value: T,
-    n: usize,
-    stream: CUstream,
-) -> CuResult {
-    crate::dedup::before_write(dst, n.saturating_mul(core::mem::size_of::<T>()));
-    // SAFETY: forwarded unchanged.
-    unsafe { real(dst, value, n, stream) }
-}
-
-/// `cuMemcpyDtoH_v2` and its `_ptds` form: a synchronous copy, reported as a sync.
-///
-/// # Safety
-/// Arguments as the driver function requires.
-pub unsafe fn copy_d2h(
-    hook: Hook,
-    client: Client,
-    real: unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize) -> CuResult,
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    bytes: usize,
-) -> CuResult {
-    synchronizing(client, hook, 0, 0, || {
-        // SAFETY: forwarded unchanged.
-        unsafe { real(dst, src, bytes) }
-    })
 }
 
 /// `cuStreamSynchronize` and its `_ptsz` form.

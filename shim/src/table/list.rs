@@ -118,67 +118,67 @@ macro_rules! hook_list {
 
             cuMemcpyHtoD_v2("cuMemcpyHtoD", 3020, legacy) CopyToDevice fn(
                 dst: CUdeviceptr, src: *const c_void, bytes: usize)
-                => memops::copy_h2d;
+                => memops::copies::copy_h2d;
             cuMemcpyHtoD_v2_ptds("cuMemcpyHtoD", 7000, per_thread) CopyToDevice fn(
                 dst: CUdeviceptr, src: *const c_void, bytes: usize)
-                => memops::copy_h2d;
+                => memops::copies::copy_h2d;
             cuMemcpyHtoDAsync_v2("cuMemcpyHtoDAsync", 3020, legacy) CopyToDevice fn(
                 dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream)
-                => memops::copy_h2d_async;
+                => memops::copies::copy_h2d_async;
             cuMemcpyHtoDAsync_v2_ptsz("cuMemcpyHtoDAsync", 7000, per_thread) CopyToDevice fn(
                 dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream)
-                => memops::copy_h2d_async;
+                => memops::copies::copy_h2d_async;
             cuMemcpyDtoD_v2("cuMemcpyDtoD", 3020, legacy) CopyOnDevice fn(
-                dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) => memops::copy_d2d;
+                dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) => memops::copies::copy_d2d;
             cuMemcpyDtoD_v2_ptds("cuMemcpyDtoD", 7000, per_thread) CopyOnDevice fn(
-                dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) => memops::copy_d2d;
+                dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) => memops::copies::copy_d2d;
             cuMemcpyDtoDAsync_v2("cuMemcpyDtoDAsync", 3020, legacy) CopyOnDevice fn(
                 dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream)
-                => memops::copy_d2d_async;
+                => memops::copies::copy_d2d_async;
             cuMemcpyDtoDAsync_v2_ptsz("cuMemcpyDtoDAsync", 7000, per_thread) CopyOnDevice fn(
                 dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream)
-                => memops::copy_d2d_async;
+                => memops::copies::copy_d2d_async;
             cuMemcpy("cuMemcpy", 4000, legacy) CopyOnDevice fn(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize)
-                => memops::copy_d2d;
+                => memops::copies::copy_d2d;
             cuMemcpy_ptds("cuMemcpy", 7000, per_thread) CopyOnDevice fn(
-                dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) => memops::copy_d2d;
+                dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) => memops::copies::copy_d2d;
             cuMemcpyAsync("cuMemcpyAsync", 4000, legacy) CopyOnDevice fn(
                 dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream)
-                => memops::copy_d2d_async;
+                => memops::copies::copy_d2d_async;
             cuMemcpyAsync_ptsz("cuMemcpyAsync", 7000, per_thread) CopyOnDevice fn(
                 dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream)
-                => memops::copy_d2d_async;
+                => memops::copies::copy_d2d_async;
             cuMemsetD8_v2("cuMemsetD8", 3020, legacy) Memset fn(dst: CUdeviceptr, value: u8, n: usize)
-                => memops::memset;
+                => memops::copies::memset;
             cuMemsetD8_v2_ptds("cuMemsetD8", 7000, per_thread) Memset fn(dst: CUdeviceptr, value: u8, n: usize)
-                => memops::memset;
+                => memops::copies::memset;
             cuMemsetD16_v2("cuMemsetD16", 3020, legacy) Memset fn(dst: CUdeviceptr, value: c_ushort, n: usize)
-                => memops::memset;
+                => memops::copies::memset;
             cuMemsetD16_v2_ptds("cuMemsetD16", 7000, per_thread) Memset fn(
-                dst: CUdeviceptr, value: c_ushort, n: usize) => memops::memset;
+                dst: CUdeviceptr, value: c_ushort, n: usize) => memops::copies::memset;
             cuMemsetD32_v2("cuMemsetD32", 3020, legacy) Memset fn(dst: CUdeviceptr, value: c_uint, n: usize)
-                => memops::memset;
+                => memops::copies::memset;
             cuMemsetD32_v2_ptds("cuMemsetD32", 7000, per_thread) Memset fn(
-                dst: CUdeviceptr, value: c_uint, n: usize) => memops::memset;
+                dst: CUdeviceptr, value: c_uint, n: usize) => memops::copies::memset;
             cuMemsetD8Async("cuMemsetD8Async", 3020, legacy) Memset fn(
-                dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) => memops::memset_async;
+                dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) => memops::copies::memset_async;
             cuMemsetD8Async_ptsz("cuMemsetD8Async", 7000, per_thread) Memset fn(
-                dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) => memops::memset_async;
+                dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) => memops::copies::memset_async;
             cuMemsetD16Async("cuMemsetD16Async", 3020, legacy) Memset fn(
-                dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream) => memops::memset_async;
+                dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream) => memops::copies::memset_async;
             cuMemsetD16Async_ptsz("cuMemsetD16Async", 7000, per_thread) Memset fn(
-                dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream) => memops::memset_async;
+                dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream) => memops::copies::memset_async;
             cuMemsetD32Async("cuMemsetD32Async", 3020, legacy) Memset fn(
-                dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) => memops::memset_async;
+                dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) => memops::copies::memset_async;
             cuMemsetD32Async_ptsz("cuMemsetD32Async", 7000, per_thread) Memset fn(
-                dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) => memops::memset_async;
+                dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) => memops::copies::memset_async;
 
             cuMemcpyDtoH_v2("cuMemcpyDtoH", 3020, legacy) CopyToHost fn(
                 dst: *mut c_void, src: CUdeviceptr, bytes: usize)
-                => memops::copy_d2h;
+                => memops::copies::copy_d2h;
             cuMemcpyDtoH_v2_ptds("cuMemcpyDtoH", 7000, per_thread) CopyToHost fn(
                 dst: *mut c_void, src: CUdeviceptr, bytes: usize)
-                => memops::copy_d2h;
+                => memops::copies::copy_d2h;
             cuStreamSynchronize("cuStreamSynchronize", 2000, legacy) Sync fn(stream: CUstream)
                 => memops::stream_sync;
             cuStreamSynchronize_ptsz("cuStreamSynchronize", 7000, per_thread) Sync fn(stream: CUstream)
