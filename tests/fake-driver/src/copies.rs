@@ -1,5 +1,6 @@
-//! Copies and memsets: host to device, device to host, unified addressing, each range checked
-//! and the work timed on its stream.
+//! Copies and memsets of one range: host to device, device to host, device to device (peer
+//! copies included), unified addressing, each range checked and the work timed on its stream.
+//! (2D and 3D copies and pitched memsets are `pitched`, built on the checks here.)
 //!
 //! `cuMemcpy`/`cuMemcpyAsync` (unified addressing) take either side as a device or a host
 //! address: a side is device memory when its address lies in a live allocation or in a reserved
@@ -25,7 +26,7 @@ fn is_device_addr(st: &State, addr: u64) -> bool {
     st.memory.contains(addr, 1) || st.vmm.is_reserved(addr)
 }
 
-fn finish_on_stream(
+pub(crate) fn finish_on_stream(
     mut st: std::sync::MutexGuard<'static, State>,
     stream: Handle,
     per_thread_default: bool,
@@ -122,7 +123,7 @@ impl CopyKind {
 
 /// Checks one side of a copy (`device`: whether it is device memory, `None` to decide by the
 /// address); returns the host pointer to copy through.
-fn copy_side(
+pub(crate) fn copy_side(
     st: &State,
     addr: u64,
     n: usize,
@@ -174,12 +175,45 @@ pub unsafe fn memcpy(
     finish_on_stream(st, stream, per_thread_default, sync)
 }
 
+/// `cuMemcpyPeer*`: a device-to-device copy between two contexts. The fake has one device, so
+/// both must be valid contexts of it (else `CUDA_ERROR_INVALID_CONTEXT`); the copy is then
+/// checked and moved as `cuMemcpyDtoD`'s.
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_peer(
+    dst: CUdeviceptr,
+    dst_ctx: Handle,
+    src: CUdeviceptr,
+    src_ctx: Handle,
+    n: usize,
+    stream: Handle,
+    per_thread_default: bool,
+    sync: bool,
+) -> CuResult<()> {
+    {
+        let st = lock();
+        st.contexts.check(key(dst_ctx))?;
+        st.contexts.check(key(src_ctx))?;
+    }
+    // SAFETY: both sides are device memory (DeviceToDevice): checked, never host pointers.
+    unsafe {
+        memcpy(
+            dst,
+            src,
+            n,
+            CopyKind::DeviceToDevice,
+            stream,
+            per_thread_default,
+            sync,
+        )
+    }
+}
+
 /// Whether copies move their bytes: yes unless `FAKECUDA_COPY_NO_DATA=1`, which a replay of a
 /// trace sets (tests/hosts/replay.c). There a copy stands for a real GPU's (an async copy
 /// from pinned memory returns at once), and moving 9.6 MB on the CPU took 1.5 ms inside the
 /// call that the capture measured as the job's own host time (ResNet50 b32's request, whose
 /// source has 68 us of CPU around its input copy). Checks and timing are the same either way.
-fn moves_data() -> bool {
+pub(crate) fn moves_data() -> bool {
     static MOVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *MOVES.get_or_init(|| std::env::var_os("FAKECUDA_COPY_NO_DATA").is_none_or(|v| v != "1"))
 }

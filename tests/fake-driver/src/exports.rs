@@ -10,7 +10,9 @@ use std::ptr::null_mut;
 use crate::copies::CopyKind;
 use crate::state::modules::Dims;
 use crate::types::*;
-use crate::{address_space, copies, device, events, graphs, kernels, memory, streams, table, vmm};
+use crate::{
+    address_space, copies, device, events, graphs, kernels, memory, pitched, streams, table, vmm,
+};
 
 driver_api! {
     // ---- initialisation, versions, cuGetProcAddress -------------------------------------------
@@ -285,6 +287,80 @@ driver_api! {
     cuMemsetD32Async_ptsz["cuMemsetD32Async", 7000, per_thread, init](
         dst: CUdeviceptr, ui: c_uint, n: usize, stream: Handle,
     ) => copies::memset(dst, ui, 4, n, stream, true, false);
+    cuMemcpyPeer["cuMemcpyPeer", 4000, legacy, init](
+        dst: CUdeviceptr, dst_ctx: Handle, src: CUdeviceptr, src_ctx: Handle, byte_count: usize,
+    ) => copies::memcpy_peer(dst, dst_ctx, src, src_ctx, byte_count, null_mut(), false, true);
+    cuMemcpyPeer_ptds["cuMemcpyPeer", 7000, per_thread, init](
+        dst: CUdeviceptr, dst_ctx: Handle, src: CUdeviceptr, src_ctx: Handle, byte_count: usize,
+    ) => copies::memcpy_peer(dst, dst_ctx, src, src_ctx, byte_count, null_mut(), true, true);
+    cuMemcpyPeerAsync["cuMemcpyPeerAsync", 4000, legacy, init](
+        dst: CUdeviceptr, dst_ctx: Handle, src: CUdeviceptr, src_ctx: Handle, byte_count: usize,
+        stream: Handle,
+    ) => copies::memcpy_peer(dst, dst_ctx, src, src_ctx, byte_count, stream, false, false);
+    cuMemcpyPeerAsync_ptsz["cuMemcpyPeerAsync", 7000, per_thread, init](
+        dst: CUdeviceptr, dst_ctx: Handle, src: CUdeviceptr, src_ctx: Handle, byte_count: usize,
+        stream: Handle,
+    ) => copies::memcpy_peer(dst, dst_ctx, src, src_ctx, byte_count, stream, true, false);
+
+    // ---- 2D and 3D copies, pitched memsets ----------------------------------------------------
+    cuMemcpy2D_v2["cuMemcpy2D", 3020, legacy, init](copy: *const Memcpy2D)
+        => pitched::memcpy_2d(copy, null_mut(), false, true);
+    cuMemcpy2D_v2_ptds["cuMemcpy2D", 7000, per_thread, init](copy: *const Memcpy2D)
+        => pitched::memcpy_2d(copy, null_mut(), true, true);
+    cuMemcpy2DUnaligned_v2["cuMemcpy2DUnaligned", 3020, legacy, init](copy: *const Memcpy2D)
+        => pitched::memcpy_2d(copy, null_mut(), false, true);
+    cuMemcpy2DUnaligned_v2_ptds["cuMemcpy2DUnaligned", 7000, per_thread, init](copy: *const Memcpy2D)
+        => pitched::memcpy_2d(copy, null_mut(), true, true);
+    cuMemcpy2DAsync_v2["cuMemcpy2DAsync", 3020, legacy, init](copy: *const Memcpy2D, stream: Handle)
+        => pitched::memcpy_2d(copy, stream, false, false);
+    cuMemcpy2DAsync_v2_ptsz["cuMemcpy2DAsync", 7000, per_thread, init](
+        copy: *const Memcpy2D, stream: Handle,
+    ) => pitched::memcpy_2d(copy, stream, true, false);
+    cuMemcpy3D_v2["cuMemcpy3D", 3020, legacy, init](copy: *const Memcpy3D)
+        => pitched::memcpy_3d(copy, null_mut(), false, true);
+    cuMemcpy3D_v2_ptds["cuMemcpy3D", 7000, per_thread, init](copy: *const Memcpy3D)
+        => pitched::memcpy_3d(copy, null_mut(), true, true);
+    cuMemcpy3DAsync_v2["cuMemcpy3DAsync", 3020, legacy, init](copy: *const Memcpy3D, stream: Handle)
+        => pitched::memcpy_3d(copy, stream, false, false);
+    cuMemcpy3DAsync_v2_ptsz["cuMemcpy3DAsync", 7000, per_thread, init](
+        copy: *const Memcpy3D, stream: Handle,
+    ) => pitched::memcpy_3d(copy, stream, true, false);
+    cuMemsetD2D8_v2["cuMemsetD2D8", 3020, legacy, init](
+        dst: CUdeviceptr, pitch: usize, uc: c_uchar, width: usize, height: usize,
+    ) => pitched::memset_2d(dst, pitch, u32::from(uc), 1, width, height, null_mut(), false, true);
+    cuMemsetD2D8_v2_ptds["cuMemsetD2D8", 7000, per_thread, init](
+        dst: CUdeviceptr, pitch: usize, uc: c_uchar, width: usize, height: usize,
+    ) => pitched::memset_2d(dst, pitch, u32::from(uc), 1, width, height, null_mut(), true, true);
+    cuMemsetD2D16_v2["cuMemsetD2D16", 3020, legacy, init](
+        dst: CUdeviceptr, pitch: usize, us: c_ushort, width: usize, height: usize,
+    ) => pitched::memset_2d(dst, pitch, u32::from(us), 2, width, height, null_mut(), false, true);
+    cuMemsetD2D16_v2_ptds["cuMemsetD2D16", 7000, per_thread, init](
+        dst: CUdeviceptr, pitch: usize, us: c_ushort, width: usize, height: usize,
+    ) => pitched::memset_2d(dst, pitch, u32::from(us), 2, width, height, null_mut(), true, true);
+    cuMemsetD2D32_v2["cuMemsetD2D32", 3020, legacy, init](
+        dst: CUdeviceptr, pitch: usize, ui: c_uint, width: usize, height: usize,
+    ) => pitched::memset_2d(dst, pitch, ui, 4, width, height, null_mut(), false, true);
+    cuMemsetD2D32_v2_ptds["cuMemsetD2D32", 7000, per_thread, init](
+        dst: CUdeviceptr, pitch: usize, ui: c_uint, width: usize, height: usize,
+    ) => pitched::memset_2d(dst, pitch, ui, 4, width, height, null_mut(), true, true);
+    cuMemsetD2D8Async["cuMemsetD2D8Async", 3020, legacy, init](
+        dst: CUdeviceptr, pitch: usize, uc: c_uchar, width: usize, height: usize, stream: Handle,
+    ) => pitched::memset_2d(dst, pitch, u32::from(uc), 1, width, height, stream, false, false);
+    cuMemsetD2D8Async_ptsz["cuMemsetD2D8Async", 7000, per_thread, init](
+        dst: CUdeviceptr, pitch: usize, uc: c_uchar, width: usize, height: usize, stream: Handle,
+    ) => pitched::memset_2d(dst, pitch, u32::from(uc), 1, width, height, stream, true, false);
+    cuMemsetD2D16Async["cuMemsetD2D16Async", 3020, legacy, init](
+        dst: CUdeviceptr, pitch: usize, us: c_ushort, width: usize, height: usize, stream: Handle,
+    ) => pitched::memset_2d(dst, pitch, u32::from(us), 2, width, height, stream, false, false);
+    cuMemsetD2D16Async_ptsz["cuMemsetD2D16Async", 7000, per_thread, init](
+        dst: CUdeviceptr, pitch: usize, us: c_ushort, width: usize, height: usize, stream: Handle,
+    ) => pitched::memset_2d(dst, pitch, u32::from(us), 2, width, height, stream, true, false);
+    cuMemsetD2D32Async["cuMemsetD2D32Async", 3020, legacy, init](
+        dst: CUdeviceptr, pitch: usize, ui: c_uint, width: usize, height: usize, stream: Handle,
+    ) => pitched::memset_2d(dst, pitch, ui, 4, width, height, stream, false, false);
+    cuMemsetD2D32Async_ptsz["cuMemsetD2D32Async", 7000, per_thread, init](
+        dst: CUdeviceptr, pitch: usize, ui: c_uint, width: usize, height: usize, stream: Handle,
+    ) => pitched::memset_2d(dst, pitch, ui, 4, width, height, stream, true, false);
 
     // ---- streams and events -------------------------------------------------------------------
     cuStreamCreate["cuStreamCreate", 2000, legacy, init](stream: *mut Handle, flags: c_uint)

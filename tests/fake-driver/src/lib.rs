@@ -12,9 +12,10 @@
 //!   `introspect`: the `fakecuda_*` exports;
 //! - `table`: the table machinery and `cuGetProcAddress` selection;
 //! - the driver functions: `device` (device queries, contexts, error strings), `memory`
-//!   (allocations), `copies` (copies, memsets), `streams` / `events` (simulated time),
-//!   `kernels` (modules, launches), `graphs` (graphs as lists of kernel nodes), `vmm`
-//!   (`cuMemCreate` & co. on memfd) and `address_space` (reserve, map, access on mmap);
+//!   (allocations), `copies` (copies, memsets), `pitched` (2D/3D copies, pitched memsets),
+//!   `streams` / `events` (simulated time), `kernels` (modules, launches), `graphs` (graphs as
+//!   lists of kernel nodes), `vmm` (`cuMemCreate` & co. on memfd) and `address_space`
+//!   (reserve, map, access on mmap);
 //! - what launches share: `kernel_args` (dimensions, argument decoding), `execute` (running
 //!   kernels);
 //! - `state`: the one global state and its parts (contexts, allocations, streams, events,
@@ -41,6 +42,7 @@ mod introspect;
 mod kernel_args;
 mod kernels;
 mod memory;
+mod pitched;
 mod shared;
 mod state;
 mod streams;

@@ -367,6 +367,14 @@ mod tests {
             pick("cuStreamCreateWithPriority", 5000, false),
             Err(Selection::VersionNotSufficient)
         );
+        assert_eq!(
+            pick("cuMemcpyPeer", 3020, false),
+            Err(Selection::VersionNotSufficient)
+        );
+        assert_eq!(
+            pick("cuMemcpy3D", 3010, true),
+            Err(Selection::VersionNotSufficient)
+        );
     }
 
     #[test]
@@ -421,6 +429,30 @@ mod tests {
             pick("cuStreamCreateWithPriority", 12000, true),
             Ok("cuStreamCreateWithPriority")
         );
+        assert_eq!(
+            pick("cuMemcpyDtoHAsync", 12000, true),
+            Ok("cuMemcpyDtoHAsync_v2_ptsz")
+        );
+        assert_eq!(pick("cuMemcpy2D", 7000, true), Ok("cuMemcpy2D_v2_ptds"));
+        assert_eq!(pick("cuMemcpy2D", 6050, true), Ok("cuMemcpy2D_v2"));
+        assert_eq!(
+            pick("cuMemcpy2DUnaligned", 12000, true),
+            Ok("cuMemcpy2DUnaligned_v2_ptds")
+        );
+        assert_eq!(
+            pick("cuMemcpy3DAsync", 12000, true),
+            Ok("cuMemcpy3DAsync_v2_ptsz")
+        );
+        assert_eq!(pick("cuMemcpyPeer", 7000, true), Ok("cuMemcpyPeer_ptds"));
+        assert_eq!(
+            pick("cuMemcpyPeerAsync", 7000, false),
+            Ok("cuMemcpyPeerAsync")
+        );
+        assert_eq!(
+            pick("cuMemsetD2D32Async", 12000, true),
+            Ok("cuMemsetD2D32Async_ptsz")
+        );
+        assert_eq!(pick("cuMemsetD2D8", 12000, false), Ok("cuMemsetD2D8_v2"));
         // A function with no per-thread form gives its legacy form under either flag.
         assert_eq!(pick("cuMemAlloc", 12000, true), Ok("cuMemAlloc_v2"));
         assert_eq!(

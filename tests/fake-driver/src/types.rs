@@ -115,12 +115,75 @@ pub struct CUuuid {
     pub bytes: [c_char; 16],
 }
 
+/// `CUmemorytype` (cuda.h): where one side of a 2D/3D copy lies.
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+pub const CU_MEMORYTYPE_ARRAY: c_uint = 3;
+pub const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// `CUDA_MEMCPY2D` (the `_v2` layout). Memory types are plain integers: the caller may put
+/// anything there.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Memcpy2D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: Handle,
+    pub src_pitch: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: Handle,
+    pub dst_pitch: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+}
+
+/// `CUDA_MEMCPY3D` (the `_v2` layout), memory types as plain integers.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Memcpy3D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: Handle,
+    pub reserved0: *mut c_void,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: Handle,
+    pub reserved1: *mut c_void,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
 // The layouts must match cuda.h on x86_64/aarch64 Linux exactly.
 const _: () = assert!(size_of::<CUlaunchConfig>() == 56);
 const _: () = assert!(size_of::<KernelNodeParamsV2>() == 72);
 const _: () = assert!(size_of::<CUmemAllocationProp>() == 32);
 const _: () = assert!(size_of::<CUmemAccessDesc>() == 12);
 const _: () = assert!(size_of::<CUuuid>() == 16);
+const _: () = assert!(size_of::<Memcpy2D>() == 128);
+const _: () = assert!(size_of::<Memcpy3D>() == 200);
+const _: () = assert!(std::mem::offset_of!(Memcpy3D, dst_memory_type) == 120);
 
 /// Writes `value` through an out-pointer, failing with `CUDA_ERROR_INVALID_VALUE` on NULL.
 ///
