@@ -64,7 +64,6 @@ support_table! {
     MemSetAccess = c"cuMemSetAccess";
     MemExportToShareableHandle = c"cuMemExportToShareableHandle";
     MemImportFromShareableHandle = c"cuMemImportFromShareableHandle";
-    MemcpyDtoHAsyncV2 = c"cuMemcpyDtoHAsync_v2";
     // completion marks (crate::client::marks) and the watcher thread
     EventCreate = c"cuEventCreate";
     EventRecord = c"cuEventRecord";
@@ -313,6 +312,13 @@ pub fn unavailable(hook: Hook) -> CuResult {
         );
     }
     CuResult::NOT_SUPPORTED
+}
+
+/// For tests: makes `p` the real function behind `hook`; returns the one it
+/// replaces (0: none), to be put back.
+#[cfg(test)]
+pub(crate) fn replace(hook: Hook, p: usize) -> usize {
+    SLOTS[hook as usize].swap(p, Ordering::AcqRel)
 }
 
 #[cfg(test)]

@@ -121,4 +121,86 @@ mod tests {
         }
         assert_eq!(Hook::by_export_address(core::ptr::null()), None);
     }
+
+    /// Copies the CUDA runtime issues from any thread run in the submission
+    /// bracket: one issued while a remap holds the process reaches the driver
+    /// only once the remap is over. A device-to-host async copy (PyTorch's
+    /// `.cpu()`, `.item()`) let through would read memory the remap had
+    /// unmapped.
+    #[test]
+    fn copies_issued_during_a_remap_reach_the_driver_after_it() {
+        use crate::dedup::quiesce;
+        use crate::types::{CUdeviceptr, CUstream, CuResult};
+        use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        use std::time::Duration;
+
+        static IN_REMAP: AtomicBool = AtomicBool::new(false);
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        static OVERLAPS: AtomicU32 = AtomicU32::new(0);
+        fn called() -> CuResult {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            if IN_REMAP.load(Ordering::SeqCst) {
+                OVERLAPS.fetch_add(1, Ordering::SeqCst);
+            }
+            CuResult::SUCCESS
+        }
+        type D2hAsync = unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CuResult;
+        unsafe extern "C" fn driver_d2h_async(
+            _: *mut c_void,
+            _: CUdeviceptr,
+            _: usize,
+            _: CUstream,
+        ) -> CuResult {
+            called()
+        }
+
+        let _serial = quiesce::TEST_SERIAL
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        crate::client::never_connect();
+        quiesce::activate();
+        let hooked = |sym: &str| {
+            Hook::by_symbol(sym.as_bytes()).unwrap_or_else(|| panic!("{sym} is not hooked"))
+        };
+        let d2h = hooked("cuMemcpyDtoHAsync_v2");
+        let before = [crate::driver::replace(
+            d2h,
+            driver_d2h_async as *const () as usize,
+        )];
+        // SAFETY: the export has its driver function's C signature.
+        let d2h_export = unsafe { core::mem::transmute::<*const c_void, D2hAsync>(d2h.export()) };
+        let mut host = [0u8; 64];
+        let host = host.as_mut_ptr();
+
+        let calls: [&dyn Fn() -> CuResult; 1] = [
+            // SAFETY: the export forwards to `driver_d2h_async`, which reads nothing.
+            &|| unsafe { d2h_export(host.cast(), 0x7e00_0000_0000, 64, core::ptr::null_mut()) },
+        ];
+        for call in calls {
+            let (inside_tx, inside_rx) = std::sync::mpsc::channel();
+            let remap = std::thread::spawn(move || {
+                quiesce::exclusive::<_, ()>(
+                    false,
+                    || Ok(()),
+                    || {
+                        IN_REMAP.store(true, Ordering::SeqCst);
+                        inside_tx.send(()).unwrap();
+                        std::thread::sleep(Duration::from_millis(50));
+                        IN_REMAP.store(false, Ordering::SeqCst);
+                    },
+                )
+                .unwrap();
+            });
+            inside_rx.recv().unwrap();
+            assert_eq!(call(), CuResult::SUCCESS);
+            remap.join().unwrap();
+        }
+        crate::driver::replace(d2h, before[0]);
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1, "it reached the driver");
+        assert_eq!(
+            OVERLAPS.load(Ordering::SeqCst),
+            0,
+            "a copy reached the driver while the remap held the process"
+        );
+    }
 }

@@ -277,8 +277,8 @@ pub fn low_priority_stream() -> Result<CUstream> {
 /// Copies `dst.len()` bytes of device memory at `src` to the host, on `stream`,
 /// and waits for it.
 pub fn read_to_host(dst: &mut [u8], src: CUdeviceptr, stream: CUstream) -> Result<()> {
-    let copy = support!(
-        MemcpyDtoHAsyncV2,
+    let copy = hooked!(
+        cuMemcpyDtoHAsync_v2,
         fn(*mut c_void, CUdeviceptr, usize, CUstream)
     )?;
     let sync = hooked!(cuStreamSynchronize, fn(CUstream))?;

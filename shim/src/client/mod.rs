@@ -195,3 +195,11 @@ pub extern "C" fn tandem_request_end() {
         emit::request(s, tandem_proto::EventKind::REQUEST_END);
     }
 }
+
+/// For tests that call an export: this process never tries to reach a
+/// coordinator (as if its first call had found none), so a test cannot
+/// register with a tandemd that happens to run on the machine.
+#[cfg(test)]
+pub(crate) fn never_connect() {
+    let _ = CURRENT.compare_exchange(UNTRIED, IDLE, Ordering::AcqRel, Ordering::Acquire);
+}

@@ -234,6 +234,9 @@ mod tests {
     /// They once waited for a pause no thread of the child would ever lift.
     #[test]
     fn a_child_forked_during_a_remap_never_waits_for_it() {
+        let _serial = quiesce::TEST_SERIAL
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         quiesce::activate();
         let (inside_tx, inside_rx) = mpsc::channel();
         let (release_tx, release_rx) = mpsc::channel::<()>();

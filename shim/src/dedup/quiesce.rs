@@ -156,6 +156,11 @@ pub fn exclusive<R, E>(
     out
 }
 
+/// For tests of the protocol's global words: one at a time, so that one
+/// test's remap or bracket never shows in another's checks.
+#[cfg(test)]
+pub(crate) static TEST_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +172,7 @@ mod tests {
     /// overlap.
     #[test]
     fn no_submission_overlaps_an_exclusive_section() {
+        let _serial = TEST_SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         activate();
         let in_section = Arc::new(AtomicBool::new(false));
         let overlaps = Arc::new(AtomicU64::new(0));
@@ -221,6 +227,7 @@ mod tests {
 
     #[test]
     fn a_failed_drain_skips_the_work_and_releases_the_pause() {
+        let _serial = TEST_SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let ran = exclusive(false, || Err("sync failed"), || 1);
         assert_eq!(ran, Err("sync failed"));
         assert_eq!(PAUSE.load(Ordering::SeqCst), 0);

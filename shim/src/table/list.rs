@@ -179,6 +179,10 @@ macro_rules! hook_list {
             cuMemcpyDtoH_v2_ptds("cuMemcpyDtoH", 7000, per_thread) CopyToHost fn(
                 dst: *mut c_void, src: CUdeviceptr, bytes: usize)
                 => memops::copies::copy_d2h;
+            cuMemcpyDtoHAsync_v2("cuMemcpyDtoHAsync", 3020, legacy) CopyToHost fn(
+                dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream);
+            cuMemcpyDtoHAsync_v2_ptsz("cuMemcpyDtoHAsync", 7000, per_thread) CopyToHost fn(
+                dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream);
             cuStreamSynchronize("cuStreamSynchronize", 2000, legacy) Sync fn(stream: CUstream)
                 => memops::stream_sync;
             cuStreamSynchronize_ptsz("cuStreamSynchronize", 7000, per_thread) Sync fn(stream: CUstream)

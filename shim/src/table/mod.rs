@@ -71,6 +71,9 @@ pub enum Kind {
     /// Device-to-device and unified-address copies (`cuMemcpyDtoD`, `cuMemcpy`).
     CopyOnDevice,
     Memset,
+    /// Device-to-host copies, synchronous or not (`cuMemcpyDtoH`,
+    /// `cuMemcpyDtoHAsync`); only the synchronous form is reported as a sync,
+    /// by its operation.
     CopyToHost,
     Sync,
     Query,
@@ -112,7 +115,9 @@ impl Kind {
     }
 
     /// Whether a `CUDA_ERROR_ILLEGAL_ADDRESS` from this kind may be a kernel's
-    /// fault reported late (launches, syncs, copies that wait).
+    /// fault reported late (launches, syncs, copies that wait, and the
+    /// device-to-host copies, async ones included: reading a kernel's result
+    /// back is often the first call after it).
     pub const fn reports_faults(self) -> bool {
         matches!(
             self,
@@ -284,6 +289,10 @@ mod tests {
         assert_eq!(
             name(Hook::select(b"cuMemsetD32Async", 12000, ptds)),
             Some("cuMemsetD32Async_ptsz")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemcpyDtoHAsync", 12000, ptds)),
+            Some("cuMemcpyDtoHAsync_v2_ptsz")
         );
         // A function with no per-thread form answers its legacy form.
         assert_eq!(
