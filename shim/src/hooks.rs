@@ -126,11 +126,11 @@ mod tests {
     /// bracket: one issued while a remap holds the process reaches the driver
     /// only once the remap is over. A device-to-host async copy (PyTorch's
     /// `.cpu()`, `.item()`) let through would read memory the remap had
-    /// unmapped.
+    /// unmapped, and a 2D copy write into it.
     #[test]
     fn copies_issued_during_a_remap_reach_the_driver_after_it() {
         use crate::dedup::quiesce;
-        use crate::types::{CUdeviceptr, CUstream, CuResult};
+        use crate::types::{CUdeviceptr, CUstream, CuResult, Memcpy2D, MEMORYTYPE_DEVICE};
         use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
         use std::time::Duration;
 
@@ -145,12 +145,16 @@ mod tests {
             CuResult::SUCCESS
         }
         type D2hAsync = unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CuResult;
+        type Copy2d = unsafe extern "C" fn(*const Memcpy2D) -> CuResult;
         unsafe extern "C" fn driver_d2h_async(
             _: *mut c_void,
             _: CUdeviceptr,
             _: usize,
             _: CUstream,
         ) -> CuResult {
+            called()
+        }
+        unsafe extern "C" fn driver_2d(_: *const Memcpy2D) -> CuResult {
             called()
         }
 
@@ -162,19 +166,30 @@ mod tests {
         let hooked = |sym: &str| {
             Hook::by_symbol(sym.as_bytes()).unwrap_or_else(|| panic!("{sym} is not hooked"))
         };
-        let d2h = hooked("cuMemcpyDtoHAsync_v2");
-        let before = [crate::driver::replace(
-            d2h,
-            driver_d2h_async as *const () as usize,
-        )];
-        // SAFETY: the export has its driver function's C signature.
-        let d2h_export = unsafe { core::mem::transmute::<*const c_void, D2hAsync>(d2h.export()) };
+        let (d2h, c2d) = (hooked("cuMemcpyDtoHAsync_v2"), hooked("cuMemcpy2D_v2"));
+        let before = [
+            crate::driver::replace(d2h, driver_d2h_async as *const () as usize),
+            crate::driver::replace(c2d, driver_2d as *const () as usize),
+        ];
+        // SAFETY: each export has its driver function's C signature.
+        let (d2h_export, c2d_export) = unsafe {
+            (
+                core::mem::transmute::<*const c_void, D2hAsync>(d2h.export()),
+                core::mem::transmute::<*const c_void, Copy2d>(c2d.export()),
+            )
+        };
+        // SAFETY: all integers and raw pointers: zero is a valid value of each.
+        let mut desc: Memcpy2D = unsafe { core::mem::zeroed() };
+        (desc.dst_memory_type, desc.dst_device) = (MEMORYTYPE_DEVICE, 0x7e00_0000_0000);
+        (desc.dst_pitch, desc.width_in_bytes, desc.height) = (4096, 256, 4);
         let mut host = [0u8; 64];
         let host = host.as_mut_ptr();
 
-        let calls: [&dyn Fn() -> CuResult; 1] = [
+        let calls: [&dyn Fn() -> CuResult; 2] = [
             // SAFETY: the export forwards to `driver_d2h_async`, which reads nothing.
             &|| unsafe { d2h_export(host.cast(), 0x7e00_0000_0000, 64, core::ptr::null_mut()) },
+            // SAFETY: a live descriptor; the export forwards to `driver_2d`.
+            &|| unsafe { c2d_export(&desc) },
         ];
         for call in calls {
             let (inside_tx, inside_rx) = std::sync::mpsc::channel();
@@ -196,7 +211,8 @@ mod tests {
             remap.join().unwrap();
         }
         crate::driver::replace(d2h, before[0]);
-        assert_eq!(CALLS.load(Ordering::SeqCst), 1, "it reached the driver");
+        crate::driver::replace(c2d, before[1]);
+        assert_eq!(CALLS.load(Ordering::SeqCst), 2, "both reached the driver");
         assert_eq!(
             OVERLAPS.load(Ordering::SeqCst),
             0,

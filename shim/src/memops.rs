@@ -1,6 +1,7 @@
 //! Allocations, frees, copies, memsets and synchronisations: forwarded
 //! unchanged; with a coordinator session, reported in the ring. The copies and
-//! memsets live in [`copies`] (one contiguous range).
+//! memsets live in [`copies`] (one contiguous range) and [`pitched`] (2D and
+//! 3D copies, pitched memsets).
 //!
 //! Without a session each body is the real call and one test of `client`.
 //! Weight dedup (`crate::dedup`) hooks in here too: `cuMemAlloc_v2` of a client
@@ -17,6 +18,7 @@
 //! board (a host that waits by polling). Nothing here waits on the coordinator.
 
 pub mod copies;
+pub mod pitched;
 
 use crate::client::{emit, Client};
 use crate::table::Hook;

@@ -181,6 +181,23 @@ pub fn before_write(dst: CUdeviceptr, len: usize) {
     merge::note_copy_write(dst, len as u64);
 }
 
+/// [`before_write`] for a write whose extent takes work to find (a 2D or 3D
+/// copy's descriptor, a pitched memset): `span` is asked only when this
+/// process has dedup-backed memory, so without dedup the cost stays one
+/// relaxed load. It answers `(dst, len)`, or `None` when there is nothing to
+/// check or the extent cannot be known (no descriptor, a destination that is
+/// not device memory, sizes that overflow): nothing is done then, and the
+/// driver answers the call.
+#[inline]
+pub fn before_write_with(span: impl FnOnce() -> Option<(CUdeviceptr, usize)>) {
+    if !quiesce::active() {
+        return;
+    }
+    if let Some((dst, len)) = span() {
+        before_write(dst, len);
+    }
+}
+
 /// A call returned `CUDA_ERROR_ILLEGAL_ADDRESS`: when this process maps shared
 /// read-only memory, say once that a kernel writing into it is the likely cause.
 #[cold]

@@ -1,6 +1,8 @@
 //! Copies and memsets of one contiguous range: host to device, device to
-//! device (and unified addressing), device to host, and memsets of 8, 16 or 32
-//! bit elements.
+//! device (unified addressing and peer copies included), device to host, and
+//! memsets of 8, 16 or 32 bit elements. (`cuMemcpyDtoHAsync` needs no
+//! operation: its hook forwards it inside the submission bracket, and it writes
+//! host memory only.)
 //!
 //! Each write into device memory first goes through dedup's copy-on-write
 //! check of its destination (`crate::dedup::before_write`: one relaxed load
@@ -11,7 +13,7 @@
 
 use crate::client::{emit, Client};
 use crate::table::Hook;
-use crate::types::{CUdeviceptr, CUstream, CuResult};
+use crate::types::{CUcontext, CUdeviceptr, CUstream, CuResult};
 use core::ffi::c_void;
 use tandem_proto::record::FLAG_ASYNC;
 use tandem_proto::EventKind;
@@ -156,4 +158,53 @@ pub unsafe fn copy_d2h(
         // SAFETY: forwarded unchanged.
         unsafe { real(dst, src, bytes) }
     })
+}
+
+/// `cuMemcpyPeer` and its `_ptds` form: a device-to-device copy between two
+/// contexts, forwarded after dedup's copy-on-write check of the destination
+/// (one address space: dedup finds its memory by address, whatever the
+/// context). Not reported to the coordinator.
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_peer(
+    _hook: Hook,
+    _client: Client,
+    real: unsafe extern "C" fn(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, usize) -> CuResult,
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    bytes: usize,
+) -> CuResult {
+    crate::dedup::before_write(dst, bytes);
+    // SAFETY: forwarded unchanged.
+    unsafe { real(dst, dst_ctx, src, src_ctx, bytes) }
+}
+
+/// `cuMemcpyPeerAsync` and its `_ptsz` form (see [`copy_peer`]).
+///
+/// # Safety
+/// Arguments as the driver function requires.
+pub unsafe fn copy_peer_async(
+    _hook: Hook,
+    _client: Client,
+    real: unsafe extern "C" fn(
+        CUdeviceptr,
+        CUcontext,
+        CUdeviceptr,
+        CUcontext,
+        usize,
+        CUstream,
+    ) -> CuResult,
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    bytes: usize,
+    stream: CUstream,
+) -> CuResult {
+    crate::dedup::before_write(dst, bytes);
+    // SAFETY: forwarded unchanged.
+    unsafe { real(dst, dst_ctx, src, src_ctx, bytes, stream) }
 }

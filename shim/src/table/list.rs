@@ -172,6 +172,73 @@ macro_rules! hook_list {
                 dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) => memops::copies::memset_async;
             cuMemsetD32Async_ptsz("cuMemsetD32Async", 7000, per_thread) Memset fn(
                 dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) => memops::copies::memset_async;
+            cuMemcpyPeer("cuMemcpyPeer", 4000, legacy) CopyOnDevice fn(
+                dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, bytes: usize)
+                => memops::copies::copy_peer;
+            cuMemcpyPeer_ptds("cuMemcpyPeer", 7000, per_thread) CopyOnDevice fn(
+                dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, bytes: usize)
+                => memops::copies::copy_peer;
+            cuMemcpyPeerAsync("cuMemcpyPeerAsync", 4000, legacy) CopyOnDevice fn(
+                dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, bytes: usize,
+                stream: CUstream) => memops::copies::copy_peer_async;
+            cuMemcpyPeerAsync_ptsz("cuMemcpyPeerAsync", 7000, per_thread) CopyOnDevice fn(
+                dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, bytes: usize,
+                stream: CUstream) => memops::copies::copy_peer_async;
+
+            cuMemcpy2D_v2("cuMemcpy2D", 3020, legacy) CopyPitched fn(copy: *const Memcpy2D)
+                => memops::pitched::copy;
+            cuMemcpy2D_v2_ptds("cuMemcpy2D", 7000, per_thread) CopyPitched fn(copy: *const Memcpy2D)
+                => memops::pitched::copy;
+            cuMemcpy2DUnaligned_v2("cuMemcpy2DUnaligned", 3020, legacy) CopyPitched fn(copy: *const Memcpy2D)
+                => memops::pitched::copy;
+            cuMemcpy2DUnaligned_v2_ptds("cuMemcpy2DUnaligned", 7000, per_thread) CopyPitched fn(
+                copy: *const Memcpy2D) => memops::pitched::copy;
+            cuMemcpy2DAsync_v2("cuMemcpy2DAsync", 3020, legacy) CopyPitched fn(
+                copy: *const Memcpy2D, stream: CUstream) => memops::pitched::copy_async;
+            cuMemcpy2DAsync_v2_ptsz("cuMemcpy2DAsync", 7000, per_thread) CopyPitched fn(
+                copy: *const Memcpy2D, stream: CUstream) => memops::pitched::copy_async;
+            cuMemcpy3D_v2("cuMemcpy3D", 3020, legacy) CopyPitched fn(copy: *const Memcpy3D)
+                => memops::pitched::copy;
+            cuMemcpy3D_v2_ptds("cuMemcpy3D", 7000, per_thread) CopyPitched fn(copy: *const Memcpy3D)
+                => memops::pitched::copy;
+            cuMemcpy3DAsync_v2("cuMemcpy3DAsync", 3020, legacy) CopyPitched fn(
+                copy: *const Memcpy3D, stream: CUstream) => memops::pitched::copy_async;
+            cuMemcpy3DAsync_v2_ptsz("cuMemcpy3DAsync", 7000, per_thread) CopyPitched fn(
+                copy: *const Memcpy3D, stream: CUstream) => memops::pitched::copy_async;
+            cuMemsetD2D8_v2("cuMemsetD2D8", 3020, legacy) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize) => memops::pitched::memset;
+            cuMemsetD2D8_v2_ptds("cuMemsetD2D8", 7000, per_thread) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize) => memops::pitched::memset;
+            cuMemsetD2D16_v2("cuMemsetD2D16", 3020, legacy) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize)
+                => memops::pitched::memset;
+            cuMemsetD2D16_v2_ptds("cuMemsetD2D16", 7000, per_thread) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize)
+                => memops::pitched::memset;
+            cuMemsetD2D32_v2("cuMemsetD2D32", 3020, legacy) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize)
+                => memops::pitched::memset;
+            cuMemsetD2D32_v2_ptds("cuMemsetD2D32", 7000, per_thread) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize)
+                => memops::pitched::memset;
+            cuMemsetD2D8Async("cuMemsetD2D8Async", 3020, legacy) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize, stream: CUstream)
+                => memops::pitched::memset_async;
+            cuMemsetD2D8Async_ptsz("cuMemsetD2D8Async", 7000, per_thread) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize, stream: CUstream)
+                => memops::pitched::memset_async;
+            cuMemsetD2D16Async("cuMemsetD2D16Async", 3020, legacy) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize, stream: CUstream)
+                => memops::pitched::memset_async;
+            cuMemsetD2D16Async_ptsz("cuMemsetD2D16Async", 7000, per_thread) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize, stream: CUstream)
+                => memops::pitched::memset_async;
+            cuMemsetD2D32Async("cuMemsetD2D32Async", 3020, legacy) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize, stream: CUstream)
+                => memops::pitched::memset_async;
+            cuMemsetD2D32Async_ptsz("cuMemsetD2D32Async", 7000, per_thread) Memset fn(
+                dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize, stream: CUstream)
+                => memops::pitched::memset_async;
 
             cuMemcpyDtoH_v2("cuMemcpyDtoH", 3020, legacy) CopyToHost fn(
                 dst: *mut c_void, src: CUdeviceptr, bytes: usize)

@@ -68,8 +68,13 @@ pub enum Kind {
     Vmm,
     MemInfo,
     CopyToDevice,
-    /// Device-to-device and unified-address copies (`cuMemcpyDtoD`, `cuMemcpy`).
+    /// Device-to-device, unified-address and peer copies (`cuMemcpyDtoD`,
+    /// `cuMemcpy`, `cuMemcpyPeer`).
     CopyOnDevice,
+    /// 2D and 3D copies (`cuMemcpy2D`, `cuMemcpy3D`), in any direction: their
+    /// descriptor says which side is host, device, array or unified memory.
+    CopyPitched,
+    /// Memsets, one range or pitched (`cuMemsetD32`, `cuMemsetD2D32`).
     Memset,
     /// Device-to-host copies, synchronous or not (`cuMemcpyDtoH`,
     /// `cuMemcpyDtoHAsync`); only the synchronous form is reported as a sync,
@@ -81,7 +86,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Init,
         Kind::Launch,
         Kind::GraphLaunch,
@@ -93,6 +98,7 @@ impl Kind {
         Kind::MemInfo,
         Kind::CopyToDevice,
         Kind::CopyOnDevice,
+        Kind::CopyPitched,
         Kind::Memset,
         Kind::CopyToHost,
         Kind::Sync,
@@ -109,6 +115,7 @@ impl Kind {
                 | Kind::GraphLaunch
                 | Kind::CopyToDevice
                 | Kind::CopyOnDevice
+                | Kind::CopyPitched
                 | Kind::Memset
                 | Kind::CopyToHost
         )
@@ -121,7 +128,12 @@ impl Kind {
     pub const fn reports_faults(self) -> bool {
         matches!(
             self,
-            Kind::Launch | Kind::GraphLaunch | Kind::Sync | Kind::CopyToHost | Kind::Query
+            Kind::Launch
+                | Kind::GraphLaunch
+                | Kind::Sync
+                | Kind::CopyToHost
+                | Kind::CopyPitched
+                | Kind::Query
         )
     }
 
@@ -138,6 +150,7 @@ impl Kind {
             Kind::MemInfo => "mem_info",
             Kind::CopyToDevice => "copy_to_device",
             Kind::CopyOnDevice => "copy_on_device",
+            Kind::CopyPitched => "copy_pitched",
             Kind::Memset => "memset",
             Kind::CopyToHost => "copy_to_host",
             Kind::Sync => "sync",
@@ -259,6 +272,15 @@ mod tests {
             name(Hook::select(b"cuGetProcAddress", 12000, 0)),
             Some("cuGetProcAddress_v2")
         );
+        assert_eq!(name(Hook::select(b"cuMemcpyPeer", 3020, 0)), None);
+        assert_eq!(
+            name(Hook::select(b"cuMemcpyPeer", 4000, 0)),
+            Some("cuMemcpyPeer")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemcpy3D", 3020, 0)),
+            Some("cuMemcpy3D_v2")
+        );
         assert_eq!(name(Hook::select(b"cuNotAFunction", 13000, 0)), None);
     }
 
@@ -293,6 +315,22 @@ mod tests {
         assert_eq!(
             name(Hook::select(b"cuMemcpyDtoHAsync", 12000, ptds)),
             Some("cuMemcpyDtoHAsync_v2_ptsz")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemcpy2D", 12000, ptds)),
+            Some("cuMemcpy2D_v2_ptds")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemcpy2DAsync", 6050, ptds)),
+            Some("cuMemcpy2DAsync_v2")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemsetD2D16Async", 12000, ptds)),
+            Some("cuMemsetD2D16Async_ptsz")
+        );
+        assert_eq!(
+            name(Hook::select(b"cuMemcpyPeerAsync", 12000, ptds)),
+            Some("cuMemcpyPeerAsync_ptsz")
         );
         // A function with no per-thread form answers its legacy form.
         assert_eq!(
