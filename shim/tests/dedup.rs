@@ -259,13 +259,14 @@ fn offers_for_unknown_or_changed_granules_are_refused_and_nothing_changes() {
 
 #[test]
 fn copies_and_memsets_into_shared_weights_get_a_private_copy_first() {
-    for kind in ["memcpy", "memset", "d2d"] {
+    for kind in ["memcpy", "memset", "d2d", "memcpy2d", "memset2d"] {
         copy_on_write_case(kind);
     }
 }
 
-/// Both replicas write (`kind`: HtoD copy, memset, DtoD copy) into their
-/// first granule after request 200, once their shim reports shared memory (A
+/// Both replicas write (`kind`: HtoD copy, memset, DtoD copy, or the pitched
+/// 2D copy and memset, which write a row in every granule) into their first
+/// granule after request 200, once their shim reports shared memory (A
 /// published it, B merged it).
 fn copy_on_write_case(kind: &str) {
     let writes = [

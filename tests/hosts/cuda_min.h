@@ -92,6 +92,33 @@ typedef struct CUmemAccessDesc_st {
     CUmemAccess_flags flags;
 } CUmemAccessDesc;
 
+/* 2D copies (cuMemcpy2D_v2): where each side lies, and the rectangle */
+typedef int CUmemorytype;
+#define CU_MEMORYTYPE_HOST 0x1
+#define CU_MEMORYTYPE_DEVICE 0x2
+#define CU_MEMORYTYPE_ARRAY 0x3
+#define CU_MEMORYTYPE_UNIFIED 0x4
+typedef struct CUarray_st *CUarray;
+
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes;
+    size_t dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes;
+    size_t Height;
+} CUDA_MEMCPY2D;
+
 /* cuLaunchKernelEx configuration */
 typedef struct CUlaunchConfig_st {
     unsigned int gridDimX, gridDimY, gridDimZ;
@@ -276,6 +303,10 @@ CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
                             CUstream hStream);
+/* 2D copies and pitched memsets. */
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                          size_t Height);
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
 CUresult cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);

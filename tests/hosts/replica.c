@@ -2,7 +2,8 @@
  * replica: one replica of a model, for the weight-dedup tests.
  *
  *   replica --weights-mib M --seed S --requests N [--gap-ms G] [--act-mib A]
- *           [--write-after K --write memcpy|memset|d2d|kernel [--write-when-shared]]
+ *           [--write-after K --write memcpy|memset|d2d|kernel|memcpy2d|memset2d
+ *            [--write-when-shared]]
  *           [--wait-file PATH] [--flood K] [--linger-file PATH] [--trace]
  *
  * Linked against the driver (-lcuda) and calling the exported symbols directly, so an
@@ -21,6 +22,11 @@
  *   memset  cuMemsetD32_v2 of 0xdeadbeef,
  *   d2d     cuMemcpyDtoD_v2 from the activation buffer (fewer bytes if it is smaller),
  *   kernel  fill_u32(weights, n, 7) then cuCtxSynchronize.
+ * or, for the pitched writes, into one row per MiB of the weights (M rows, 1 MiB apart, so every
+ * 2 MiB granule has a row in it):
+ *   memcpy2d  cuMemcpy2D_v2 from host to device: row r (64 KiB, from byte 512 of MiB r) gets
+ *             bytes [r * 64 KiB, (r + 1) * 64 KiB) of the memcpy pattern,
+ *   memset2d  cuMemsetD2D32_v2 of 0x5eed5eed: row r is 1024 words from byte 256 of MiB r.
  * With --write-when-shared the write first waits (polling every 5 ms, at most 30 s, else
  * `ERROR wait-shared rc=0` and exit 2) until the shim reports shared bytes
  * (tandem_dedup_shared_bytes() > 0), so a test can be sure the write meets shared memory.
@@ -69,6 +75,12 @@
 #define MAX_FLOOD 4096
 #define WRITE_BYTES (2ull * MIB)
 #define OUT_BYTES 4096u
+/* The pitched writes: one row per MiB of the weights. */
+#define ROW_PITCH MIB
+#define COPY2D_X 512u
+#define COPY2D_WIDTH (64u * 1024u)
+#define SET2D_X 256u
+#define SET2D_WORDS 1024u
 
 /* Runs a driver call; on failure prints `ERROR <name> rc=<n>` and exits 2. */
 #define CK(name, call)                                                                             \
@@ -157,7 +169,8 @@ static void flood(uint64_t k)
 static int usage(void)
 {
     fprintf(stderr, "usage: replica --weights-mib M --seed S --requests N [--gap-ms G] "
-                    "[--act-mib A] [--write-after K --write memcpy|memset|d2d|kernel] "
+                    "[--act-mib A] [--write-after K --write "
+                    "memcpy|memset|d2d|kernel|memcpy2d|memset2d] "
                     "[--wait-file PATH] [--flood K] [--linger-file PATH] [--trace]\n");
     return EXIT_USAGE;
 }
@@ -216,7 +229,7 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--write") == 0) {
             write_kind = v;
             bad = strcmp(v, "memcpy") && strcmp(v, "memset") && strcmp(v, "d2d") &&
-                  strcmp(v, "kernel");
+                  strcmp(v, "kernel") && strcmp(v, "memcpy2d") && strcmp(v, "memset2d");
         } else if (strcmp(a, "--wait-file") == 0) {
             wait_file = v;
         } else if (strcmp(a, "--flood") == 0) {
@@ -301,6 +314,27 @@ int main(int argc, char **argv)
             } else if (strcmp(write_kind, "memset") == 0) {
                 call = "cuMemsetD32_v2";
                 rc = cuMemsetD32_v2(weights, 0xdeadbeefu, n / 4);
+            } else if (strcmp(write_kind, "memcpy2d") == 0) {
+                size_t rows = w_bytes / ROW_PITCH;
+                for (size_t k = 0; k < rows * COPY2D_WIDTH / 4; k++)
+                    host[k] = ((uint32_t)k * 0x9e3779b9u) ^ 0xa5a5a5a5u;
+                CUDA_MEMCPY2D c;
+                memset(&c, 0, sizeof(c));
+                c.srcMemoryType = CU_MEMORYTYPE_HOST;
+                c.srcHost = host;
+                c.srcPitch = COPY2D_WIDTH;
+                c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+                c.dstDevice = weights;
+                c.dstXInBytes = COPY2D_X;
+                c.dstPitch = ROW_PITCH;
+                c.WidthInBytes = COPY2D_WIDTH;
+                c.Height = rows;
+                call = "cuMemcpy2D_v2";
+                rc = cuMemcpy2D_v2(&c);
+            } else if (strcmp(write_kind, "memset2d") == 0) {
+                call = "cuMemsetD2D32_v2";
+                rc = cuMemsetD2D32_v2(weights + SET2D_X, ROW_PITCH, 0x5eed5eedu, SET2D_WORDS,
+                                      w_bytes / ROW_PITCH);
             } else if (strcmp(write_kind, "d2d") == 0) {
                 if (a_bytes < n)
                     n = a_bytes;

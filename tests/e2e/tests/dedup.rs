@@ -369,6 +369,64 @@ fn two_hundred_start_stop_cycles_leak_nothing() {
     assert_nothing_left(&d, fds);
 }
 
+/// A job that writes into merged weights with a 2D copy (`cuMemcpy2D_v2`) or
+/// a pitched memset (`cuMemsetD2D32_v2`), one row in every granule, first
+/// gets a private copy of what it writes (copy-on-write): the write
+/// succeeds, the writer's later requests see its bytes, and the replica it
+/// merged with computes exactly what an unshared run computes. The shim once
+/// let these calls through to the driver unchecked, which refuses a write
+/// into read-only memory (`CUDA_ERROR_INVALID_VALUE`, as on an H100): the
+/// writer failed.
+#[test]
+fn a_2d_copy_or_pitched_memset_into_merged_weights_writes_a_private_copy() {
+    // 4 MiB of weights (2 granules): the writes' rows fall in both.
+    let small = ["--weights-mib", "4"];
+    let want_reader = plain_digest(300, &small);
+    for kind in ["memcpy2d", "memset2d"] {
+        let dir = TestDir::new(&format!("dedup-{kind}"));
+        let d = Tandemd::start(&dir);
+        let wf = dir.path().join("go");
+        let env = replica_env(&dir);
+        // Late, so that kernels ran while the shims scanned (their stability
+        // rule), and only once the writer maps something shared.
+        let writes = [
+            small[0],
+            small[1],
+            "--write-after",
+            "200",
+            "--write",
+            kind,
+            "--write-when-shared",
+        ];
+        let reader = spawn_replica("replica", 300, &wf, &env, &small);
+        let mut writer = spawn_replica("replica", 300, &wf, &env, &writes);
+        let wrote = writer.wait_line("WRITE", WAIT);
+        assert_eq!(wrote, format!("WRITE {kind} rc=0"), "{}", writer.stderr());
+        let mut procs = [reader, writer];
+        finish(&wf, &mut procs);
+        let [reader, writer] = &procs;
+        assert_eq!(
+            digest(reader),
+            want_reader,
+            "{kind}: the other replica's weights changed"
+        );
+        assert_eq!(
+            digest(writer),
+            plain_digest(300, &writes[..6]),
+            "{kind}: the writer does not see its own write"
+        );
+        let shim = writer.lines("SHIM").pop().unwrap();
+        let cow: u64 = shim
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("cow="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no cow= in {shim:?}"));
+        assert!(cow >= 1, "{kind}: no copy-on-write: {shim}");
+        let s = d.stats();
+        assert!(gnum(&s, "dedup_cow_breaks") >= 1, "{kind}: {}", gpu(&s));
+    }
+}
+
 /// A job that frees its shared weights while tandemd is not reading (its
 /// socket full) still stops holding them: the WITHDRAWs wait in the shim
 /// and go out, in order, once tandemd reads again, so the copies are closed

@@ -127,6 +127,23 @@ fn model(a: &Args) -> (Vec<(u32, u32)>, u64) {
                         weights[..n].fill(i as u32 + 1);
                     }
                     "kernel" => weights[..n].fill(7),
+                    // One row per MiB (replica.c's pitched writes), in words.
+                    "memcpy2d" => {
+                        let (x, width) = (512 / 4, 64 * 1024 / 4);
+                        for r in 0..n_w / (MIB / 4) {
+                            let row = r * MIB / 4 + x;
+                            for j in 0..width {
+                                let k = (r * width + j) as u32;
+                                weights[row + j] = k.wrapping_mul(0x9e37_79b9) ^ 0xa5a5_a5a5;
+                            }
+                        }
+                    }
+                    "memset2d" => {
+                        for r in 0..n_w / (MIB / 4) {
+                            let row = r * MIB / 4 + 256 / 4;
+                            weights[row..row + 1024].fill(0x5eed_5eed);
+                        }
+                    }
                     other => panic!("unknown write kind {other}"),
                 }
                 w_sum = wrapping_sum(&weights);
@@ -237,7 +254,7 @@ fn a_memcpy_write_changes_the_digest_from_that_request_on() {
 
 #[test]
 fn every_write_kind_is_seen_by_later_requests() {
-    for kind in ["memset", "d2d", "kernel"] {
+    for kind in ["memset", "d2d", "kernel", "memcpy2d", "memset2d"] {
         let mut a = Args::new(3, 11, 5);
         a.write = Some((1, kind));
         a.trace = true;
