@@ -121,9 +121,14 @@ fn number(q: &[(String, String)], k: &str) -> Result<Option<f64>, String> {
 }
 
 /// Reads a trace file for `peer_uid`: only one it owns (or any, for root),
-/// checked on the opened file so a swapped link cannot pass.
+/// checked on the opened file so a swapped link cannot pass. The path is
+/// first opened `O_PATH` (which neither reads, waits nor acts on what is
+/// there) and read only once it is known to be a regular file the peer may
+/// have: opening a FIFO for reading waits for a writer, and opening a
+/// device (a watchdog, a tape) acts on it, as root.
 fn read_for(path: &str, peer_uid: Option<u32>) -> Result<String, Answer> {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let Some(uid) = peer_uid else {
         return Err(text(
             400,
@@ -131,13 +136,17 @@ fn read_for(path: &str, peer_uid: Option<u32>) -> Result<String, Answer> {
             "trace=PATH is read only for a peer on tandemd's unix stats socket: POST the trace as the body",
         ));
     };
-    let f = std::fs::File::open(path).map_err(|e| {
-        text(
-            400,
-            "Bad Request",
-            &format!("{path}: cannot read the trace: {e}"),
-        )
-    })?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)
+        .map_err(|e| {
+            text(
+                400,
+                "Bad Request",
+                &format!("{path}: cannot read the trace: {e}"),
+            )
+        })?;
     let meta = f
         .metadata()
         .map_err(|e| text(400, "Bad Request", &format!("{path}: {e}")))?;
@@ -155,6 +164,9 @@ fn read_for(path: &str, peer_uid: Option<u32>) -> Result<String, Answer> {
             &format!("{path}: not a regular file of at most {MAX_TRACE} bytes"),
         ));
     }
+    // The very file checked above (not whatever the path names now).
+    let f = std::fs::File::open(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .map_err(|e| text(400, "Bad Request", &format!("{path}: {e}")))?;
     let mut s = String::new();
     f.take(MAX_TRACE as u64 + 1)
         .read_to_string(&mut s)
@@ -607,6 +619,44 @@ mod tests {
         );
         assert_eq!(code, 504, "{body}");
         assert!(body.contains("ran past"), "{body}");
+    }
+
+    /// tandemd (root) looks at what a path is and whose it is before it
+    /// opens it: a FIFO opened for reading waits for a writer (the one
+    /// prediction slot, held for good), and opening a device can act on it.
+    #[test]
+    fn a_trace_path_that_is_no_file_of_the_peer_is_never_opened() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let d = dir("fifo");
+        let fifo = d.0.join("trace.fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        let owner = std::fs::metadata(&fifo).unwrap().uid();
+        // Its owner, root, and someone else: each refused, none by opening it.
+        for (peer, want) in [(owner, 413), (0, 413), (owner + 4242, 403)] {
+            let path = fifo.to_str().unwrap().to_string();
+            let reader = std::thread::spawn(move || read_for(&path, Some(peer)).map(|_| ()));
+            // A writer that does not wait (O_NONBLOCK) opens a FIFO only
+            // while a reader has it open: only if read_for opened it.
+            let mut opened = false;
+            while !reader.is_finished() {
+                let w = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&fifo);
+                if w.is_ok() {
+                    opened = true;
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            let got = reader.join().unwrap().expect_err("a FIFO is no trace");
+            assert!(!opened, "peer {peer}: read_for opened the FIFO ({got:?})");
+            assert_eq!(got.0, want, "peer {peer}: {}", got.3);
+        }
     }
 
     #[test]
