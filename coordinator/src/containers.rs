@@ -178,6 +178,23 @@ pub fn contained(
     other_ns || other_place
 }
 
+/// Whether process `pid` runs in a container (see [`contained`]), from
+/// its `/proc` entries.
+#[must_use]
+pub fn pid_contained(pid: u32) -> bool {
+    let placement = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .and_then(|t| tandem_ident::cgroup_of_proc(&t))
+        .and_then(|c| tandem_ident::parse_cgroup_path(&c));
+    let (own_ns, own_place) = own();
+    contained(
+        pidns_of(&pid.to_string()),
+        placement.as_ref(),
+        *own_ns,
+        own_place.as_ref(),
+    )
+}
+
 /// The container view of `pid`, whose cgroup path is `cgroup`, with pod
 /// metadata from `pod_info_dir` ("" = none), for a daemon running as `euid`.
 #[must_use]

@@ -462,7 +462,12 @@ impl Server {
                                     let _ = u.set_nonblocking(false);
                                     let _ = u.set_read_timeout(Some(IO_TIMEOUT));
                                     let _ = u.set_write_timeout(Some(IO_TIMEOUT));
-                                    let uid = peer.map(|p| p.uid);
+                                    // A container's root is not the node's,
+                                    // nor are its paths (contract 5): no
+                                    // file is read for it.
+                                    let uid = peer
+                                        .filter(|p| !crate::containers::pid_contained(p.pid))
+                                        .map(|p| p.uid);
                                     crate::predict::http::serve_conn(u, c.buf, end, shared, uid);
                                 }
                                 Stream::Tcp(t) => {
@@ -630,6 +635,77 @@ mod tests {
         // The server still answers everything else.
         let r = post("GET /healthz HTTP/1.1\r\n\r\n", "");
         assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+        (&wake_w).write_all(b"x").unwrap();
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A peer in a container (here: another pid namespace) is not the
+    /// node's root, and its paths are not the node's: tandemd does not read
+    /// a trace=PATH for it, though SO_PEERCRED says uid 0.
+    #[test]
+    fn a_contained_peer_gets_no_file_read_for_it() {
+        use std::path::PathBuf;
+        use std::process::{Command, Stdio};
+        let runs = |args: &[&str]| {
+            Command::new("unshare")
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || !runs(&["-p", "-f", "curl", "--version"]) {
+            eprintln!("skipped: needs root, `unshare -p -f` and curl");
+            return;
+        }
+        let dir =
+            std::env::temp_dir().join(format!("tandem-stats-contained-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stats.sock");
+        let shared = Arc::new(Shared::new(
+            crate::config::Config::default(),
+            PathBuf::from("/nonexistent/tandemd.toml"),
+            dir.join("tandemd.sock"),
+            path.clone(),
+            0,
+            crate::mps::Mps::off(),
+        ));
+        // Root's file: the host's root may have it read, a container's not.
+        let trace = dir.join("root.json");
+        std::fs::write(&trace, "{}").unwrap();
+        let listener = UnixListener::bind(&path).unwrap();
+        let (wake_w, wake_r) = UnixStream::pair().unwrap();
+        let server =
+            std::thread::spawn(move || serve(shared, listener, None, OwnedFd::from(wake_r)));
+        let url = format!("http://tandemd/predict?gpu=0&trace={}", trace.display());
+        let ask = |contained: bool| {
+            let unshare = ["-p", "-f", "--"];
+            let curl = [
+                "curl",
+                "-s",
+                "-i",
+                "--unix-socket",
+                path.to_str().unwrap(),
+                &url,
+            ];
+            let out = if contained {
+                Command::new("unshare").args(unshare).args(curl).output()
+            } else {
+                Command::new(curl[0]).args(&curl[1..]).output()
+            }
+            .unwrap();
+            crate::client::parse_response(&out.stdout).unwrap()
+        };
+        // On the node: the file is read, then the GPU looked up (there is none).
+        let r = ask(false);
+        assert_eq!(r.status, 404, "{}", r.body);
+        let r = ask(true);
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert!(r.body.contains("not in a container"), "{}", r.body);
         (&wake_w).write_all(b"x").unwrap();
         server.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);

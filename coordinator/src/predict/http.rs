@@ -9,7 +9,8 @@
 //! `gpu` is the GPU's index in `GET /stats` (as `tandemctl status` lists
 //! them) or its UUID. `trace=PATH` is read by tandemd only for a peer on
 //! the unix socket that owns the file (or is root), checked on the opened
-//! file; over TCP (served only with `[stats] tcp_serves_stats`) the trace
+//! file, and never for a peer in a container (its root and its paths are
+//! not the node's); over TCP (served only with `[stats] tcp_serves_stats`) the trace
 //! must come as the body. Bodies and files are at most [`MAX_TRACE`] bytes.
 //!
 //! Answers: 200 with the model's JSON; otherwise one line of text: 400 (a
@@ -133,7 +134,7 @@ fn read_for(path: &str, peer_uid: Option<u32>) -> Result<String, Answer> {
         return Err(text(
             400,
             "Bad Request",
-            "trace=PATH is read only for a peer on tandemd's unix stats socket: POST the trace as the body",
+            "trace=PATH is read only for a peer on tandemd's unix stats socket, on the node, not in a container (a container's paths and root are not the node's): POST the trace as the body",
         ));
     };
     let f = std::fs::OpenOptions::new()
