@@ -297,6 +297,35 @@ mod tests {
         assert_eq!(ppid_of_stat("42 (sh"), None);
     }
 
+    /// A peer that exited before tandemd read its /proc (it connected,
+    /// sent its message and left, a forked child keeping the socket) has
+    /// no pid namespace or cgroup to show: nothing says it was on the node,
+    /// so its uid 0 is not the node's root, for inference or for control.
+    #[test]
+    fn a_peer_gone_before_its_proc_is_read_is_not_privileged() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        for pid in [pid, 0] {
+            let cred = PeerCred {
+                pid,
+                uid: 0,
+                gid: 0,
+            };
+            let who = Who::from_proc(cred, "", 500);
+            assert!(who.contained(), "pid {pid}: {who:?}");
+            let cfg = Config::default();
+            let d = decide(&cfg, 500, &who, ClientClass::Inference);
+            assert_eq!(d.class, ClientClass::Training, "pid {pid}: {}", d.reason);
+            assert!(!crate::control::permitted(
+                &cfg,
+                500,
+                who.uid,
+                who.contained()
+            ));
+        }
+    }
+
     #[test]
     fn ancestors_start_at_the_parent() {
         // SAFETY: getppid has no preconditions.

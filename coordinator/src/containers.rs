@@ -139,6 +139,25 @@ fn pidns_of(pid: &str) -> Option<u64> {
     s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
+/// Whether `pid` has no `/proc` entry now (pid 0: the kernel gave none):
+/// the peer exited (its pid may soon be another's), so what was or was not
+/// read about it does not say where it ran. Asked after the reads, so a
+/// peer that left while they ran is caught too.
+fn gone(pid: u32) -> bool {
+    let gone = pid == 0
+        || matches!(
+            std::fs::symlink_metadata(format!("/proc/{pid}/ns/pid")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+    if gone {
+        crate::logging::warn_throttled(
+            "peer gone before identified",
+            &format!("peer pid {pid} exited before tandemd read its /proc: where it ran is unknown, so it is treated as a container's (not privileged)"),
+        );
+    }
+    gone
+}
+
 /// tandemd's own pid namespace and placement (read once).
 fn own() -> &'static (Option<u64>, Option<Placement>) {
     static OWN: OnceLock<(Option<u64>, Option<Placement>)> = OnceLock::new();
@@ -192,7 +211,7 @@ pub fn pid_contained(pid: u32) -> bool {
         placement.as_ref(),
         *own_ns,
         own_place.as_ref(),
-    )
+    ) || gone(pid)
 }
 
 /// The container view of `pid`, whose cgroup path is `cgroup`, with pod
@@ -202,7 +221,9 @@ pub fn view(pid: u32, cgroup: Option<&str>, pod_info_dir: &str, euid: u32) -> Co
     let placement = cgroup.and_then(tandem_ident::parse_cgroup_path);
     let pidns = pidns_of(&pid.to_string());
     let (own_ns, own_place) = own();
-    let contained = contained(pidns, placement.as_ref(), *own_ns, own_place.as_ref());
+    // A peer gone before it could be placed counts as contained: an
+    // unknown place is not the node's (it fails closed).
+    let contained = contained(pidns, placement.as_ref(), *own_ns, own_place.as_ref()) || gone(pid);
     let info = placement
         .as_ref()
         .and_then(|p| p.pod_uid.as_deref())
