@@ -237,24 +237,32 @@ pub fn memset(
     let bytes = count.checked_mul(elem).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if bytes > 0 {
         check_copy_range(&st, dst, bytes, Access::Write)?;
-        let base = device_ptr(dst);
         // SAFETY: `dst..dst+bytes` lies in live writable fake-device memory (checked, kept live
-        // by the lock); every write below stays inside it.
-        unsafe {
-            match elem {
-                1 => std::ptr::write_bytes(base, value as u8, bytes),
-                2 => {
-                    for i in 0..count {
-                        base.cast::<u16>().add(i).write_unaligned(value as u16);
-                    }
+        // by the lock).
+        unsafe { fill(device_ptr(dst), elem, count, value) };
+    }
+    finish_on_stream(st, stream, per_thread_default, sync)
+}
+
+/// Writes `count` elements of `elem` bytes (1, 2, else 4) of `value` at `base`.
+///
+/// # Safety
+/// `base..base + count * elem` is writable memory.
+pub(crate) unsafe fn fill(base: *mut u8, elem: usize, count: usize, value: u32) {
+    // SAFETY: every write stays inside `base..base + count * elem` (the contract).
+    unsafe {
+        match elem {
+            1 => std::ptr::write_bytes(base, value as u8, count),
+            2 => {
+                for i in 0..count {
+                    base.cast::<u16>().add(i).write_unaligned(value as u16);
                 }
-                _ => {
-                    for i in 0..count {
-                        base.cast::<u32>().add(i).write_unaligned(value);
-                    }
+            }
+            _ => {
+                for i in 0..count {
+                    base.cast::<u32>().add(i).write_unaligned(value);
                 }
             }
         }
     }
-    finish_on_stream(st, stream, per_thread_default, sync)
 }

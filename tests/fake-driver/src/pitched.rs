@@ -246,22 +246,8 @@ pub fn memset_2d(
         for at in rows {
             let base = crate::state::memory::device_ptr(at);
             // SAFETY: `at..at+bytes` lies in live writable fake-device memory (checked above,
-            // kept live by the lock); every write below stays inside it.
-            unsafe {
-                match elem {
-                    1 => std::ptr::write_bytes(base, value as u8, bytes),
-                    2 => {
-                        for i in 0..width {
-                            base.cast::<u16>().add(i).write_unaligned(value as u16);
-                        }
-                    }
-                    _ => {
-                        for i in 0..width {
-                            base.cast::<u32>().add(i).write_unaligned(value);
-                        }
-                    }
-                }
-            }
+            // kept live by the lock).
+            unsafe { crate::copies::fill(base, elem, width, value) };
         }
     }
     finish_on_stream(st, stream, per_thread_default, sync)
