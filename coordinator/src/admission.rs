@@ -88,6 +88,12 @@ impl Who {
             .ok()
             .and_then(|s| tandem_ident::cgroup_of_proc(&s));
         let container = crate::containers::view(cred.pid, cgroup.as_deref(), pod_info_dir, euid);
+        if container.contained && container.pidns.is_none() && crate::containers::gone(cred.pid) {
+            crate::logging::warn_throttled(
+                "peer gone before identified",
+                &format!("peer pid {} exited before tandemd read its /proc: where it ran is unknown, so it is treated as a container's (not privileged)", cred.pid),
+            );
+        }
         let slurm = crate::slurm::job_of(cgroup.as_deref(), cred.uid);
         let groups = std::fs::read_to_string(format!("{base}/status"))
             .ok()

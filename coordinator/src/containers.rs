@@ -142,19 +142,16 @@ fn pidns_of(pid: &str) -> Option<u64> {
 /// Whether `pid` has no `/proc` entry now (pid 0: the kernel gave none):
 /// the peer exited (its pid may soon be another's), so what was or was not
 /// read about it does not say where it ran. Asked after the reads, so a
-/// peer that left while they ran is caught too.
-fn gone(pid: u32) -> bool {
+/// peer that left while they ran is caught too. Said by the caller that
+/// admits the peer (`crate::admission`: this module logs nothing, as
+/// `crate::logging` reads the configuration, which names this module's
+/// types).
+pub fn gone(pid: u32) -> bool {
     let gone = pid == 0
         || matches!(
             std::fs::symlink_metadata(format!("/proc/{pid}/ns/pid")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound
         );
-    if gone {
-        crate::logging::warn_throttled(
-            "peer gone before identified",
-            &format!("peer pid {pid} exited before tandemd read its /proc: where it ran is unknown, so it is treated as a container's (not privileged)"),
-        );
-    }
     gone
 }
 
