@@ -258,35 +258,35 @@ driver_api! {
         dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, stream: Handle,
     ) => copies::memcpy(dst, src, byte_count, CopyKind::Unified, stream, true, false);
     cuMemsetD8_v2["cuMemsetD8", 3020, legacy, init](dst: CUdeviceptr, uc: c_uchar, n: usize)
-        => copies::memset(dst, u32::from(uc), 1, n, null_mut(), false, true);
+        => pitched::memset_2d(dst, 0, u32::from(uc), 1, n, 1, null_mut(), false, true);
     cuMemsetD8_v2_ptds["cuMemsetD8", 7000, per_thread, init](dst: CUdeviceptr, uc: c_uchar, n: usize)
-        => copies::memset(dst, u32::from(uc), 1, n, null_mut(), true, true);
+        => pitched::memset_2d(dst, 0, u32::from(uc), 1, n, 1, null_mut(), true, true);
     cuMemsetD16_v2["cuMemsetD16", 3020, legacy, init](dst: CUdeviceptr, us: c_ushort, n: usize)
-        => copies::memset(dst, u32::from(us), 2, n, null_mut(), false, true);
+        => pitched::memset_2d(dst, 0, u32::from(us), 2, n, 1, null_mut(), false, true);
     cuMemsetD16_v2_ptds["cuMemsetD16", 7000, per_thread, init](dst: CUdeviceptr, us: c_ushort, n: usize)
-        => copies::memset(dst, u32::from(us), 2, n, null_mut(), true, true);
+        => pitched::memset_2d(dst, 0, u32::from(us), 2, n, 1, null_mut(), true, true);
     cuMemsetD32_v2["cuMemsetD32", 3020, legacy, init](dst: CUdeviceptr, ui: c_uint, n: usize)
-        => copies::memset(dst, ui, 4, n, null_mut(), false, true);
+        => pitched::memset_2d(dst, 0, ui, 4, n, 1, null_mut(), false, true);
     cuMemsetD32_v2_ptds["cuMemsetD32", 7000, per_thread, init](dst: CUdeviceptr, ui: c_uint, n: usize)
-        => copies::memset(dst, ui, 4, n, null_mut(), true, true);
+        => pitched::memset_2d(dst, 0, ui, 4, n, 1, null_mut(), true, true);
     cuMemsetD8Async["cuMemsetD8Async", 3020, legacy, init](
         dst: CUdeviceptr, uc: c_uchar, n: usize, stream: Handle,
-    ) => copies::memset(dst, u32::from(uc), 1, n, stream, false, false);
+    ) => pitched::memset_2d(dst, 0, u32::from(uc), 1, n, 1, stream, false, false);
     cuMemsetD8Async_ptsz["cuMemsetD8Async", 7000, per_thread, init](
         dst: CUdeviceptr, uc: c_uchar, n: usize, stream: Handle,
-    ) => copies::memset(dst, u32::from(uc), 1, n, stream, true, false);
+    ) => pitched::memset_2d(dst, 0, u32::from(uc), 1, n, 1, stream, true, false);
     cuMemsetD16Async["cuMemsetD16Async", 3020, legacy, init](
         dst: CUdeviceptr, us: c_ushort, n: usize, stream: Handle,
-    ) => copies::memset(dst, u32::from(us), 2, n, stream, false, false);
+    ) => pitched::memset_2d(dst, 0, u32::from(us), 2, n, 1, stream, false, false);
     cuMemsetD16Async_ptsz["cuMemsetD16Async", 7000, per_thread, init](
         dst: CUdeviceptr, us: c_ushort, n: usize, stream: Handle,
-    ) => copies::memset(dst, u32::from(us), 2, n, stream, true, false);
+    ) => pitched::memset_2d(dst, 0, u32::from(us), 2, n, 1, stream, true, false);
     cuMemsetD32Async["cuMemsetD32Async", 3020, legacy, init](
         dst: CUdeviceptr, ui: c_uint, n: usize, stream: Handle,
-    ) => copies::memset(dst, ui, 4, n, stream, false, false);
+    ) => pitched::memset_2d(dst, 0, ui, 4, n, 1, stream, false, false);
     cuMemsetD32Async_ptsz["cuMemsetD32Async", 7000, per_thread, init](
         dst: CUdeviceptr, ui: c_uint, n: usize, stream: Handle,
-    ) => copies::memset(dst, ui, 4, n, stream, true, false);
+    ) => pitched::memset_2d(dst, 0, ui, 4, n, 1, stream, true, false);
     cuMemcpyPeer["cuMemcpyPeer", 4000, legacy, init](
         dst: CUdeviceptr, dst_ctx: Handle, src: CUdeviceptr, src_ctx: Handle, byte_count: usize,
     ) => copies::memcpy_peer(dst, dst_ctx, src, src_ctx, byte_count, null_mut(), false, true);

@@ -204,7 +204,8 @@ pub unsafe fn memcpy_3d(
 }
 
 /// `cuMemsetD2D8/D16/D32` (sync or async): `width` elements of `elem` bytes set to `value` in
-/// each of `height` rows `pitch` bytes apart from `dst`.
+/// each of `height` rows `pitch` bytes apart from `dst`. The one-range `cuMemsetD8/D16/D32`
+/// are its one row.
 #[allow(clippy::too_many_arguments)]
 pub fn memset_2d(
     dst: CUdeviceptr,
@@ -247,10 +248,33 @@ pub fn memset_2d(
             let base = crate::state::memory::device_ptr(at);
             // SAFETY: `at..at+bytes` lies in live writable fake-device memory (checked above,
             // kept live by the lock).
-            unsafe { crate::copies::fill(base, elem, width, value) };
+            unsafe { fill(base, elem, width, value) };
         }
     }
     finish_on_stream(st, stream, per_thread_default, sync)
+}
+
+/// Writes `count` elements of `elem` bytes (1, 2, else 4) of `value` at `base`.
+///
+/// # Safety
+/// `base..base + count * elem` is writable memory.
+unsafe fn fill(base: *mut u8, elem: usize, count: usize, value: u32) {
+    // SAFETY: every write stays inside `base..base + count * elem` (the contract).
+    unsafe {
+        match elem {
+            1 => std::ptr::write_bytes(base, value as u8, count),
+            2 => {
+                for i in 0..count {
+                    base.cast::<u16>().add(i).write_unaligned(value as u16);
+                }
+            }
+            _ => {
+                for i in 0..count {
+                    base.cast::<u32>().add(i).write_unaligned(value);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
