@@ -198,17 +198,11 @@ pub fn contained(
 /// its `/proc` entries.
 #[must_use]
 pub fn pid_contained(pid: u32) -> bool {
-    let placement = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .ok()
-        .and_then(|t| tandem_ident::cgroup_of_proc(&t))
-        .and_then(|c| tandem_ident::parse_cgroup_path(&c));
-    let (own_ns, own_place) = own();
-    contained(
-        pidns_of(&pid.to_string()),
-        placement.as_ref(),
-        *own_ns,
-        own_place.as_ref(),
-    ) || gone(pid)
+        .and_then(|t| tandem_ident::cgroup_of_proc(&t));
+    // No pod metadata directory: nothing but the placement is read.
+    view(pid, cgroup.as_deref(), "", 0).contained
 }
 
 /// The container view of `pid`, whose cgroup path is `cgroup`, with pod
