@@ -576,23 +576,34 @@ fn drain(s: &mut Stream) {
 mod tests {
     use super::*;
 
+    /// Held by the tests that ask for predictions: the server answers one
+    /// prediction at a time in the whole process (a 503 to any other), so
+    /// two such tests running at once fail each other.
+    static ONE_PREDICTION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A daemon's shared state with default configuration, its sockets in
+    /// `dir` (the stats socket at `stats`).
+    fn shared_in(dir: &std::path::Path, stats: &std::path::Path) -> Arc<Shared> {
+        Arc::new(Shared::new(
+            crate::config::Config::default(),
+            std::path::PathBuf::from("/nonexistent/tandemd.toml"),
+            dir.join("tandemd.sock"),
+            stats.to_path_buf(),
+            0,
+            crate::mps::Mps::off(),
+        ))
+    }
+
     /// The event-driven server hands `/predict` to a thread of its own,
     /// which reads the posted body (bounded) and answers.
     #[test]
     fn the_server_answers_predict_on_its_own_thread() {
-        use std::path::PathBuf;
+        let _one = ONE_PREDICTION.lock().unwrap_or_else(|p| p.into_inner());
         let dir = std::env::temp_dir().join(format!("tandem-stats-predict-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("stats.sock");
-        let shared = Arc::new(Shared::new(
-            crate::config::Config::default(),
-            PathBuf::from("/nonexistent/tandemd.toml"),
-            dir.join("tandemd.sock"),
-            path.clone(),
-            0,
-            crate::mps::Mps::off(),
-        ));
+        let shared = shared_in(&dir, &path);
         let listener = UnixListener::bind(&path).unwrap();
         let (wake_w, wake_r) = UnixStream::pair().unwrap();
         let server =
@@ -645,7 +656,7 @@ mod tests {
     /// a trace=PATH for it, though SO_PEERCRED says uid 0.
     #[test]
     fn a_contained_peer_gets_no_file_read_for_it() {
-        use std::path::PathBuf;
+        let _one = ONE_PREDICTION.lock().unwrap_or_else(|p| p.into_inner());
         use std::process::{Command, Stdio};
         let runs = |args: &[&str]| {
             Command::new("unshare")
@@ -666,14 +677,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("stats.sock");
-        let shared = Arc::new(Shared::new(
-            crate::config::Config::default(),
-            PathBuf::from("/nonexistent/tandemd.toml"),
-            dir.join("tandemd.sock"),
-            path.clone(),
-            0,
-            crate::mps::Mps::off(),
-        ));
+        let shared = shared_in(&dir, &path);
         // Root's file: the host's root may have it read, a container's not.
         let trace = dir.join("root.json");
         std::fs::write(&trace, "{}").unwrap();
